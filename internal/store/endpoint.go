@@ -1,0 +1,219 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Endpoint statuses.
+const (
+	EndpointEnabled  = "enabled"
+	EndpointDisabled = "disabled"
+)
+
+// Endpoint is a customer URL that receives a tenant's messages.
+type Endpoint struct {
+	ID                      string
+	TenantID                string
+	URL                     string
+	Description             string
+	EventTypes              []string
+	Secret                  string
+	PreviousSecret          string
+	PreviousSecretExpiresAt *time.Time
+	TrafficClass            string
+	Metadata                map[string]string
+	Status                  string
+	DisabledReason          *string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+}
+
+const endpointColumns = `id, tenant_id, url, description, event_types, secret,
+	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, metadata,
+	status, disabled_reason, created_at, updated_at`
+
+func scanEndpoint(row pgx.Row) (Endpoint, error) {
+	var e Endpoint
+	err := row.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
+		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.Metadata,
+		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Endpoint{}, ErrNotFound
+	}
+	return e, err
+}
+
+// EndpointChannel is the NOTIFY channel that carries the id of every endpoint
+// whose delivery settings changed, so dispatchers drop their cached copy.
+const EndpointChannel = "hookd_endpoint"
+
+// CreateEndpoint inserts e (its ID and timestamps are assigned here) and
+// returns the stored row.
+func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error) {
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
+	}
+	if e.TrafficClass == "" {
+		e.TrafficClass = "auto"
+	}
+	id := NewID("ep", time.Now())
+	var out Endpoint
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
+			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			RETURNING `+endpointColumns,
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata))
+		if err != nil {
+			return fmt.Errorf("insert endpoint: %w", err)
+		}
+		return s.afterEndpointCreate(ctx, tx, out)
+	})
+	return out, err
+}
+
+// afterEndpointCreate creates the rows that live beside an endpoint.
+func (s *Store) afterEndpointCreate(ctx context.Context, tx pgx.Tx, e Endpoint) error {
+	return nil
+}
+
+// GetEndpoint returns a live endpoint by id.
+func (s *Store) GetEndpoint(ctx context.Context, id string) (Endpoint, error) {
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = $1 AND deleted_at IS NULL`, id))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Endpoint{}, fmt.Errorf("load endpoint: %w", err)
+	}
+	return e, err
+}
+
+// GetEndpoints returns the live endpoints among ids, keyed by id.
+func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endpoint, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = ANY($1) AND deleted_at IS NULL`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load endpoints: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]Endpoint, len(ids))
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load endpoints: %w", err)
+		}
+		out[e.ID] = e
+	}
+	return out, rows.Err()
+}
+
+// Page selects one page of a list: the rows after the cursor After, at most
+// Limit of them.
+type Page struct {
+	After string
+	Limit int
+}
+
+// ListEndpoints returns live endpoints in id order, optionally of one tenant.
+func (s *Store) ListEndpoints(ctx context.Context, tenantID string, p Page) ([]Endpoint, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+endpointColumns+` FROM endpoints
+		WHERE deleted_at IS NULL AND ($1 = '' OR tenant_id = $1) AND id > $2
+		ORDER BY id LIMIT $3`, tenantID, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Endpoint
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list endpoints: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// EndpointPatch holds the fields of a partial update; nil leaves a field as it is.
+type EndpointPatch struct {
+	URL          *string
+	Description  *string
+	EventTypes   *[]string
+	TrafficClass *string
+	Metadata     *map[string]string
+}
+
+// UpdateEndpoint applies patch and notifies dispatchers.
+func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) (Endpoint, error) {
+	var eventTypes []string
+	if p.EventTypes != nil {
+		eventTypes = *p.EventTypes
+		if eventTypes == nil {
+			eventTypes = []string{}
+		}
+	}
+	var metadata map[string]string
+	if p.Metadata != nil {
+		metadata = *p.Metadata
+		if metadata == nil {
+			metadata = map[string]string{}
+		}
+	}
+	return s.updateEndpoint(ctx, id, `
+		url = coalesce($2, url),
+		description = coalesce($3, description),
+		event_types = coalesce($4, event_types),
+		traffic_class = coalesce($5, traffic_class),
+		metadata = coalesce($6, metadata)`,
+		p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+}
+
+// updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
+// id), bumps updated_at and notifies dispatchers in the same statement.
+func (s *Store) updateEndpoint(ctx context.Context, id, set string, args ...any) (Endpoint, error) {
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE endpoints SET `+set+`, updated_at = now()
+			WHERE id = $1 AND deleted_at IS NULL
+			RETURNING *
+		), n AS (SELECT pg_notify('`+EndpointChannel+`', id) FROM u)
+		SELECT `+endpointColumns+` FROM u, (SELECT count(*) FROM n) AS notified`,
+		append([]any{id}, args...)...))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
+	}
+	return e, err
+}
+
+// DeleteEndpoint soft-deletes an endpoint: its history stays, it receives
+// nothing more, and its pending deliveries fail with reason endpoint_deleted
+// when their jobs next run.
+func (s *Store) DeleteEndpoint(ctx context.Context, id string) error {
+	_, err := s.updateEndpoint(ctx, id, `deleted_at = now()`)
+	return err
+}
+
+// SetEndpointStatus enables or disables an endpoint. reason is stored with a
+// disable and cleared by an enable.
+func (s *Store) SetEndpointStatus(ctx context.Context, id, status string, reason *string) (Endpoint, error) {
+	if status == EndpointEnabled {
+		reason = nil
+	}
+	return s.updateEndpoint(ctx, id, `status = $2, disabled_reason = $3`, status, reason)
+}
+
+// RotateSecret makes secret the endpoint's signing secret; the old one keeps
+// signing alongside it until overlap has passed.
+func (s *Store) RotateSecret(ctx context.Context, id, secret string, overlap time.Duration) (Endpoint, error) {
+	return s.updateEndpoint(ctx, id, `
+		previous_secret = secret,
+		previous_secret_expires_at = now() + $3::interval,
+		secret = $2`, secret, overlap)
+}

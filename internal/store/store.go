@@ -1,0 +1,99 @@
+// Package store owns every SQL statement hookd runs: endpoints, messages,
+// deliveries, the attempt log, breaker persistence and migrations. Other
+// packages talk to Postgres only through it.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned when a row addressed by id does not exist (or is
+// deleted).
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a write would violate a uniqueness or state
+// rule, such as deleting a traffic class that is in use.
+var ErrConflict = errors.New("conflict")
+
+// Store runs hookd's SQL against one connection pool.
+type Store struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+// New returns a Store over pool.
+func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, logger: logger}
+}
+
+// Pool returns the underlying connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// PoolConfig describes how to open a pool.
+type PoolConfig struct {
+	// URL is a libpq connection string or URL.
+	URL string
+	// MaxConns caps the pool; zero keeps pgx's default.
+	MaxConns int32
+	// ApplicationName is reported in pg_stat_activity.
+	ApplicationName string
+}
+
+// OpenPool opens a pgx pool and checks that the database answers.
+func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", redactURLError(err))
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	if cfg.ApplicationName != "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return pool, nil
+}
+
+// redactURLError drops the connection string pgx echoes in parse errors, which
+// can hold a password.
+func redactURLError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return errors.New("invalid connection string")
+	}
+	return err
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// isUniqueViolation reports whether err is a Postgres unique violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -1,0 +1,364 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type testBundle struct {
+	db    *storetest.DB
+	store *store.Store
+	enq   *fakeEnqueuer
+}
+
+func setup(t *testing.T) (*store.Store, *testBundle) {
+	t.Helper()
+	db := storetest.New(t)
+	s := store.New(db.Pool, nil)
+	return s, &testBundle{db: db, store: s, enq: &fakeEnqueuer{}}
+}
+
+// fakeEnqueuer stands in for River: it hands out job ids and remembers
+// which deliveries it was asked to queue.
+type fakeEnqueuer struct {
+	mu     sync.Mutex
+	next   int64
+	queued []store.Delivery
+	fail   error
+}
+
+func (f *fakeEnqueuer) EnqueueTx(_ context.Context, _ pgx.Tx, _ store.Message, ds []store.Delivery) ([]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	ids := make([]int64, len(ds))
+	for i := range ds {
+		f.next++
+		ids[i] = f.next
+	}
+	f.queued = append(f.queued, ds...)
+	return ids, nil
+}
+
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func (b *testBundle) endpoint(t *testing.T, tenant string, eventTypes ...string) store.Endpoint {
+	t.Helper()
+	e, err := b.store.CreateEndpoint(context.Background(), store.Endpoint{
+		TenantID: tenant, URL: "https://example.com/hook", Secret: testSecret, EventTypes: eventTypes,
+	})
+	require.NoError(t, err)
+	return e
+}
+
+func (b *testBundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+func TestMigrateIsSafeConcurrently(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	// The template already holds every migration; drop ours to start over
+	// on this database only, then race four migrators.
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = store.Migrate(ctx, db.Pool, nil)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	all, err := store.Migrations()
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM hookd_migrations`).Scan(&n))
+	require.Equal(t, len(all), n)
+	ok, err := store.MigrationsCurrent(ctx, db.Pool)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestEndpointLifecycle(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme", "invoice.*")
+	require.Equal(t, store.EndpointEnabled, e.Status)
+	require.Equal(t, "auto", e.TrafficClass)
+	require.Nil(t, e.DisabledReason)
+
+	url := "https://example.org/new"
+	e2, err := s.UpdateEndpoint(ctx, e.ID, store.EndpointPatch{URL: &url})
+	require.NoError(t, err)
+	require.Equal(t, url, e2.URL)
+	require.Equal(t, []string{"invoice.*"}, e2.EventTypes)
+
+	reason := "manual"
+	e3, err := s.SetEndpointStatus(ctx, e.ID, store.EndpointDisabled, &reason)
+	require.NoError(t, err)
+	require.Equal(t, "manual", *e3.DisabledReason)
+	e4, err := s.SetEndpointStatus(ctx, e.ID, store.EndpointEnabled, &reason)
+	require.NoError(t, err)
+	require.Nil(t, e4.DisabledReason)
+
+	e5, err := s.RotateSecret(ctx, e.ID, "whsec_c2Vjb25kc2VjcmV0c2Vjb25kc2VjcmV0", 24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, testSecret, e5.PreviousSecret)
+	require.WithinDuration(t, time.Now().Add(24*time.Hour), *e5.PreviousSecretExpiresAt, time.Minute)
+
+	require.NoError(t, s.DeleteEndpoint(ctx, e.ID))
+	_, err = s.GetEndpoint(ctx, e.ID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, s.DeleteEndpoint(ctx, e.ID), store.ErrNotFound)
+}
+
+func TestListEndpointsPaginates(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	var want []string
+	for range 7 {
+		want = append(want, b.endpoint(t, "acme").ID)
+	}
+	b.endpoint(t, "other")
+	var got []string
+	page := store.Page{Limit: 3}
+	for {
+		list, err := s.ListEndpoints(context.Background(), "acme", page)
+		require.NoError(t, err)
+		for _, e := range list {
+			got = append(got, e.ID)
+		}
+		if len(list) < page.Limit {
+			break
+		}
+		page.After = list[len(list)-1].ID
+	}
+	require.Equal(t, want, got)
+}
+
+func TestCreateMessageFansOutToSubscribedEndpointsOfItsTenant(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	all := b.endpoint(t, "acme")
+	invoices := b.endpoint(t, "acme", "invoice.*")
+	paid := b.endpoint(t, "acme", "invoice.paid")
+	b.endpoint(t, "acme", "user.created")
+	disabled := b.endpoint(t, "acme")
+	reason := "manual"
+	_, err := s.SetEndpointStatus(context.Background(), disabled.ID, store.EndpointDisabled, &reason)
+	require.NoError(t, err)
+	b.endpoint(t, "globex") // another tenant never receives acme's messages
+
+	m, created, err := s.CreateMessage(context.Background(), store.NewMessage{
+		TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(`{"amount":10}`),
+	}, b.enq)
+	require.NoError(t, err)
+	require.True(t, created)
+	got := map[string]string{}
+	for _, d := range m.Deliveries {
+		got[d.EndpointID] = d.Status
+	}
+	require.Equal(t, map[string]string{
+		all.ID: store.DeliveryPending, invoices.ID: store.DeliveryPending, paid.ID: store.DeliveryPending,
+		disabled.ID: store.DeliveryHeld,
+	}, got)
+	require.Len(t, b.enq.queued, 3, "held deliveries get no job")
+
+	stored, err := s.GetMessage(context.Background(), m.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"amount":10}`, string(stored.Payload))
+	require.Len(t, stored.Deliveries, 4)
+	for _, d := range stored.Deliveries {
+		if d.Status == store.DeliveryPending {
+			require.NotNil(t, d.JobID)
+		}
+	}
+}
+
+func TestCreateMessageIdempotency(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	b.endpoint(t, "acme")
+	in := store.NewMessage{TenantID: "acme", EventType: "a.b", Payload: json.RawMessage(`1`), IdempotencyKey: "k1"}
+	first, created, err := s.CreateMessage(context.Background(), in, b.enq)
+	require.NoError(t, err)
+	require.True(t, created)
+	again, created, err := s.CreateMessage(context.Background(), in, b.enq)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.ID, again.ID)
+	require.Len(t, again.Deliveries, 1)
+	require.Equal(t, 1, b.count(t, "messages"))
+	require.Equal(t, 1, b.count(t, "deliveries"))
+
+	// Another tenant may use the same key.
+	b.endpoint(t, "globex")
+	_, created, err = s.CreateMessage(context.Background(), store.NewMessage{TenantID: "globex", EventType: "a.b", Payload: json.RawMessage(`1`), IdempotencyKey: "k1"}, b.enq)
+	require.NoError(t, err)
+	require.True(t, created)
+
+	// After 24 hours the key is free again.
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET created_at = now() - interval '25 hours'`)
+	require.NoError(t, err)
+	third, created, err := s.CreateMessage(context.Background(), in, b.enq)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.NotEqual(t, first.ID, third.ID)
+}
+
+func TestCreateMessageConcurrentIdempotencyCreatesOne(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	b.endpoint(t, "acme")
+	in := store.NewMessage{TenantID: "acme", EventType: "a.b", Payload: json.RawMessage(`1`), IdempotencyKey: "race"}
+	ids := make([]string, 6)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, _, err := s.CreateMessage(context.Background(), in, b.enq)
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			ids[i] = m.ID
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Equal(t, ids[0], id)
+	}
+	require.Equal(t, 1, b.count(t, "messages"))
+}
+
+func TestCreateMessageWritesNothingWhenEnqueueFails(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	b.endpoint(t, "acme")
+	b.enq.fail = fmt.Errorf("queue down")
+	_, _, err := s.CreateMessage(context.Background(), store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`), IdempotencyKey: "x"}, b.enq)
+	require.Error(t, err)
+	require.Equal(t, 0, b.count(t, "messages"))
+	require.Equal(t, 0, b.count(t, "deliveries"))
+	require.Equal(t, 0, b.count(t, "idempotency_keys"))
+}
+
+func TestRecordLedger(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	code := 500
+	next := now.Add(5 * time.Second)
+	until := now.Add(30 * time.Second)
+
+	// A failed attempt, then (same batch) a waiting refusal: the last wins.
+	require.NoError(t, s.RecordLedger(ctx, []store.Attempt{{
+		DeliveryID: d.ID, MessageID: m.ID, EndpointID: e.ID, AttemptNumber: 1, AttemptedAt: now,
+		Duration: 12 * time.Millisecond, StatusCode: &code, Classification: "failure", ResponseExcerpt: "oops",
+	}}, []store.StatusUpdate{
+		{DeliveryID: d.ID, Series: 1, Status: store.DeliveryPending, AttemptCount: 1, LastAttemptAt: &now, NextAttemptAt: &next, LastStatusCode: &code},
+		{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until},
+	}))
+	got, err := s.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryWaiting, got.Status)
+	require.Equal(t, 1, got.AttemptCount)
+	require.Equal(t, 500, *got.LastStatusCode)
+	require.True(t, until.Equal(*got.BreakerOpenUntil))
+
+	// Delivered is final: a late waiting update or a stale series changes nothing.
+	ok := 200
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 2, LastAttemptAt: &now, LastStatusCode: &ok},
+	}))
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until},
+		{DeliveryID: d.ID, Series: 0, Status: store.DeliveryFailed},
+	}))
+	got, err = s.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, got.Status)
+	require.Equal(t, 2, got.AttemptCount)
+	require.NotNil(t, got.DeliveredAt)
+	require.Nil(t, got.BreakerOpenUntil)
+
+	attempts, err := s.ListAttempts(ctx, store.AttemptFilter{EndpointID: e.ID, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, "oops", attempts[0].ResponseExcerpt)
+	require.Equal(t, 12*time.Millisecond, attempts[0].Duration)
+}
+
+func TestRetryDeliveryStartsANewSeries(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+	_, err = s.RetryDelivery(ctx, d.ID, b.enq)
+	require.ErrorIs(t, err, store.ErrNotRetryable)
+
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryFailed, AttemptCount: 8}}))
+	got, err := s.RetryDelivery(ctx, d.ID, b.enq)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, got.Status)
+	require.Equal(t, 2, got.Series)
+	require.Equal(t, 8, got.AttemptCount)
+	last := b.enq.queued[len(b.enq.queued)-1]
+	require.Equal(t, 2, last.Series)
+	require.Equal(t, 8, last.AttemptCount, "the new series numbers its attempts after the old ones")
+
+	_, err = s.RetryDelivery(ctx, "dlv_missing", b.enq)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestEventTypeFilters(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"a.b.c", "a.b.*", "a.*", "*"}, store.EventTypeFilters("a.b.c"))
+	require.Equal(t, []string{"a", "*"}, store.EventTypeFilters("a"))
+}
+
+func TestNewIDSortsByTime(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := store.NewID("ep", base)
+	b := store.NewID("ep", base.Add(time.Millisecond))
+	require.Len(t, a, 3+26)
+	require.Less(t, a, b)
+}
