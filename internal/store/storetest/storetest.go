@@ -104,7 +104,9 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(templateLockKey)); err != nil {
 		return "", fmt.Errorf("lock: %w", err)
 	}
-	defer func() { _, _ = admin.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(templateLockKey)) }()
+	defer func() {
+		_, _ = admin.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(templateLockKey))
+	}()
 
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
