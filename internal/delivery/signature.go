@@ -57,7 +57,8 @@ func ParseSecret(s string) (Secret, error) {
 	}
 	key, err := base64.StdEncoding.Strict().DecodeString(encoded)
 	if err != nil {
-		return Secret{}, errors.New("parse secret: key is not valid standard base64")
+		// base64 errors name an offset, never the input.
+		return Secret{}, fmt.Errorf("parse secret: key is not valid standard base64: %w", err)
 	}
 	// The decoder skips newlines; re-encoding catches those and anything else
 	// that would not round-trip.
