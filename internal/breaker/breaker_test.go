@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -634,4 +635,53 @@ func TestAdmissionNames(t *testing.T) {
 	require.Equal(t, "admitted", breaker.Admitted.String())
 	require.Equal(t, "trial", breaker.Trial.String())
 	require.Equal(t, "admission(5)", breaker.Admission(5).String())
+}
+
+// prefilled returns a closed rate breaker that has already recorded prior
+// outcomes spread over its window, ending at the returned instant.
+func prefilled(b *testing.B, prior int) (breaker.Config, breaker.Breaker, time.Time) {
+	b.Helper()
+	c := breaker.DefaultConfig()
+	br := breaker.New(c)
+	now := epoch
+	step := c.Window / time.Duration(max(prior, 1))
+	ticket := br.Allow(c, now).Ticket
+	for range prior {
+		now = now.Add(step)
+		br.Record(c, now, ticket, breaker.OutcomeSuccess, noJitter)
+	}
+	return c, br, now
+}
+
+var priorCounts = []int{0, 1_000, 1_000_000}
+
+// BenchmarkRecord shows that recording an outcome costs the same whatever
+// the number of outcomes already recorded.
+func BenchmarkRecord(b *testing.B) {
+	for _, prior := range priorCounts {
+		b.Run(fmt.Sprintf("prior=%d", prior), func(b *testing.B) {
+			c, br, now := prefilled(b, prior)
+			ticket := br.Allow(c, now).Ticket
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Millisecond)
+				br.Record(c, now, ticket, breaker.OutcomeSuccess, noJitter)
+			}
+		})
+	}
+}
+
+// BenchmarkAllow shows that admitting a request costs the same whatever the
+// number of outcomes already recorded.
+func BenchmarkAllow(b *testing.B) {
+	for _, prior := range priorCounts {
+		b.Run(fmt.Sprintf("prior=%d", prior), func(b *testing.B) {
+			c, br, now := prefilled(b, prior)
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Millisecond)
+				br.Allow(c, now)
+			}
+		})
+	}
 }
