@@ -100,7 +100,7 @@ func (b *Breaker) Allow(c Config, now time.Time) Decision {
 
 // Record applies the outcome o, observed at now, of a request admitted with
 // ticket t. rnd returns a uniform value in [0, 1) and draws the jitter of any
-// open it causes.
+// open it causes; a nil rnd adds no jitter.
 //
 // A ticket of another generation is stale and changes nothing. While closed,
 // a success or failure goes into the window and the consecutive count and the

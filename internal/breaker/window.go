@@ -13,8 +13,10 @@ import "time"
 // depends only on the set of outcomes added, not on their order. Adding and
 // counting cost O(BucketsPerWindow) whatever the number of outcomes.
 //
-// A Window is a value: copying it copies its counts. The zero Window has no
-// width and drops every outcome; build one with NewWindow.
+// A Window is a value: copying it copies its counts. Its fields are
+// unexported, so persist it as Buckets and rebuild it with NewWindow and Add.
+// It keeps the bucket width it was built with: when a config's window
+// changes, rebuild it. The zero Window has no width and drops every outcome.
 type Window struct {
 	width time.Duration
 	slots [BucketsPerWindow]slot
