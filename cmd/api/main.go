@@ -1,0 +1,39 @@
+// Command api serves hookd's REST API: endpoints are registered and
+// messages accepted here, and each accepted message's deliveries are queued
+// in the same transaction.
+//
+//	api [serve] [flags]   serve the API (migrating first unless --no-migrate)
+//	api migrate [flags]   apply migrations and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hookd/hookd/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	var ue *config.UsageError
+	switch {
+	case err == nil, errors.Is(err, config.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "api:", err)
+		return 2
+	default:
+		fmt.Fprintln(os.Stderr, "api:", err)
+		return 1
+	}
+}

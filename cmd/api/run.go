@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/config"
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+)
+
+const synopsis = `usage: api [serve|migrate] [flags]
+
+  serve    serve the REST API (the default); migrates first unless --no-migrate
+  migrate  apply hookd's and River's migrations, then exit`
+
+// settings are the api's flags, each with an environment twin.
+type settings struct {
+	databaseURL     *string
+	apiToken        *string
+	listenAddr      *string
+	maxPayloadBytes *int64
+	noMigrate       *bool
+	dbMaxConns      *int
+	shutdownTimeout *time.Duration
+	logFormat       *string
+	logLevel        *string
+}
+
+// newFlagSet binds every setting. Tests use it to check that deployment
+// manifests name real flags.
+func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *settings) {
+	fs := config.New("api", synopsis, getenv, out)
+	return fs, &settings{
+		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
+		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (required to serve)"),
+		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
+		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
+		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
+		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 20, "Postgres pool size"),
+		shutdownTimeout: fs.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests get to finish on SIGTERM"),
+		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
+		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+		cmd, args = args[0], args[1:]
+	}
+	fs, set := newFlagSet(getenv, stdout)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(fs.Args()) > 0 {
+		return &config.UsageError{Msg: fmt.Sprintf("unexpected argument %q", fs.Args()[0])}
+	}
+	switch {
+	case *set.maxPayloadBytes < 1 || *set.maxPayloadBytes > 64<<20:
+		return config.Invalid("max-payload-bytes", "MAX_PAYLOAD_BYTES", "must be from 1 to 67108864")
+	case *set.dbMaxConns < 2:
+		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be at least 2")
+	case *set.shutdownTimeout <= 0:
+		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
+	case cmd == "serve" && *set.apiToken == "":
+		return config.Invalid("api-token", "API_TOKEN", "is required to serve")
+	}
+	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
+	if err != nil {
+		return err
+	}
+
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(*set.dbMaxConns), ApplicationName: "hookd-api"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cmd == "migrate" || !*set.noMigrate {
+		if err := store.Migrate(ctx, pool, logger); err != nil {
+			return err
+		}
+		if cmd == "migrate" {
+			fmt.Fprintln(stdout, "migrations are current")
+			return nil
+		}
+	}
+
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+	st := store.New(pool, logger)
+	handler := api.NewServer(api.Deps{
+		Store:           st,
+		Enqueuer:        &delivery.Enqueuer{Client: riverClient},
+		Logger:          logger,
+		Token:           *set.apiToken,
+		MaxPayloadBytes: *set.maxPayloadBytes,
+		Now:             time.Now,
+		Rand:            rand.Reader,
+		Ready: func(ctx context.Context) error {
+			ok, err := store.MigrationsCurrent(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("pending migrations")
+			}
+			return nil
+		},
+	})
+
+	ln, err := net.Listen("tcp", *set.listenAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	logger.Info("api_listening", slog.String("addr", ln.Addr().String()))
+	fmt.Fprintf(stdout, "api listening on http://%s\n", ln.Addr())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("api_stopping")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *set.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

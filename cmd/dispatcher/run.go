@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookd/hookd/internal/config"
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+)
+
+const synopsis = `usage: dispatcher [run|migrate] [flags]
+
+  run      deliver queued webhooks (the default); migrates first unless --no-migrate
+  migrate  apply hookd's and River's migrations, then exit`
+
+// settings are the dispatcher's flags, each with an environment twin.
+type settings struct {
+	databaseURL       *string
+	metricsAddr       *string
+	workers           *int
+	requestTimeout    *time.Duration
+	retrySchedule     *string
+	maxPerEndpoint    *int
+	shutdownGrace     *time.Duration
+	noMigrate         *bool
+	dbMaxConns        *int
+	fetchCooldown     *time.Duration
+	fetchPollInterval *time.Duration
+	jobRetention      *time.Duration
+	rescueAfter       *time.Duration
+	metricsEndpoints  *int
+	logFormat         *string
+	logLevel          *string
+}
+
+// newFlagSet binds every setting. Tests use it to check that deployment
+// manifests name real flags.
+func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *settings) {
+	fs := config.New("dispatcher", synopsis, getenv, out)
+	return fs, &settings{
+		databaseURL:       fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
+		metricsAddr:       fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9090", "address serving /metrics, /healthz and /readyz"),
+		workers:           fs.Int("workers", "WORKERS", 100, "deliveries in flight at once in this process"),
+		requestTimeout:    fs.Duration("request-timeout", "REQUEST_TIMEOUT", 15*time.Second, "timeout of one delivery attempt"),
+		retrySchedule:     fs.String("retry-schedule", "RETRY_SCHEDULE", delivery.DefaultSchedule.String(), "delay before each attempt, comma-separated (full jitter)"),
+		maxPerEndpoint:    fs.Int("max-per-endpoint", "MAX_PER_ENDPOINT", 10, "attempts in flight to one endpoint in this process; excess deliveries are snoozed"),
+		shutdownGrace:     fs.Duration("shutdown-grace", "SHUTDOWN_GRACE", 30*time.Second, "how long in-flight deliveries get to finish on SIGTERM"),
+		noMigrate:         fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
+		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 30, "Postgres pool size"),
+		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", 5*time.Millisecond, "least time between River job fetches"),
+		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", 250*time.Millisecond, "River's fallback poll interval"),
+		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", time.Hour, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
+		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", 0, "when a running job of a dead process is retried; 0 = request timeout + 60s"),
+		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", 1000, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
+		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
+		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && (args[0] == "run" || args[0] == "migrate") {
+		cmd, args = args[0], args[1:]
+	}
+	fs, set := newFlagSet(getenv, stdout)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(fs.Args()) > 0 {
+		return &config.UsageError{Msg: fmt.Sprintf("unexpected argument %q", fs.Args()[0])}
+	}
+	schedule, err := delivery.ParseSchedule(*set.retrySchedule)
+	if err != nil {
+		return config.Invalid("retry-schedule", "RETRY_SCHEDULE", "%v", err)
+	}
+	switch {
+	case *set.workers < 1 || *set.workers > 10000:
+		return config.Invalid("workers", "WORKERS", "must be from 1 to 10000")
+	case *set.requestTimeout < 100*time.Millisecond || *set.requestTimeout > 5*time.Minute:
+		return config.Invalid("request-timeout", "REQUEST_TIMEOUT", "must be from 100ms to 5m")
+	case *set.maxPerEndpoint < 1:
+		return config.Invalid("max-per-endpoint", "MAX_PER_ENDPOINT", "must be at least 1")
+	case *set.shutdownGrace <= 0:
+		return config.Invalid("shutdown-grace", "SHUTDOWN_GRACE", "must be positive")
+	case *set.dbMaxConns < 4:
+		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be at least 4")
+	case *set.fetchCooldown < time.Millisecond:
+		return config.Invalid("fetch-cooldown", "FETCH_COOLDOWN", "must be at least 1ms")
+	case *set.fetchPollInterval < *set.fetchCooldown:
+		return config.Invalid("fetch-poll-interval", "FETCH_POLL_INTERVAL", "must be at least the fetch cooldown")
+	case *set.jobRetention < time.Minute:
+		return config.Invalid("completed-job-retention", "COMPLETED_JOB_RETENTION", "must be at least 1m")
+	case *set.rescueAfter < 0:
+		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must not be negative")
+	case *set.metricsEndpoints < 0:
+		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
+	}
+	jobTimeout := *set.requestTimeout + 30*time.Second
+	rescueAfter := *set.rescueAfter
+	if rescueAfter == 0 {
+		rescueAfter = *set.requestTimeout + 60*time.Second
+	}
+	if rescueAfter <= jobTimeout {
+		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must exceed the request timeout + 30s (%s)", jobTimeout)
+	}
+	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
+	if err != nil {
+		return err
+	}
+
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(*set.dbMaxConns), ApplicationName: "hookd-dispatcher"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cmd == "migrate" || !*set.noMigrate {
+		if err := store.Migrate(ctx, pool, logger); err != nil {
+			return err
+		}
+		if cmd == "migrate" {
+			fmt.Fprintln(stdout, "migrations are current")
+			return nil
+		}
+	}
+
+	st := store.New(pool, logger)
+	clock := store.NewDBClock(pool)
+	if err := clock.Sync(ctx); err != nil {
+		return err
+	}
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	go clock.Run(bg, 10*time.Second)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := delivery.NewMetrics(reg, &delivery.EndpointLabels{Max: *set.metricsEndpoints})
+
+	cache := delivery.NewEndpointCache(st, 30*time.Second, clock.Now)
+	listener := store.NewListener(*set.databaseURL, logger)
+	listener.Handle(store.EndpointChannel, cache.Invalidate)
+	listener.OnReconnect(cache.InvalidateAll)
+	go listener.Run(bg)
+
+	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{})
+	go ledger.Run(bg)
+
+	worker := delivery.NewWorker(delivery.WorkerConfig{
+		Schedule:       schedule,
+		MaxPerEndpoint: *set.maxPerEndpoint,
+	}, delivery.WorkerDeps{
+		Endpoints: cache,
+		Payloads:  st,
+		Ledger:    ledger,
+		Sender:    delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
+		Metrics:   metrics,
+		Logger:    logger,
+		Now:       clock.Now,
+		Rand:      rand.Float64,
+	})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	riverLogger := slog.New(minLevel{Handler: logger.Handler(), min: slog.LevelWarn})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:                      riverLogger,
+		Workers:                     workers,
+		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: *set.workers}, river.QueueDefault: {MaxWorkers: 10}},
+		FetchCooldown:               *set.fetchCooldown,
+		FetchPollInterval:           *set.fetchPollInterval,
+		CompletedJobRetentionPeriod: *set.jobRetention,
+		JobTimeout:                  jobTimeout,
+		RescueStuckJobsAfter:        rescueAfter,
+		SoftStopTimeout:             *set.shutdownGrace,
+	})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+
+	metricsSrv, metricsLn, err := serveMetrics(*set.metricsAddr, reg, st, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "dispatcher metrics on http://%s/metrics\n", metricsLn.Addr())
+
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	logger.Info("dispatcher_started", slog.Int("workers", *set.workers), slog.String("retry_schedule", schedule.String()))
+	<-ctx.Done()
+	logger.Info("dispatcher_stopping", slog.Duration("grace", *set.shutdownGrace))
+	// Cancelling Start's context began River's soft stop: no new fetches,
+	// in-flight jobs get SoftStopTimeout before their contexts are cancelled.
+	<-client.Stopped()
+	ledger.Stop()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = metricsSrv.Shutdown(sctx)
+	logger.Info("dispatcher_stopped")
+	return nil
+}
+
+// serveMetrics serves /metrics, /healthz (alive) and /readyz (database
+// reachable).
+func serveMetrics(addr string, reg *prometheus.Registry, st *store.Store, logger *slog.Logger) (*http.Server, net.Listener, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := st.Ping(ctx); err != nil {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"type":"https://hookd.dev/problems/unavailable","title":"Service Unavailable","status":503,"detail":"the database is unavailable"}`+"\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ready"}`+"\n")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen for metrics: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics_server", slog.String("error", err.Error()))
+		}
+	}()
+	return srv, ln, nil
+}
+
+// minLevel raises a handler's threshold: River logs every retry at info,
+// which the delivery log already records.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}

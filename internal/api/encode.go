@@ -1,0 +1,102 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// encode writes v as JSON with status.
+func encode(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// validator is a request body that can check itself.
+type validator interface {
+	validate() error
+}
+
+// decode reads one JSON object of type T from r (at most limit bytes),
+// rejecting unknown fields, trailing data and wrong content types, then
+// validates it. Every failure names the field at fault.
+func decode[T validator](r *http.Request, limit int64) (T, error) {
+	var v T
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return v, errUnsupportedMedia
+		}
+	}
+	body := http.MaxBytesReader(nil, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, decodeError(err, limit)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return v, &tooLargeError{field: "body", limit: limit}
+		}
+		return v, invalid("body", "must hold exactly one JSON object")
+	}
+	return v, v.validate()
+}
+
+// decodeError turns an encoding/json error into a field error.
+func decodeError(err error, limit int64) error {
+	var (
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+		mbe       *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &tooLargeError{field: "body", limit: limit}
+	case errors.Is(err, io.EOF):
+		return invalid("body", "must be a JSON object, got an empty body")
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("body", "is not valid JSON: "+err.Error())
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return invalid("body", "must be a JSON object")
+		}
+		return invalid(field, fmt.Sprintf("must be a %s", jsonKind(typeErr.Type.Kind().String())))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(name, "is not a known field")
+	}
+	return invalid("body", err.Error())
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "slice", "array":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	case "bool":
+		return "boolean"
+	default:
+		return "number"
+	}
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,255 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// secretOverlap is how long a rotated-out secret keeps signing.
+const secretOverlap = 24 * time.Hour
+
+// endpointResponse is an endpoint as the API shows it: never its secret.
+type endpointResponse struct {
+	ID             string            `json:"id"`
+	TenantID       string            `json:"tenant_id"`
+	URL            string            `json:"url"`
+	Description    string            `json:"description"`
+	EventTypes     []string          `json:"event_types"`
+	TrafficClass   string            `json:"traffic_class"`
+	Metadata       map[string]string `json:"metadata"`
+	Status         string            `json:"status"`
+	DisabledReason *string           `json:"disabled_reason"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+}
+
+func toEndpoint(e store.Endpoint) endpointResponse {
+	return endpointResponse{
+		ID: e.ID, TenantID: e.TenantID, URL: e.URL, Description: e.Description,
+		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
+		Status: e.Status, DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+	}
+}
+
+// listResponse is one page of a list; NextCursor goes into the next request's
+// after parameter.
+type listResponse[T any] struct {
+	Data       []T     `json:"data"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+type createEndpointRequest struct {
+	TenantID     string            `json:"tenant_id"`
+	URL          string            `json:"url"`
+	Description  string            `json:"description"`
+	EventTypes   []string          `json:"event_types"`
+	Secret       string            `json:"secret"`
+	TrafficClass string            `json:"traffic_class"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+func (r createEndpointRequest) validate() error {
+	var fe fieldErrors
+	validateTenantID(&fe, "tenant_id", r.TenantID)
+	validateEndpointURL(&fe, "url", r.URL)
+	validateDescription(&fe, "description", r.Description)
+	validateEventFilters(&fe, "event_types", r.EventTypes)
+	if r.Secret != "" {
+		if _, err := delivery.ParseSecret(r.Secret); err != nil {
+			fe.add("secret", err.Error())
+		}
+	}
+	if r.TrafficClass != "" {
+		validateTrafficClass(&fe, "traffic_class", r.TrafficClass)
+	}
+	validateMetadata(&fe, "metadata", r.Metadata)
+	return fe.err()
+}
+
+func handleCreateEndpoint(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode[createEndpointRequest](r, maxRequestBytes)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		secret := req.Secret
+		if secret == "" {
+			if secret, err = delivery.GenerateSecret(d.Rand); err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+		}
+		e, err := d.Store.CreateEndpoint(r.Context(), store.Endpoint{
+			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
+			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+		})
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		w.Header().Set("Location", "/v1/endpoints/"+e.ID)
+		encode(w, http.StatusCreated, toEndpoint(e))
+	})
+}
+
+func handleListEndpoints(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var fe fieldErrors
+		tenant := q.Get("tenant_id")
+		if tenant != "" {
+			validateTenantID(&fe, "tenant_id", tenant)
+		}
+		page := parsePage(&fe, q)
+		if err := fe.err(); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		list, err := d.Store.ListEndpoints(r.Context(), tenant, store.Page{After: page.After, Limit: page.Limit + 1})
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := listResponse[endpointResponse]{Data: []endpointResponse{}}
+		for i, e := range list {
+			if i == page.Limit {
+				out.NextCursor = &list[i-1].ID
+				break
+			}
+			out.Data = append(out.Data, toEndpoint(e))
+		}
+		encode(w, http.StatusOK, out)
+	})
+}
+
+func handleGetEndpoint(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e, err := d.Store.GetEndpoint(r.Context(), chi.URLParam(r, "id"))
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, toEndpoint(e))
+	})
+}
+
+type updateEndpointRequest struct {
+	URL          *string            `json:"url"`
+	Description  *string            `json:"description"`
+	EventTypes   *[]string          `json:"event_types"`
+	TrafficClass *string            `json:"traffic_class"`
+	Metadata     *map[string]string `json:"metadata"`
+}
+
+func (r updateEndpointRequest) validate() error {
+	var fe fieldErrors
+	if r.URL != nil {
+		validateEndpointURL(&fe, "url", *r.URL)
+	}
+	if r.Description != nil {
+		validateDescription(&fe, "description", *r.Description)
+	}
+	if r.EventTypes != nil {
+		validateEventFilters(&fe, "event_types", *r.EventTypes)
+	}
+	if r.TrafficClass != nil {
+		validateTrafficClass(&fe, "traffic_class", *r.TrafficClass)
+	}
+	if r.Metadata != nil {
+		validateMetadata(&fe, "metadata", *r.Metadata)
+	}
+	return fe.err()
+}
+
+func handleUpdateEndpoint(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode[updateEndpointRequest](r, maxRequestBytes)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), store.EndpointPatch{
+			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
+			TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+		})
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, toEndpoint(e))
+	})
+}
+
+func handleDeleteEndpoint(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := d.Store.DeleteEndpoint(r.Context(), chi.URLParam(r, "id")); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func handleSetEndpointStatus(d Deps, enable bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var (
+			e   store.Endpoint
+			err error
+		)
+		if enable {
+			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointEnabled, nil)
+		} else {
+			reason := "manual"
+			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointDisabled, &reason)
+		}
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, toEndpoint(e))
+	})
+}
+
+type secretResponse struct {
+	Secret                  string     `json:"secret"`
+	PreviousSecret          *string    `json:"previous_secret"`
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
+}
+
+func handleGetEndpointSecret(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e, err := d.Store.GetEndpoint(r.Context(), chi.URLParam(r, "id"))
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := secretResponse{Secret: e.Secret}
+		if e.PreviousSecret != "" && e.PreviousSecretExpiresAt != nil && d.Now().Before(*e.PreviousSecretExpiresAt) {
+			out.PreviousSecret, out.PreviousSecretExpiresAt = &e.PreviousSecret, e.PreviousSecretExpiresAt
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		encode(w, http.StatusOK, out)
+	})
+}
+
+func handleRotateSecret(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, err := delivery.GenerateSecret(d.Rand)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		e, err := d.Store.RotateSecret(r.Context(), chi.URLParam(r, "id"), secret, secretOverlap)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, toEndpoint(e))
+	})
+}

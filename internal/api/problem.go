@@ -1,0 +1,165 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// FieldError names one bad input field.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError is bad input: every field at fault.
+type ValidationError struct {
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "invalid input: " + strings.Join(parts, "; ")
+}
+
+// fieldErrors collects validation failures in order.
+type fieldErrors []FieldError
+
+func (fe *fieldErrors) add(field, message string) {
+	*fe = append(*fe, FieldError{Field: field, Message: message})
+}
+
+// err returns a *ValidationError, or nil when nothing was added.
+func (fe fieldErrors) err() error {
+	if len(fe) == 0 {
+		return nil
+	}
+	return &ValidationError{Fields: fe}
+}
+
+// invalid returns a ValidationError for one field.
+func invalid(field, message string) error {
+	return &ValidationError{Fields: []FieldError{{Field: field, Message: message}}}
+}
+
+// Error kinds that are not store errors.
+var (
+	errUnauthorized      = errors.New("a valid bearer token is required")
+	errRouteNotFound     = errors.New("no such route")
+	errMethodNotAllowed  = errors.New("method not allowed on this route")
+	errTooLarge          = errors.New("request body too large")
+	errUnsupportedMedia  = errors.New("content-type must be application/json")
+	errDatabaseUnhealthy = errors.New("the database is unavailable; try again shortly")
+	errNotReady          = errors.New("the database schema is not current; run migrations")
+)
+
+// tooLargeError is a body or payload over its limit, naming the field.
+type tooLargeError struct {
+	field string
+	limit int64
+}
+
+func (e *tooLargeError) Error() string { return errTooLarge.Error() }
+func (e *tooLargeError) Is(target error) bool {
+	return target == errTooLarge
+}
+
+// problemKind maps an error kind to its HTTP status and problem type.
+type problemKind struct {
+	target error
+	status int
+	slug   string
+	title  string
+}
+
+// problemKinds is the one table from error kinds to HTTP statuses.
+var problemKinds = []problemKind{
+	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
+	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed"},
+	{store.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrNotRetryable, http.StatusConflict, "conflict", "Conflict"},
+	{errTooLarge, http.StatusRequestEntityTooLarge, "too-large", "Payload Too Large"},
+	{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported Media Type"},
+	{errDatabaseUnhealthy, http.StatusServiceUnavailable, "unavailable", "Service Unavailable"},
+	{errNotReady, http.StatusServiceUnavailable, "not-ready", "Service Unavailable"},
+}
+
+// ProblemTypeBase prefixes every problem type URI.
+const ProblemTypeBase = "https://hookd.dev/problems/"
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail,omitempty"`
+	Instance string       `json:"instance,omitempty"`
+	Errors   []FieldError `json:"errors,omitempty"`
+}
+
+// writeProblem renders err as problem+json with the status its kind maps to.
+// Unknown errors are logged and answered 500 without detail.
+func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	p := Problem{Instance: r.URL.Path}
+	var ve *ValidationError
+	var tl *tooLargeError
+	switch {
+	case errors.As(err, &ve):
+		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
+		p.Detail = ve.Error()
+		p.Errors = ve.Fields
+	case isUnavailable(err):
+		err = errDatabaseUnhealthy
+		w.Header().Set("Retry-After", "1")
+		fallthrough
+	default:
+		p.Status = http.StatusInternalServerError
+		for _, k := range problemKinds {
+			if errors.Is(err, k.target) {
+				p.Type, p.Title, p.Status, p.Detail = ProblemTypeBase+k.slug, k.title, k.status, k.target.Error()
+				break
+			}
+		}
+		if errors.As(err, &tl) {
+			p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
+		}
+		if p.Status == http.StatusInternalServerError {
+			logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
+		}
+	}
+	if p.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hookd"`)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// isUnavailable reports whether err means Postgres could not be reached.
+func isUnavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// admin_shutdown, crash_shutdown, cannot_connect_now
+		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}

@@ -1,0 +1,35 @@
+package api
+
+import (
+	"github.com/go-chi/chi/v5"
+)
+
+// addRoutes registers every route of the API. It is the one place to read
+// to know what the server answers.
+func addRoutes(r chi.Router, d Deps) {
+	r.Method("GET", "/healthz", handleHealthz())
+	r.Method("GET", "/readyz", handleReadyz(d))
+	r.Method("GET", "/openapi.json", handleOpenAPI())
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(requireToken(d))
+
+		r.Method("POST", "/endpoints", handleCreateEndpoint(d))
+		r.Method("GET", "/endpoints", handleListEndpoints(d))
+		r.Method("GET", "/endpoints/{id}", handleGetEndpoint(d))
+		r.Method("PATCH", "/endpoints/{id}", handleUpdateEndpoint(d))
+		r.Method("DELETE", "/endpoints/{id}", handleDeleteEndpoint(d))
+		r.Method("POST", "/endpoints/{id}/disable", handleSetEndpointStatus(d, false))
+		r.Method("POST", "/endpoints/{id}/enable", handleSetEndpointStatus(d, true))
+		r.Method("GET", "/endpoints/{id}/secret", handleGetEndpointSecret(d))
+		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
+		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
+
+		r.Method("POST", "/messages", handleCreateMessage(d))
+		r.Method("GET", "/messages/{id}", handleGetMessage(d))
+
+		r.Method("GET", "/deliveries/{id}", handleGetDelivery(d))
+		r.Method("GET", "/deliveries/{id}/attempts", handleListDeliveryAttempts(d))
+		r.Method("POST", "/deliveries/{id}/retry", handleRetryDelivery(d))
+	})
+}

@@ -1,0 +1,92 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// QueueDeliver is the River queue deliveries run on.
+const QueueDeliver = "deliver"
+
+// maxRiverAttempts bounds River's own attempt counter. The worker ends a
+// series itself when the retry schedule (at most 50 steps) is exhausted, so
+// River never discards a delivery job.
+const maxRiverAttempts = 100
+
+// DeliverArgs are the arguments of one delivery job: everything the worker
+// needs without a database read when the payload is small enough to ride
+// along.
+type DeliverArgs struct {
+	DeliveryID string `json:"delivery_id"`
+	MessageID  string `json:"message_id"`
+	EndpointID string `json:"endpoint_id"`
+	EventType  string `json:"event_type"`
+	// Series is the delivery's attempt series; a manual retry starts the next.
+	Series int `json:"series"`
+	// AttemptOffset is the number of attempts made in earlier series, so
+	// attempt numbers keep counting up across them.
+	AttemptOffset int `json:"attempt_offset,omitempty"`
+	// Payload is the message body when it is at most the enqueuer's inline
+	// limit; otherwise the worker loads it from the message. It is a string,
+	// not raw JSON, because River stores args as jsonb, which would reformat
+	// the body: the bytes sent must be the bytes accepted.
+	Payload string `json:"payload,omitempty"`
+}
+
+// Kind names the job kind.
+func (DeliverArgs) Kind() string { return "deliver" }
+
+// InsertOpts puts deliveries on their own queue.
+func (DeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
+}
+
+// DefaultInlinePayloadMax is the largest payload carried inside a job's args.
+const DefaultInlinePayloadMax = 64 << 10
+
+// Enqueuer inserts delivery jobs with River in the caller's transaction.
+type Enqueuer struct {
+	Client *river.Client[pgx.Tx]
+	// InlinePayloadMax is the largest payload copied into job args; larger ones
+	// are loaded by the worker. Zero means DefaultInlinePayloadMax.
+	InlinePayloadMax int
+}
+
+var _ store.Enqueuer = (*Enqueuer)(nil)
+
+// EnqueueTx inserts one job per delivery and returns their ids in order.
+func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, msg store.Message, deliveries []store.Delivery) ([]int64, error) {
+	limit := e.InlinePayloadMax
+	if limit == 0 {
+		limit = DefaultInlinePayloadMax
+	}
+	params := make([]river.InsertManyParams, len(deliveries))
+	for i, d := range deliveries {
+		args := DeliverArgs{
+			DeliveryID:    d.ID,
+			MessageID:     msg.ID,
+			EndpointID:    d.EndpointID,
+			EventType:     msg.EventType,
+			Series:        d.Series,
+			AttemptOffset: d.AttemptCount,
+		}
+		if len(msg.Payload) <= limit {
+			args.Payload = string(msg.Payload)
+		}
+		params[i] = river.InsertManyParams{Args: args}
+	}
+	res, err := e.Client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
+}

@@ -1,0 +1,146 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// Target is what the worker needs of an endpoint, parsed once per load.
+type Target struct {
+	store.Endpoint
+	// Secrets sign each attempt: the current secret, then the previous one
+	// while its overlap lasts.
+	secrets        []Secret
+	previousExpiry time.Time
+}
+
+// SigningSecrets returns the secrets valid at now.
+func (t *Target) SigningSecrets(now time.Time) []Secret {
+	if len(t.secrets) > 1 && !now.Before(t.previousExpiry) {
+		return t.secrets[:1]
+	}
+	return t.secrets
+}
+
+// EndpointLoader loads endpoints by id.
+type EndpointLoader interface {
+	GetEndpoints(ctx context.Context, ids []string) (map[string]store.Endpoint, error)
+}
+
+var _ EndpointLoader = (*store.Store)(nil)
+
+// EndpointCache keeps parsed endpoints in memory so a delivery needs no
+// database read. Entries are dropped when a NOTIFY on store.EndpointChannel
+// names them and expire after TTL as a safety net.
+type EndpointCache struct {
+	loader EndpointLoader
+	ttl    time.Duration
+	now    func() time.Time
+	group  singleflight.Group
+
+	mu      sync.RWMutex
+	entries map[string]cacheEntry
+	// epoch counts invalidations; a load that raced with one is not cached.
+	epoch uint64
+}
+
+type cacheEntry struct {
+	target   *Target // nil: the endpoint does not exist (deleted)
+	loadedAt time.Time
+}
+
+// NewEndpointCache returns a cache over loader. now is the clock used for
+// expiry.
+func NewEndpointCache(loader EndpointLoader, ttl time.Duration, now func() time.Time) *EndpointCache {
+	return &EndpointCache{loader: loader, ttl: ttl, now: now, entries: map[string]cacheEntry{}}
+}
+
+// Get returns the endpoint, loading it on a miss. A deleted endpoint gives
+// store.ErrNotFound.
+func (c *EndpointCache) Get(ctx context.Context, id string) (*Target, error) {
+	c.mu.RLock()
+	e, ok := c.entries[id]
+	c.mu.RUnlock()
+	if ok && c.now().Sub(e.loadedAt) < c.ttl {
+		if e.target == nil {
+			return nil, store.ErrNotFound
+		}
+		return e.target, nil
+	}
+	v, err, _ := c.group.Do(id, func() (any, error) {
+		loadedAt := c.now()
+		c.mu.RLock()
+		epoch := c.epoch
+		c.mu.RUnlock()
+		m, err := c.loader.GetEndpoints(ctx, []string{id})
+		if err != nil {
+			return nil, err
+		}
+		var t *Target
+		if ep, ok := m[id]; ok {
+			t, err = newTarget(ep)
+			if err != nil {
+				return nil, err
+			}
+		}
+		c.mu.Lock()
+		// An invalidation that raced with this load wins: cache nothing.
+		if c.epoch == epoch {
+			c.entries[id] = cacheEntry{target: t, loadedAt: loadedAt}
+		}
+		c.mu.Unlock()
+		return t, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load endpoint: %w", err)
+	}
+	t, _ := v.(*Target)
+	if t == nil {
+		return nil, store.ErrNotFound
+	}
+	return t, nil
+}
+
+// Invalidate drops one endpoint.
+func (c *EndpointCache) Invalidate(id string) {
+	c.mu.Lock()
+	delete(c.entries, id)
+	c.epoch++
+	c.mu.Unlock()
+	c.group.Forget(id)
+}
+
+// InvalidateAll drops every entry (after a listener reconnect).
+func (c *EndpointCache) InvalidateAll() {
+	c.mu.Lock()
+	c.entries = map[string]cacheEntry{}
+	c.epoch++
+	c.mu.Unlock()
+}
+
+func newTarget(ep store.Endpoint) (*Target, error) {
+	cur, err := ParseSecret(ep.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s secret: %w", ep.ID, err)
+	}
+	t := &Target{Endpoint: ep, secrets: []Secret{cur}}
+	if ep.PreviousSecret != "" && ep.PreviousSecretExpiresAt != nil {
+		prev, err := ParseSecret(ep.PreviousSecret)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s previous secret: %w", ep.ID, err)
+		}
+		t.secrets = append(t.secrets, prev)
+		t.previousExpiry = *ep.PreviousSecretExpiresAt
+	}
+	return t, nil
+}
+
+// errEndpointGone marks deliveries whose endpoint was deleted.
+var errEndpointGone = errors.New("endpoint deleted")

@@ -1,0 +1,182 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// LedgerStore writes batches of attempts and status updates.
+type LedgerStore interface {
+	RecordLedger(ctx context.Context, attempts []store.Attempt, updates []store.StatusUpdate) error
+}
+
+var _ LedgerStore = (*store.Store)(nil)
+
+// Ledger is a group-commit writer for the delivery log. Workers hand it an
+// attempt and a status update and (for Record) wait until the transaction
+// holding them commits, so a job is only completed once its attempt is
+// durable; many workers' records share one transaction.
+type Ledger struct {
+	store    LedgerStore
+	logger   *slog.Logger
+	maxBatch int
+	linger   time.Duration
+
+	mu      sync.Mutex
+	pending []ledgerEntry
+	wake    chan struct{}
+	stopped bool
+	done    chan struct{}
+	// Flushes counts committed batches (for tests and the benchmark).
+	flushes int64
+}
+
+type ledgerEntry struct {
+	attempt *store.Attempt
+	update  store.StatusUpdate
+	result  chan error // nil for fire-and-forget updates
+}
+
+// LedgerConfig tunes batching.
+type LedgerConfig struct {
+	// MaxBatch caps the records in one transaction. Default 500.
+	MaxBatch int
+	// Linger is how long the flusher waits for more records after the first
+	// arrives when the previous flush was small. Default 2ms.
+	Linger time.Duration
+}
+
+// NewLedger returns a ledger; call Run to start flushing.
+func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 500
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = 2 * time.Millisecond
+	}
+	return &Ledger{
+		store:    s,
+		logger:   logger,
+		maxBatch: cfg.MaxBatch,
+		linger:   cfg.Linger,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+}
+
+// ErrLedgerStopped is returned for records handed to a stopped ledger.
+var ErrLedgerStopped = fmt.Errorf("ledger stopped")
+
+// Record writes an attempt (may be nil) and a status update and waits for the
+// commit.
+func (l *Ledger) Record(ctx context.Context, a *store.Attempt, u store.StatusUpdate) error {
+	res := make(chan error, 1)
+	if !l.enqueue(ledgerEntry{attempt: a, update: u, result: res}) {
+		return ErrLedgerStopped
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// RecordAsync queues a status update without waiting: for statuses whose
+// loss a later write repairs (waiting).
+func (l *Ledger) RecordAsync(u store.StatusUpdate) {
+	l.enqueue(ledgerEntry{update: u})
+}
+
+func (l *Ledger) enqueue(e ledgerEntry) bool {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return false
+	}
+	l.pending = append(l.pending, e)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Run flushes until Stop, then flushes what is left and returns.
+func (l *Ledger) Run(ctx context.Context) {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		n := len(l.pending)
+		stopped := l.stopped
+		l.mu.Unlock()
+		if n == 0 {
+			if stopped {
+				return
+			}
+			<-l.wake
+			continue
+		}
+		if n < l.maxBatch && !stopped {
+			// Let concurrent workers join this transaction.
+			time.Sleep(l.linger)
+		}
+		l.flush(ctx)
+	}
+}
+
+// Stop makes Run flush the remaining records and return; it waits for that.
+func (l *Ledger) Stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	<-l.done
+}
+
+func (l *Ledger) flush(ctx context.Context) {
+	l.mu.Lock()
+	batch := l.pending
+	if len(batch) > l.maxBatch {
+		batch = batch[:l.maxBatch]
+	}
+	l.pending = append([]ledgerEntry(nil), l.pending[len(batch):]...)
+	l.mu.Unlock()
+
+	attempts := make([]store.Attempt, 0, len(batch))
+	updates := make([]store.StatusUpdate, 0, len(batch))
+	for _, e := range batch {
+		if e.attempt != nil {
+			attempts = append(attempts, *e.attempt)
+		}
+		if e.update.DeliveryID != "" {
+			updates = append(updates, e.update)
+		}
+	}
+	// The write must not die with the caller's context: a worker that got a
+	// 2xx must see its attempt recorded even during shutdown.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err := l.store.RecordLedger(wctx, attempts, updates)
+	cancel()
+	if err != nil {
+		l.logger.Error("ledger_flush", slog.Int("attempts", len(attempts)), slog.Int("updates", len(updates)), slog.String("error", err.Error()))
+	} else {
+		l.mu.Lock()
+		l.flushes++
+		l.mu.Unlock()
+	}
+	for _, e := range batch {
+		if e.result != nil {
+			e.result <- err
+		}
+	}
+}

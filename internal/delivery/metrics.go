@@ -1,0 +1,94 @@
+package delivery
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// OtherEndpoint is the endpoint label used once the label cap is reached.
+const OtherEndpoint = "_other"
+
+// EndpointLabels caps the number of distinct endpoint label values a
+// process exports, so a fleet of 100,000 endpoints cannot explode Prometheus:
+// the first Max endpoints seen get their own series, the rest share
+// OtherEndpoint. Max <= 0 means no cap.
+type EndpointLabels struct {
+	Max int
+
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+// Label returns the label value for endpoint id.
+func (l *EndpointLabels) Label(id string) string {
+	if l == nil || l.Max <= 0 {
+		return id
+	}
+	l.mu.RLock()
+	_, ok := l.seen[id]
+	n := len(l.seen)
+	l.mu.RUnlock()
+	if ok {
+		return id
+	}
+	if n >= l.Max {
+		return OtherEndpoint
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	if len(l.seen) >= l.Max {
+		if _, ok := l.seen[id]; !ok {
+			return OtherEndpoint
+		}
+	}
+	l.seen[id] = struct{}{}
+	return id
+}
+
+// Metrics are the delivery worker's Prometheus series (names as seed 004 and
+// the operator issue give them).
+type Metrics struct {
+	Labels *EndpointLabels
+
+	DeliveryTotal      *prometheus.CounterVec
+	Delivery5xxTotal   *prometheus.CounterVec
+	DeliveryDuration   prometheus.Histogram
+	ConcurrencySnoozed *prometheus.CounterVec
+	HeldTotal          prometheus.Counter
+}
+
+// NewMetrics creates and registers the delivery metrics on reg.
+func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
+	m := &Metrics{
+		Labels: labels,
+		DeliveryTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_total",
+			Help: "Delivery attempts by endpoint and classified outcome (success, failure, ignore, auth_failure, blocked).",
+		}, []string{"endpoint", "outcome"}),
+		Delivery5xxTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_5xx_total",
+			Help: "Delivery attempts answered with a 5xx status, by endpoint.",
+		}, []string{"endpoint"}),
+		DeliveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "webhook_delivery_duration_seconds",
+			Help:    "Duration of delivery attempts, from request start to the last byte read.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30},
+		}),
+		ConcurrencySnoozed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_concurrency_snoozed_total",
+			Help: "Deliveries put back because their endpoint already had its per-process cap of attempts in flight.",
+		}, []string{"endpoint"}),
+		HeldTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_held_total",
+			Help: "Deliveries held because their endpoint is disabled.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal)
+	}
+	return m
+}

@@ -1,0 +1,136 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxResponseExcerpt caps the response body kept with an attempt.
+const MaxResponseExcerpt = 4096
+
+// maxDrain is how much more of a response body is read (and discarded) so
+// the connection can be reused.
+const maxDrain = 64 << 10
+
+// UserAgent is sent with every delivery.
+const UserAgent = "hookd/1"
+
+// Sender POSTs signed webhooks.
+type Sender struct {
+	client  *http.Client
+	timeout time.Duration
+}
+
+// SenderConfig configures a Sender.
+type SenderConfig struct {
+	// Timeout bounds one attempt from dial to the last byte read.
+	Timeout time.Duration
+	// DialControl, when set, vets every dialed address (the SSRF guard).
+	DialControl func(network, address string, c syscall.RawConn) error
+}
+
+// NewSender returns a Sender with a transport sized for many endpoints and no
+// redirect following (a 3xx is an answer, classified as a failure).
+func NewSender(cfg SenderConfig) *Sender {
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	if cfg.DialControl != nil {
+		dialer.Control = cfg.DialControl
+	}
+	transport := &http.Transport{
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+	return &Sender{
+		timeout: cfg.Timeout,
+		client: &http.Client{
+			Transport: transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+	}
+}
+
+// CloseIdle closes idle connections.
+func (s *Sender) CloseIdle() { s.client.CloseIdleConnections() }
+
+// Request is one attempt to send.
+type Request struct {
+	URL       string
+	MessageID string
+	Timestamp time.Time
+	Body      []byte
+	Signature string
+}
+
+// Response is what came back: a status or a transport error class.
+type Response struct {
+	Status     int
+	ErrorClass ErrorClass
+	Err        error
+	RetryAfter string
+	Excerpt    string
+	Duration   time.Duration
+}
+
+// Send makes one attempt. It never returns an error: a transport failure is
+// described in the Response.
+func (s *Sender) Send(ctx context.Context, r Request, since func(time.Time) time.Duration, start time.Time) Response {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	if err != nil {
+		return Response{ErrorClass: ErrOther, Err: err, Duration: since(start)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("Webhook-Id", r.MessageID)
+	req.Header.Set("Webhook-Timestamp", strconv.FormatInt(r.Timestamp.Unix(), 10))
+	req.Header.Set("Webhook-Signature", r.Signature)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Response{ErrorClass: ErrorClassOf(err), Err: err, Duration: since(start)}
+	}
+	defer resp.Body.Close()
+	// The status settles the attempt; a body cut short afterwards does not
+	// change it.
+	head, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseExcerpt))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	}
+	return Response{
+		Status:     resp.StatusCode,
+		RetryAfter: resp.Header.Get("Retry-After"),
+		Excerpt:    Excerpt(head),
+		Duration:   since(start),
+	}
+}
+
+// Excerpt turns up to MaxResponseExcerpt bytes of a body into text Postgres
+// can store: valid UTF-8, no NUL bytes, never longer than the cap.
+func Excerpt(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= MaxResponseExcerpt {
+		return s
+	}
+	cut := MaxResponseExcerpt
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,362 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// Gate is the circuit breaker as the worker sees it.
+type Gate interface {
+	// Admit decides whether a delivery to t may be attempted now.
+	Admit(ctx context.Context, t *Target) (Admission, error)
+}
+
+// Admission is a gate's answer for one delivery.
+type Admission struct {
+	// Refused means the breaker is open; come back at RetryAt.
+	Refused bool
+	RetryAt time.Time
+	Reason  string
+	// Trial marks a half-open probe.
+	Trial bool
+	// Finish reports the attempt's classification; it must be called exactly
+	// once for an admitted delivery. An empty classification means the
+	// attempt was abandoned (shutdown) and tells the breaker nothing.
+	Finish func(ctx context.Context, c Classification, at time.Time)
+}
+
+// OpenGate admits everything: the dispatcher without breakers.
+type OpenGate struct{}
+
+var _ Gate = OpenGate{}
+
+// Admit always admits.
+func (OpenGate) Admit(context.Context, *Target) (Admission, error) {
+	return Admission{Finish: func(context.Context, Classification, time.Time) {}}, nil
+}
+
+// Observer sees every completed attempt (the auth-failure streak and
+// metrics hang off it).
+type Observer interface {
+	Observe(ctx context.Context, t *Target, c Classification, at time.Time)
+}
+
+// PayloadLoader loads message payloads that were too large to ride in a job.
+type PayloadLoader interface {
+	MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error)
+}
+
+// WorkerConfig holds the worker's tunables.
+type WorkerConfig struct {
+	// Schedule is the retry schedule.
+	Schedule Schedule
+	// MaxPerEndpoint caps attempts in flight to one endpoint in this process;
+	// excess jobs are snoozed with jitter. Zero means 10.
+	MaxPerEndpoint int
+	// SnoozeJitter is the upper bound of the random delay added to snoozes.
+	// Zero means 500ms.
+	SnoozeJitter time.Duration
+}
+
+// WorkerDeps are the worker's collaborators.
+type WorkerDeps struct {
+	Endpoints *EndpointCache
+	Payloads  PayloadLoader
+	Gate      Gate
+	Observer  Observer
+	Ledger    *Ledger
+	Sender    *Sender
+	Metrics   *Metrics
+	Logger    *slog.Logger
+	// Now is the clock attempts are stamped with (the database-synced clock).
+	Now func() time.Time
+	// Rand returns uniform [0,1) draws for jitter.
+	Rand func() float64
+}
+
+// Worker delivers one message to one endpoint per job.
+type Worker struct {
+	river.WorkerDefaults[DeliverArgs]
+	cfg  WorkerConfig
+	deps WorkerDeps
+
+	// retryAt hands the worker's chosen next-attempt time to NextRetry.
+	retryAt sync.Map // job id -> time.Time
+
+	mu       sync.Mutex
+	inFlight map[string]int
+}
+
+var _ river.Worker[DeliverArgs] = (*Worker)(nil)
+
+// NewWorker returns a delivery worker.
+func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
+	if cfg.MaxPerEndpoint <= 0 {
+		cfg.MaxPerEndpoint = 10
+	}
+	if cfg.SnoozeJitter <= 0 {
+		cfg.SnoozeJitter = 500 * time.Millisecond
+	}
+	if len(cfg.Schedule) == 0 {
+		cfg.Schedule = DefaultSchedule
+	}
+	if deps.Gate == nil {
+		deps.Gate = OpenGate{}
+	}
+	if deps.Rand == nil {
+		deps.Rand = rand.Float64
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{cfg: cfg, deps: deps, inFlight: map[string]int{}}
+}
+
+// Timeout leaves River's job timeout to the sender's own request timeout plus
+// room for the ledger write.
+func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
+	return w.deps.Sender.timeout + 30*time.Second
+}
+
+// NextRetry returns the time Work chose for the next attempt.
+func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
+		return v.(time.Time)
+	}
+	return time.Time{}
+}
+
+// attemptError is returned for an attempt that will be retried; River
+// records its text in the job's errors.
+type attemptError struct {
+	status int
+	class  ErrorClass
+}
+
+func (e *attemptError) Error() string {
+	if e.status != 0 {
+		return fmt.Sprintf("attempt answered %d", e.status)
+	}
+	return fmt.Sprintf("attempt transport error: %s", e.class)
+}
+
+// Work makes one attempt of a delivery.
+func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	args := job.Args
+	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return w.finish(ctx, store.StatusUpdate{
+			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed,
+			LastError: ptr(errEndpointGone.Error()),
+		})
+	case err != nil:
+		// The database is unreachable: come back later without using an attempt.
+		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
+		return river.JobSnooze(time.Second + w.jitter())
+	}
+	if t.Status != store.EndpointEnabled {
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.HeldTotal.Inc()
+		}
+		return w.finish(ctx, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
+	}
+	if !w.acquire(t.ID) {
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.ConcurrencySnoozed.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
+		}
+		return river.JobSnooze(100*time.Millisecond + w.jitter())
+	}
+	defer w.release(t.ID)
+
+	adm, err := w.deps.Gate.Admit(ctx, t)
+	if err != nil {
+		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
+		return river.JobSnooze(time.Second + w.jitter())
+	}
+	if adm.Refused {
+		now := w.deps.Now()
+		wait := max(adm.RetryAt.Sub(now), 0)
+		until := adm.RetryAt
+		w.deps.Ledger.RecordAsync(store.StatusUpdate{
+			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
+			BreakerOpenUntil: &until,
+		})
+		return river.JobSnooze(wait + w.jitter())
+	}
+
+	payload := []byte(args.Payload)
+	if len(payload) == 0 {
+		m, err := w.deps.Payloads.MessagePayloads(ctx, []string{args.MessageID})
+		if err != nil || m[args.MessageID] == nil {
+			adm.Finish(ctx, "", w.deps.Now())
+			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.Any("error", err))
+			return river.JobSnooze(time.Second + w.jitter())
+		}
+		payload = m[args.MessageID]
+	}
+
+	start := w.deps.Now()
+	resp := w.deps.Sender.Send(ctx, Request{
+		URL:       t.URL,
+		MessageID: args.MessageID,
+		Timestamp: start,
+		Body:      payload,
+		Signature: Sign(args.MessageID, start, payload, t.SigningSecrets(start)...),
+	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+	if ctx.Err() != nil && resp.Status == 0 {
+		// Shutdown (or River's job timeout) cut the attempt short: it says
+		// nothing about the endpoint. River makes the job available again.
+		adm.Finish(context.WithoutCancel(ctx), "", w.deps.Now())
+		return ctx.Err()
+	}
+	class := Classify(resp.Status, resp.ErrorClass)
+	end := start.Add(resp.Duration)
+	// The outcome must be reported even when the job's context has ended.
+	octx := context.WithoutCancel(ctx)
+	adm.Finish(octx, class, end)
+	if w.deps.Observer != nil {
+		w.deps.Observer.Observe(octx, t, class, end)
+	}
+	w.count(t.ID, class, resp)
+
+	attemptNo := args.AttemptOffset + job.Attempt
+	attempt := &store.Attempt{
+		DeliveryID:      args.DeliveryID,
+		MessageID:       args.MessageID,
+		EndpointID:      t.ID,
+		AttemptNumber:   attemptNo,
+		AttemptedAt:     start,
+		Duration:        resp.Duration,
+		ErrorClass:      string(resp.ErrorClass),
+		Classification:  string(class),
+		ResponseExcerpt: resp.Excerpt,
+		Trial:           adm.Trial,
+	}
+	update := store.StatusUpdate{
+		DeliveryID:    args.DeliveryID,
+		Series:        args.Series,
+		AttemptCount:  attemptNo,
+		LastAttemptAt: &start,
+	}
+	if resp.Status != 0 {
+		attempt.StatusCode = &resp.Status
+		update.LastStatusCode = &resp.Status
+	}
+	if class == ClassSuccess {
+		update.Status = store.DeliveryDelivered
+		return w.finishAttempt(ctx, job, attempt, update, time.Time{})
+	}
+	update.LastError = ptr(describe(resp))
+	delay, again := w.cfg.Schedule.RetryDelay(job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	if !again {
+		update.Status = store.DeliveryFailed
+		return w.finishAttempt(ctx, job, attempt, update, time.Time{})
+	}
+	next := start.Add(delay)
+	update.Status = store.DeliveryPending
+	update.NextAttemptAt = &next
+	return w.finishAttempt(ctx, job, attempt, update, next)
+}
+
+// finishAttempt records the attempt and returns what River should do: nil to
+// complete the job, an attemptError (with next stored for NextRetry) to retry.
+func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], a *store.Attempt, u store.StatusUpdate, next time.Time) error {
+	if err := w.record(ctx, a, u); err != nil {
+		// Not recorded: try the whole attempt again later. The receiver may
+		// see it twice (at-least-once, same webhook-id).
+		w.deps.Logger.ErrorContext(ctx, "attempt_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
+		return river.JobSnooze(time.Second + w.jitter())
+	}
+	if next.IsZero() {
+		return nil
+	}
+	w.retryAt.Store(job.ID, next)
+	var status int
+	if a.StatusCode != nil {
+		status = *a.StatusCode
+	}
+	return &attemptError{status: status, class: ErrorClass(a.ErrorClass)}
+}
+
+// finish records a final status without an attempt and completes the job.
+func (w *Worker) finish(ctx context.Context, u store.StatusUpdate) error {
+	if err := w.record(ctx, nil, u); err != nil {
+		w.deps.Logger.ErrorContext(ctx, "status_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
+		return river.JobSnooze(time.Second + w.jitter())
+	}
+	return nil
+}
+
+func (w *Worker) record(ctx context.Context, a *store.Attempt, u store.StatusUpdate) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return w.deps.Ledger.Record(rctx, a, u)
+}
+
+func (w *Worker) count(endpointID string, class Classification, resp Response) {
+	m := w.deps.Metrics
+	if m == nil {
+		return
+	}
+	label := m.Labels.Label(endpointID)
+	m.DeliveryTotal.WithLabelValues(label, string(class)).Inc()
+	if resp.Status >= 500 && resp.Status <= 599 {
+		m.Delivery5xxTotal.WithLabelValues(label).Inc()
+	}
+	m.DeliveryDuration.Observe(resp.Duration.Seconds())
+}
+
+func (w *Worker) acquire(endpointID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[endpointID] >= w.cfg.MaxPerEndpoint {
+		return false
+	}
+	w.inFlight[endpointID]++
+	return true
+}
+
+func (w *Worker) release(endpointID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[endpointID] <= 1 {
+		delete(w.inFlight, endpointID)
+		return
+	}
+	w.inFlight[endpointID]--
+}
+
+func (w *Worker) jitter() time.Duration {
+	return time.Duration(w.deps.Rand() * float64(w.cfg.SnoozeJitter))
+}
+
+func describe(r Response) string {
+	if r.Status != 0 {
+		return fmt.Sprintf("HTTP %d", r.Status)
+	}
+	if r.Err != nil {
+		// url.Error repeats the endpoint URL, which may carry credentials in
+		// its query: keep only the cause.
+		err := r.Err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return string(r.ErrorClass) + ": " + err.Error()
+	}
+	return string(r.ErrorClass)
+}
+
+func ptr[T any](v T) *T { return &v }
