@@ -109,13 +109,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case *set.metricsEndpoints < 0:
 		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
 	}
-	jobTimeout := *set.requestTimeout + 30*time.Second
+	jobTimeout := *set.requestTimeout + delivery.JobTimeoutMargin
 	rescueAfter := *set.rescueAfter
 	if rescueAfter == 0 {
 		rescueAfter = *set.requestTimeout + 60*time.Second
 	}
 	if rescueAfter <= jobTimeout {
-		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must exceed the request timeout + 30s (%s)", jobTimeout)
+		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must exceed the request timeout + %s (%s)", delivery.JobTimeoutMargin, jobTimeout)
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -163,14 +163,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Schedule:       schedule,
 		MaxPerEndpoint: *set.maxPerEndpoint,
 	}, delivery.WorkerDeps{
-		Endpoints: cache,
-		Payloads:  st,
-		Ledger:    ledger,
-		Sender:    delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
-		Metrics:   metrics,
-		Logger:    logger,
-		Now:       clock.Now,
-		Rand:      rand.Float64,
+		Endpoints:  cache,
+		Deliveries: st,
+		Ledger:     ledger,
+		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
+		Metrics:    metrics,
+		Logger:     logger,
+		Now:        clock.Now,
+		Rand:       rand.Float64,
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)

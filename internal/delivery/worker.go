@@ -52,10 +52,15 @@ type Observer interface {
 	Observe(ctx context.Context, t *Target, c Classification, at time.Time)
 }
 
-// PayloadLoader loads message payloads that were too large to ride in a job.
-type PayloadLoader interface {
+// DeliveryReader reads what the delivery store knows about a delivery.
+type DeliveryReader interface {
+	// MessagePayloads loads payloads too large to ride in a job.
 	MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error)
+	// DeliveryProgress returns a delivery's recorded status and series.
+	DeliveryProgress(ctx context.Context, id string) (status string, series int, err error)
 }
+
+var _ DeliveryReader = (*store.Store)(nil)
 
 // WorkerConfig holds the worker's tunables.
 type WorkerConfig struct {
@@ -71,14 +76,14 @@ type WorkerConfig struct {
 
 // WorkerDeps are the worker's collaborators.
 type WorkerDeps struct {
-	Endpoints *EndpointCache
-	Payloads  PayloadLoader
-	Gate      Gate
-	Observer  Observer
-	Ledger    *Ledger
-	Sender    *Sender
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	Endpoints  *EndpointCache
+	Deliveries DeliveryReader
+	Gate       Gate
+	Observer   Observer
+	Ledger     *Ledger
+	Sender     *Sender
+	Metrics    *Metrics
+	Logger     *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.
@@ -123,18 +128,27 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	return &Worker{cfg: cfg, deps: deps, inFlight: map[string]int{}}
 }
 
-// Timeout leaves River's job timeout to the sender's own request timeout plus
-// room for the ledger write.
+// JobTimeoutMargin is how much longer than the request timeout River lets a
+// delivery job run: the ledger write after the request does not depend on
+// the job's context, so a small margin suffices.
+const JobTimeoutMargin = 5 * time.Second
+
+// Timeout is the request timeout plus JobTimeoutMargin.
 func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return w.deps.Sender.timeout + 30*time.Second
+	return w.deps.Sender.timeout + JobTimeoutMargin
 }
 
-// NextRetry returns the time Work chose for the next attempt.
+// NextRetry returns the time Work chose for the next attempt. A job River
+// itself retries (one rescued from a dead process) follows the schedule.
 func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
 		return v.(time.Time)
 	}
-	return time.Time{}
+	d, ok := w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand)
+	if !ok {
+		d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+	}
+	return w.deps.Now().Add(d)
 }
 
 // attemptError is returned for an attempt that will be retried; River
@@ -154,6 +168,18 @@ func (e *attemptError) Error() string {
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	args := job.Args
+	if job.Attempt > 1 {
+		// A retry, or a job rescued from a process that died after its
+		// attempt was recorded but before River marked the job done: do
+		// not send again what the ledger already settled.
+		status, series, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return river.JobSnooze(time.Second + w.jitter())
+		}
+		if err != nil || series != args.Series || status == store.DeliveryDelivered || status == store.DeliveryFailed || status == store.DeliveryHeld {
+			return nil
+		}
+	}
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -198,7 +224,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 
 	payload := []byte(args.Payload)
 	if len(payload) == 0 {
-		m, err := w.deps.Payloads.MessagePayloads(ctx, []string{args.MessageID})
+		m, err := w.deps.Deliveries.MessagePayloads(ctx, []string{args.MessageID})
 		if err != nil || m[args.MessageID] == nil {
 			adm.Finish(ctx, "", w.deps.Now())
 			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.Any("error", err))

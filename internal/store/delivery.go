@@ -322,3 +322,17 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 	}
 	return out
 }
+
+// DeliveryProgress returns a delivery's stored status and series: what a
+// re-run job checks so it does not resend what an earlier run already
+// recorded.
+func (s *Store) DeliveryProgress(ctx context.Context, id string) (status string, series int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT status, series FROM deliveries WHERE id = $1`, id).Scan(&status, &series)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, ErrNotFound
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("load delivery progress: %w", err)
+	}
+	return status, series, nil
+}
