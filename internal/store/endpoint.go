@@ -81,8 +81,12 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	return out, err
 }
 
-// afterEndpointCreate creates the rows that live beside an endpoint.
+// afterEndpointCreate creates the rows that live beside an endpoint: its
+// closed breaker.
 func (s *Store) afterEndpointCreate(ctx context.Context, tx pgx.Tx, e Endpoint) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO breaker_states (endpoint_id) VALUES ($1)`, e.ID); err != nil {
+		return fmt.Errorf("create breaker: %w", err)
+	}
 	return nil
 }
 

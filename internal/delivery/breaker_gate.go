@@ -1,0 +1,537 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// BreakerStore is the Postgres side of the shared breaker.
+type BreakerStore interface {
+	LoadBreakers(ctx context.Context, ids []string) (map[string]breaker.Breaker, error)
+	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want []store.EvidenceRequest) ([]store.Evidence, error)
+	CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta store.TransitionMeta) (bool, error)
+	PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error)
+}
+
+var _ BreakerStore = (*store.Store)(nil)
+
+// TrialAcquirer admits half-open trials fleet-wide.
+type TrialAcquirer interface {
+	Acquire(ctx context.Context, endpointID string, c breaker.Config, meta store.TransitionMeta) (*store.Trial, breaker.Decision, breaker.Breaker, error)
+}
+
+var _ TrialAcquirer = (*store.TrialPool)(nil)
+
+// BreakerConfigs gives an endpoint's breaker config (its traffic class) and
+// whether the breaker is enforced or runs in shadow mode.
+type BreakerConfigs interface {
+	BreakerConfig(t *Target) (c breaker.Config, enforce bool)
+}
+
+// FixedBreakerConfig gives every endpoint the same enforced config.
+type FixedBreakerConfig struct {
+	Config breaker.Config
+}
+
+var _ BreakerConfigs = FixedBreakerConfig{}
+
+// BreakerConfig returns the fixed config.
+func (f FixedBreakerConfig) BreakerConfig(*Target) (breaker.Config, bool) { return f.Config, true }
+
+// BreakerGateConfig tunes the gate.
+type BreakerGateConfig struct {
+	// FlushInterval is how often counted outcomes go to Postgres and trips
+	// are evaluated. Default 100ms.
+	FlushInterval time.Duration
+	// BusyRetry is how long a delivery refused because another worker holds
+	// the trial waits. Default 1s (plus the worker's jitter).
+	BusyRetry time.Duration
+	// RefreshInterval is how often the whole cached view is reloaded, as a
+	// safety net under NOTIFY. Default 10s.
+	RefreshInterval time.Duration
+	// Actor names this process in the transition history.
+	Actor string
+}
+
+// BreakerGate is the per-endpoint circuit breaker as every dispatcher
+// process shares it. Closed-state decisions come from an in-process view of
+// each breaker row, kept current by NOTIFY on transitions; outcomes are
+// counted in memory and flushed to shared buckets every FlushInterval, after
+// which the pure breaker decides on the shared window whether to trip, and
+// a versioned write makes the trip (two processes can never both make it).
+// Half-open trials go through the TrialPool's advisory locks.
+type BreakerGate struct {
+	cfg     BreakerGateConfig
+	store   BreakerStore
+	trials  TrialAcquirer
+	configs BreakerConfigs
+	now     func() time.Time
+	rnd     func() float64
+	logger  *slog.Logger
+	metrics *BreakerMetrics
+
+	mu         sync.Mutex
+	views      map[string]breaker.Breaker
+	pending    map[tallyKey]*tally
+	busyUntil  map[string]time.Time
+	suppressed map[string]time.Time
+	flushed    chan struct{}
+}
+
+var _ Gate = (*BreakerGate)(nil)
+
+type tallyKey struct {
+	endpoint   string
+	generation int64
+}
+
+// tally is what this process counted for one breaker generation since the
+// last flush.
+type tally struct {
+	cfg      breaker.Config
+	buckets  map[int64]*[2]int // bucket start (unix ns) -> successes, failures
+	run      breaker.Run
+	failures int
+}
+
+// NewBreakerGate returns a gate; call Load, then Run.
+func NewBreakerGate(cfg BreakerGateConfig, st BreakerStore, trials TrialAcquirer, configs BreakerConfigs, now func() time.Time, rnd func() float64, logger *slog.Logger, metrics *BreakerMetrics) *BreakerGate {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 100 * time.Millisecond
+	}
+	if cfg.BusyRetry <= 0 {
+		cfg.BusyRetry = time.Second
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = 10 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &BreakerGate{
+		cfg: cfg, store: st, trials: trials, configs: configs, now: now, rnd: rnd, logger: logger, metrics: metrics,
+		views:      map[string]breaker.Breaker{},
+		pending:    map[tallyKey]*tally{},
+		busyUntil:  map[string]time.Time{},
+		suppressed: map[string]time.Time{},
+		flushed:    make(chan struct{}),
+	}
+}
+
+// Load replaces the cached view with every stored breaker.
+func (g *BreakerGate) Load(ctx context.Context) error {
+	all, err := g.store.LoadBreakers(ctx, nil)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, b := range all {
+		g.setViewLocked(id, b)
+	}
+	return nil
+}
+
+// HandleNotice applies a transition notification (store.BreakerChannel).
+func (g *BreakerGate) HandleNotice(payload string) {
+	n, err := store.ParseBreakerNotice(payload)
+	if err != nil {
+		g.logger.Warn("breaker_notice_invalid", slog.String("payload", payload), slog.String("error", err.Error()))
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, ok := g.views[n.EndpointID]
+	if ok && b.Generation >= n.Generation {
+		return
+	}
+	b.State, b.Generation, b.OpenUntil, b.TrialsInFlight = n.State, n.Generation, n.OpenUntil, 0
+	g.setViewLocked(n.EndpointID, b)
+}
+
+// Admit decides one delivery.
+func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
+	cfg, enforce := g.configs.BreakerConfig(t)
+	now := g.now()
+	b, err := g.view(ctx, t.ID)
+	if err != nil {
+		return Admission{}, err
+	}
+	d := b.Peek(cfg, now)
+	switch d.Admission {
+	case breaker.Admitted:
+		return g.admitted(t.ID, d.Ticket.Generation, cfg), nil
+	case breaker.Trial:
+		g.mu.Lock()
+		busy := now.Before(g.busyUntil[t.ID])
+		g.mu.Unlock()
+		if busy {
+			return g.refuse(t.ID, enforce, cfg, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, now), nil
+		}
+		return g.trial(ctx, t.ID, cfg, enforce, now)
+	default:
+		return g.refuse(t.ID, enforce, cfg, d, now), nil
+	}
+}
+
+func (g *BreakerGate) admitted(id string, gen int64, cfg breaker.Config) Admission {
+	return Admission{Finish: func(_ context.Context, c Classification, at time.Time) {
+		g.count(id, gen, cfg, c, at)
+	}}
+}
+
+// refuse turns a rejection into a refused admission (or, in shadow mode, an
+// admission whose outcome the breaker never sees: its generation is stale).
+func (g *BreakerGate) refuse(id string, enforce bool, cfg breaker.Config, d breaker.Decision, now time.Time) Admission {
+	if !enforce {
+		return Admission{Finish: func(context.Context, Classification, time.Time) {}}
+	}
+	if g.metrics != nil {
+		g.metrics.Rejected.WithLabelValues(g.metrics.Labels.Label(id)).Inc()
+	}
+	retry := d.RetryAt
+	if retry.IsZero() || retry.Before(now) {
+		retry = now.Add(g.cfg.BusyRetry)
+	}
+	return Admission{Refused: true, RetryAt: retry, Reason: d.Reason}
+}
+
+// trial asks the fleet for a trial slot.
+func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
+	meta := store.TransitionMeta{Actor: g.cfg.Actor}
+	tr, d, after, err := g.trials.Acquire(ctx, id, cfg, meta)
+	if err != nil {
+		return Admission{}, err
+	}
+	if after.Generation != 0 {
+		g.observe(id, after, d.Transition)
+	}
+	switch d.Admission {
+	case breaker.Trial:
+		return Admission{Trial: true, Finish: func(ctx context.Context, c Classification, _ time.Time) {
+			o, ok := toOutcome(c)
+			if !ok {
+				o = breaker.OutcomeIgnore
+			}
+			res, after, err := tr.Finish(ctx, cfg, o, g.rnd, meta)
+			if err != nil {
+				g.logger.Error("breaker_trial_not_recorded", slog.String("endpoint", id), slog.String("error", err.Error()))
+				return
+			}
+			g.observe(id, after, res.Transition)
+		}}, nil
+	case breaker.Admitted:
+		return g.admitted(id, d.Ticket.Generation, cfg), nil
+	default:
+		if d.Reason == breaker.ReasonHalfOpenBusy {
+			g.mu.Lock()
+			g.busyUntil[id] = now.Add(g.cfg.BusyRetry / 4)
+			g.mu.Unlock()
+		}
+		return g.refuse(id, enforce, cfg, d, now), nil
+	}
+}
+
+// view returns the cached breaker of id, loading it on a miss.
+func (g *BreakerGate) view(ctx context.Context, id string) (breaker.Breaker, error) {
+	g.mu.Lock()
+	b, ok := g.views[id]
+	g.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	m, err := g.store.LoadBreakers(ctx, []string{id})
+	if err != nil {
+		return breaker.Breaker{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur, ok := g.views[id]; ok {
+		return cur, nil
+	}
+	b, ok = m[id]
+	if !ok {
+		// No row (an endpoint created before breakers existed is migrated
+		// with one, so this is a deleted endpoint): treat as closed.
+		b = breaker.Breaker{State: breaker.StateClosed, Generation: 1}
+	}
+	g.setViewLocked(id, b)
+	return b, nil
+}
+
+// observe updates the view with a breaker as stored by this process and
+// reports the transition it made, if any.
+func (g *BreakerGate) observe(id string, after breaker.Breaker, t *breaker.Transition) {
+	g.mu.Lock()
+	if cur, ok := g.views[id]; !ok || cur.Generation <= after.Generation {
+		g.setViewLocked(id, after)
+	}
+	g.mu.Unlock()
+	if t != nil {
+		g.logTransition(id, *t)
+	}
+}
+
+func (g *BreakerGate) setViewLocked(id string, b breaker.Breaker) {
+	b.Window = breaker.Window{}
+	b.TrialsInFlight = 0
+	prev, had := g.views[id]
+	g.views[id] = b
+	if g.metrics != nil && (!had || prev.State != b.State) {
+		g.metrics.setState(id, b.State)
+	}
+}
+
+// count adds an admitted delivery's outcome to this process's tally.
+func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, c Classification, at time.Time) {
+	o, ok := toOutcome(c)
+	if !ok || (o != breaker.OutcomeSuccess && o != breaker.OutcomeFailure) {
+		return
+	}
+	bucket := breaker.BucketStart(cfg, at).UnixNano()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := tallyKey{id, gen}
+	t := g.pending[k]
+	if t == nil {
+		t = &tally{cfg: cfg, buckets: map[int64]*[2]int{}}
+		g.pending[k] = t
+	}
+	n := t.buckets[bucket]
+	if n == nil {
+		n = &[2]int{}
+		t.buckets[bucket] = n
+	}
+	if o == breaker.OutcomeSuccess {
+		n[0]++
+	} else {
+		n[1]++
+		t.failures++
+	}
+	t.run.Add(o)
+}
+
+// Run flushes every FlushInterval and reloads the view every
+// RefreshInterval until ctx ends, then flushes once more.
+func (g *BreakerGate) Run(ctx context.Context) {
+	flush := time.NewTicker(g.cfg.FlushInterval)
+	defer flush.Stop()
+	refresh := time.NewTicker(g.cfg.RefreshInterval)
+	defer refresh.Stop()
+	prune := time.NewTicker(30 * time.Second)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			g.Flush(fctx)
+			cancel()
+			return
+		case <-flush.C:
+			g.Flush(ctx)
+		case <-refresh.C:
+			if err := g.Load(ctx); err != nil && ctx.Err() == nil {
+				g.logger.Warn("breaker_refresh", slog.String("error", err.Error()))
+			}
+		case <-prune.C:
+			if _, err := g.store.PruneBuckets(ctx, time.Hour, 10000); err != nil && ctx.Err() == nil {
+				g.logger.Warn("breaker_prune", slog.String("error", err.Error()))
+			}
+		}
+	}
+}
+
+// Flush sends this process's tallies to Postgres and evaluates every
+// endpoint that saw a failure on the shared evidence.
+func (g *BreakerGate) Flush(ctx context.Context) {
+	g.mu.Lock()
+	pending := g.pending
+	g.pending = map[tallyKey]*tally{}
+	g.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	var (
+		counts []store.OutcomeCount
+		runs   []store.RunCount
+		want   []store.EvidenceRequest
+		cfgs   = map[string]breaker.Config{}
+	)
+	for k, t := range pending {
+		for start, n := range t.buckets {
+			counts = append(counts, store.OutcomeCount{
+				EndpointID: k.endpoint, Generation: k.generation, BucketStart: time.Unix(0, start).UTC(),
+				Successes: n[0], Failures: n[1],
+			})
+		}
+		if t.cfg.Trip == breaker.TripConsecutive {
+			runs = append(runs, store.RunCount{EndpointID: k.endpoint, Generation: k.generation, Run: t.run})
+		}
+		if t.failures > 0 {
+			if _, dup := cfgs[k.endpoint]; !dup {
+				want = append(want, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
+			}
+			cfgs[k.endpoint] = t.cfg
+		}
+	}
+	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.logger.Warn("breaker_flush", slog.String("error", err.Error()), slog.Int("counts", len(counts)))
+		}
+		return
+	}
+	for _, ev := range evs {
+		g.evaluate(ctx, ev, cfgs[ev.EndpointID])
+	}
+}
+
+// evaluate runs the pure breaker on an endpoint's shared evidence and
+// commits a trip it decides on.
+func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg breaker.Config) {
+	b := ev.Breaker
+	b.Window = breaker.NewWindow(cfg)
+	for _, bk := range ev.Buckets {
+		b.Window.Add(bk.Start, bk.Successes, bk.Failures)
+	}
+	prev := b.Generation
+	var res breaker.Result
+	if ev.PriorRun != nil {
+		res = b.ApplyRun(cfg, ev.Now, prev, *ev.PriorRun, g.rnd)
+	} else {
+		res = b.Evaluate(cfg, ev.Now, g.rnd)
+	}
+	if s := res.Suppressed; s != nil {
+		g.logSuppressed(ev.EndpointID, cfg, *s, ev.Now)
+	}
+	if res.Transition == nil {
+		g.observe(ev.EndpointID, ev.Breaker, nil)
+		return
+	}
+	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor})
+	if err != nil {
+		g.logger.Error("breaker_transition_not_saved", slog.String("endpoint", ev.EndpointID), slog.String("error", err.Error()))
+		return
+	}
+	if won {
+		g.observe(ev.EndpointID, b, res.Transition)
+	}
+}
+
+// logSuppressed logs a trip the min_throughput guard held back, once per
+// endpoint per window, in the form seed 004's grep looks for.
+func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Suppression, now time.Time) {
+	if g.metrics != nil {
+		g.metrics.TripSuppressed.WithLabelValues("min_throughput").Inc()
+	}
+	g.mu.Lock()
+	last, ok := g.suppressed[id]
+	if ok && now.Sub(last) < cfg.Window {
+		g.mu.Unlock()
+		return
+	}
+	g.suppressed[id] = now
+	g.mu.Unlock()
+	g.logger.Info("breaker_trip_suppressed",
+		slog.String("reason", "min_throughput"),
+		slog.String("endpoint", id),
+		slog.Int("observations", s.Observations),
+		slog.Int("failures", s.Failures),
+		slog.Float64("failure_rate", s.FailureRate),
+		slog.Int("min_throughput", cfg.MinThroughput))
+}
+
+var transitionMessages = map[breaker.State]string{
+	breaker.StateOpen:     "breaker_opened",
+	breaker.StateHalfOpen: "breaker_half_open",
+	breaker.StateClosed:   "breaker_closed",
+	breaker.StateIsolated: "breaker_isolated",
+}
+
+func (g *BreakerGate) logTransition(id string, t breaker.Transition) {
+	attrs := []any{
+		slog.String("endpoint", id),
+		slog.String("from", t.From.String()),
+		slog.String("reason", t.Reason),
+		slog.Float64("failure_rate", t.FailureRate),
+		slog.Int("observations", t.Observations),
+		slog.Int("failures", t.Failures),
+		slog.Int64("generation", t.Generation),
+	}
+	if !t.OpenUntil.IsZero() {
+		attrs = append(attrs, slog.Time("open_until", t.OpenUntil))
+	}
+	g.logger.Info(transitionMessages[t.To], attrs...)
+	if g.metrics != nil && t.To == breaker.StateOpen {
+		g.metrics.Opened.WithLabelValues(g.metrics.Labels.Label(id)).Inc()
+	}
+}
+
+// toOutcome maps a classification to the breaker's outcome.
+func toOutcome(c Classification) (breaker.Outcome, bool) {
+	s, ok := c.BreakerOutcome()
+	if !ok {
+		return 0, false
+	}
+	o, err := breaker.ParseOutcome(s)
+	return o, err == nil
+}
+
+// BreakerMetrics are the breaker's Prometheus series.
+type BreakerMetrics struct {
+	Labels         *EndpointLabels
+	Opened         *prometheus.CounterVec
+	State          *prometheus.GaugeVec
+	TripSuppressed *prometheus.CounterVec
+	Rejected       *prometheus.CounterVec
+}
+
+// NewBreakerMetrics creates and registers the breaker metrics on reg.
+func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *BreakerMetrics {
+	m := &BreakerMetrics{
+		Labels: labels,
+		Opened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "breaker_open_total",
+			Help: "Transitions to open made by this process, by endpoint.",
+		}, []string{"endpoint"}),
+		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "breaker_state",
+			Help: "1 for the state each endpoint's breaker is in (closed, open, half_open, isolated), 0 for the others.",
+		}, []string{"endpoint", "state"}),
+		TripSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "breaker_trip_suppressed_total",
+			Help: "Trips held back by a guard, by reason (min_throughput).",
+		}, []string{"reason"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "breaker_rejected_total",
+			Help: "Deliveries refused by an open, half-open or isolated breaker, by endpoint.",
+		}, []string{"endpoint"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected)
+	}
+	return m
+}
+
+var allStates = []breaker.State{breaker.StateClosed, breaker.StateOpen, breaker.StateHalfOpen, breaker.StateIsolated}
+
+func (m *BreakerMetrics) setState(id string, s breaker.State) {
+	label := m.Labels.Label(id)
+	if label == OtherEndpoint {
+		return
+	}
+	for _, st := range allStates {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.State.WithLabelValues(label, st.String()).Set(v)
+	}
+}

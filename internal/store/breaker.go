@@ -1,0 +1,521 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookd/hookd/internal/breaker"
+)
+
+// BreakerChannel is the NOTIFY channel that carries every breaker
+// transition (a BreakerNotice), so every dispatcher's cached view follows
+// within milliseconds. Nothing is notified per delivery.
+const BreakerChannel = "hookd_breaker"
+
+// BreakerNotice is the payload of a transition notification.
+type BreakerNotice struct {
+	EndpointID string
+	State      breaker.State
+	Generation int64
+	OpenUntil  time.Time
+}
+
+// String encodes n as "endpoint|state|generation|open_until_unix_micro".
+func (n BreakerNotice) String() string {
+	var until int64
+	if !n.OpenUntil.IsZero() {
+		until = n.OpenUntil.UnixMicro()
+	}
+	return fmt.Sprintf("%s|%s|%d|%d", n.EndpointID, n.State, n.Generation, until)
+}
+
+// ParseBreakerNotice decodes a notification payload.
+func ParseBreakerNotice(s string) (BreakerNotice, error) {
+	parts := strings.Split(s, "|")
+	if len(parts) != 4 {
+		return BreakerNotice{}, fmt.Errorf("breaker notice %q: want 4 fields", s)
+	}
+	st, err := breaker.ParseState(parts[1])
+	if err != nil {
+		return BreakerNotice{}, fmt.Errorf("breaker notice: %w", err)
+	}
+	gen, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return BreakerNotice{}, fmt.Errorf("breaker notice generation: %w", err)
+	}
+	until, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil {
+		return BreakerNotice{}, fmt.Errorf("breaker notice open_until: %w", err)
+	}
+	n := BreakerNotice{EndpointID: parts[0], State: st, Generation: gen}
+	if until != 0 {
+		n.OpenUntil = time.UnixMicro(until).UTC()
+	}
+	return n, nil
+}
+
+const breakerColumns = `s.endpoint_id, s.state, s.generation, s.opened_at, s.open_until,
+	s.trial_successes, s.open_streak, s.trips, s.consecutive_failures`
+
+// scanBreaker reads breakerColumns (and any extra destinations) into a
+// breaker.Breaker with an empty window.
+func scanBreaker(row pgx.Row, extra ...any) (string, breaker.Breaker, error) {
+	var (
+		id                string
+		state             string
+		b                 breaker.Breaker
+		openedAt, openTil *time.Time
+	)
+	dest := append([]any{&id, &state, &b.Generation, &openedAt, &openTil, &b.TrialSuccesses, &b.OpenStreak, &b.Trips, &b.Consecutive}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", breaker.Breaker{}, ErrNotFound
+		}
+		return "", breaker.Breaker{}, err
+	}
+	st, err := breaker.ParseState(state)
+	if err != nil {
+		return "", breaker.Breaker{}, err
+	}
+	b.State = st
+	if openedAt != nil {
+		b.OpenedAt = openedAt.UTC()
+	}
+	if openTil != nil {
+		b.OpenUntil = openTil.UTC()
+	}
+	return id, b, nil
+}
+
+// LoadBreakers returns the stored breakers of the given endpoints, or of
+// every endpoint when ids is nil. Windows are empty.
+func (s *Store) LoadBreakers(ctx context.Context, ids []string) (map[string]breaker.Breaker, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+breakerColumns+` FROM breaker_states s WHERE $1::text[] IS NULL OR s.endpoint_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load breakers: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]breaker.Breaker{}
+	for rows.Next() {
+		id, b, err := scanBreaker(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load breakers: %w", err)
+		}
+		out[id] = b
+	}
+	return out, rows.Err()
+}
+
+// OutcomeCount is what one process counted for one endpoint, generation and
+// bucket since its last flush.
+type OutcomeCount struct {
+	EndpointID  string
+	Generation  int64
+	BucketStart time.Time
+	Successes   int
+	Failures    int
+}
+
+// RunCount is one process's consecutive-failure run for a consecutive-mode
+// endpoint since its last flush.
+type RunCount struct {
+	EndpointID string
+	Generation int64
+	Run        breaker.Run
+}
+
+// EvidenceRequest names an endpoint whose shared evidence the flush should
+// return, with the window to load.
+type EvidenceRequest struct {
+	EndpointID string
+	Window     time.Duration
+}
+
+// Evidence is an endpoint's shared breaker after a flush: its stored fields,
+// its window loaded with every process's buckets of the current generation,
+// and the database time of the read. For an endpoint whose run was merged
+// in this flush, Breaker.Consecutive is the count BEFORE the merge and
+// PriorRun the merged run, so breaker.ApplyRun reproduces the merge.
+type Evidence struct {
+	EndpointID string
+	Breaker    breaker.Breaker
+	Buckets    []breaker.Bucket
+	PriorRun   *breaker.Run
+	Now        time.Time
+}
+
+// FlushOutcomes adds a process's counts to the shared buckets and merges its
+// consecutive runs, both only for breakers still closed at the counted
+// generation (older outcomes are dropped), then returns the shared evidence
+// of the endpoints in want. One transaction, one network round trip.
+func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want []EvidenceRequest) ([]Evidence, error) {
+	var (
+		ids      = make([]string, len(counts))
+		gens     = make([]int64, len(counts))
+		starts   = make([]time.Time, len(counts))
+		succ     = make([]int32, len(counts))
+		fail     = make([]int32, len(counts))
+		runIDs   = make([]string, len(runs))
+		runGens  = make([]int64, len(runs))
+		runFails = make([]int32, len(runs))
+		runPre   = make([]int32, len(runs))
+		runMax   = make([]int32, len(runs))
+		runSuf   = make([]int32, len(runs))
+		runMixed = make([]bool, len(runs))
+		wantIDs  = make([]string, len(want))
+		wantWin  = make([]time.Duration, len(want))
+	)
+	for i, c := range counts {
+		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
+	}
+	for i, r := range runs {
+		runIDs[i], runGens[i], runFails[i], runPre[i], runMax[i], runSuf[i], runMixed[i] =
+			r.EndpointID, r.Generation, int32(r.Run.Failures), int32(r.Run.Prefix), int32(r.Run.Max), int32(r.Run.Suffix), r.Run.Mixed
+	}
+	for i, w := range want {
+		wantIDs[i], wantWin[i] = w.EndpointID, w.Window
+	}
+	var out []Evidence
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(`
+			INSERT INTO breaker_buckets AS bb (endpoint_id, generation, bucket_start, successes, failures)
+			SELECT i.endpoint_id, i.generation, i.bucket_start, i.successes, i.failures
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[])
+				AS i(endpoint_id, generation, bucket_start, successes, failures)
+			JOIN breaker_states s ON s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed'
+			ORDER BY 1, 2, 3
+			ON CONFLICT (endpoint_id, generation, bucket_start) DO UPDATE
+				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
+			ids, gens, starts, succ, fail)
+		batch.Queue(`
+			UPDATE breaker_states s
+			SET consecutive_failures = CASE WHEN r.mixed THEN r.suffix ELSE o.before + r.failures END
+			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[], $6::int[], $7::bool[])
+					AS r(endpoint_id, generation, failures, prefix, max_run, suffix, mixed),
+				LATERAL (SELECT consecutive_failures AS before FROM breaker_states
+					WHERE endpoint_id = r.endpoint_id FOR UPDATE) o
+			WHERE s.endpoint_id = r.endpoint_id AND s.generation = r.generation AND s.state = 'closed'
+				AND (r.failures > 0 OR o.before <> 0)
+			RETURNING s.endpoint_id, o.before`,
+			runIDs, runGens, runFails, runPre, runMax, runSuf, runMixed)
+		batch.Queue(`
+			SELECT `+breakerColumns+`, clock_timestamp(),
+				coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+				coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+				coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
+			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
+			JOIN breaker_states s ON s.endpoint_id = w.endpoint_id
+			LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
+				AND b.bucket_start > clock_timestamp() - w.win - w.win / 10
+			GROUP BY s.endpoint_id`,
+			wantIDs, wantWin)
+		br := tx.SendBatch(ctx, batch)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("add to breaker buckets: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("merge consecutive runs: %w", err)
+		}
+		merged := map[string]int{}
+		for rows.Next() {
+			var id string
+			var before int
+			if err := rows.Scan(&id, &before); err != nil {
+				rows.Close()
+				return fmt.Errorf("merge consecutive runs: %w", err)
+			}
+			merged[id] = before
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("merge consecutive runs: %w", err)
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return fmt.Errorf("read breaker evidence: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				now     time.Time
+				bStarts []time.Time
+				bSucc   []int32
+				bFail   []int32
+			)
+			id, b, err := scanBreaker(rows, &now, &bStarts, &bSucc, &bFail)
+			if err != nil {
+				return fmt.Errorf("read breaker evidence: %w", err)
+			}
+			ev := Evidence{EndpointID: id, Breaker: b, Now: now.UTC()}
+			for i := range bStarts {
+				ev.Buckets = append(ev.Buckets, breaker.Bucket{Start: bStarts[i].UTC(), Successes: int(bSucc[i]), Failures: int(bFail[i])})
+			}
+			out = append(out, ev)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read breaker evidence: %w", err)
+		}
+		// Attach each merged run and the count before it.
+		for i := range out {
+			before, ok := merged[out[i].EndpointID]
+			if !ok {
+				continue
+			}
+			for _, r := range runs {
+				if r.EndpointID == out[i].EndpointID && r.Generation == out[i].Breaker.Generation {
+					run := r.Run
+					out[i].PriorRun = &run
+					out[i].Breaker.Consecutive = before
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TransitionMeta says who made a transition and why.
+type TransitionMeta struct {
+	// Actor is the dispatcher process or operator that made it.
+	Actor string
+	// Note is a free-text why (an operator's reason).
+	Note string
+	// Shadow marks a would-be transition of a class in shadow mode.
+	Shadow bool
+}
+
+// saveBreakerSQL writes a breaker's stored fields versioned on the
+// generation it had before, records the transition and notifies, in one
+// statement. It returns one row when it won.
+const saveBreakerSQL = `
+	WITH u AS (
+		UPDATE breaker_states SET state = $3, generation = $4, opened_at = $5, open_until = $6,
+			trial_successes = $7, open_streak = $8, trips = $9, consecutive_failures = $10, updated_at = now()
+		WHERE endpoint_id = $1 AND generation = $2
+		RETURNING endpoint_id
+	), t AS (
+		INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, generation, at, reason, failure_rate,
+			observations, failures, consecutive, open_until, actor, note, shadow)
+		SELECT endpoint_id, $11, $3, $4, $12, $13, $14, $15, $16, $17, $6, $18, $19, $20 FROM u
+		WHERE $11 <> ''
+		RETURNING id
+	), n AS (
+		SELECT pg_notify('` + BreakerChannel + `', $21) FROM u WHERE $11 <> ''
+	)
+	SELECT u.endpoint_id, (SELECT count(*) FROM t), (SELECT count(*) FROM n) FROM u`
+
+func saveBreakerArgs(id string, prev int64, b breaker.Breaker, t *breaker.Transition, meta TransitionMeta) []any {
+	var openedAt, openUntil *time.Time
+	if !b.OpenedAt.IsZero() {
+		openedAt = &b.OpenedAt
+	}
+	if !b.OpenUntil.IsZero() {
+		openUntil = &b.OpenUntil
+	}
+	args := []any{id, prev, b.State.String(), b.Generation, openedAt, openUntil, b.TrialSuccesses, b.OpenStreak, b.Trips, b.Consecutive}
+	if t == nil {
+		return append(args, "", time.Time{}, "", 0.0, 0, 0, 0, meta.Actor, meta.Note, meta.Shadow, "")
+	}
+	notice := BreakerNotice{EndpointID: id, State: b.State, Generation: b.Generation, OpenUntil: b.OpenUntil}
+	return append(args, t.From.String(), t.At, t.Reason, t.FailureRate, t.Observations, t.Failures, t.Consecutive,
+		meta.Actor, meta.Note, meta.Shadow, notice.String())
+}
+
+// CommitTransition stores b, which made transition t from a breaker stored
+// at generation prev, with its history row and notification. It returns
+// false, writing nothing, when another process changed the breaker first.
+func (s *Store) CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta TransitionMeta) (bool, error) {
+	return saveBreaker(ctx, s.pool, endpointID, prev, b, &t, meta)
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func saveBreaker(ctx context.Context, q queryRower, id string, prev int64, b breaker.Breaker, t *breaker.Transition, meta TransitionMeta) (bool, error) {
+	var got string
+	var nt, nn int
+	err := q.QueryRow(ctx, saveBreakerSQL, saveBreakerArgs(id, prev, b, t, meta)...).Scan(&got, &nt, &nn)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("save breaker: %w", err)
+	}
+	return true, nil
+}
+
+// PruneBuckets deletes buckets of past generations and buckets older than
+// keep, at most limit rows, and returns how many went.
+func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM breaker_buckets WHERE ctid IN (
+			SELECT b.ctid FROM breaker_buckets b
+			LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
+			WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
+			LIMIT $2)`, keep, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune breaker buckets: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// TrialPool serialises half-open trials fleet-wide. A trial holds a
+// session-level advisory lock, one per trial slot (half_open_concurrency
+// slots per endpoint), on a dedicated connection for as long as its request
+// runs; no transaction stays open meanwhile. If the process dies its
+// connection closes and Postgres releases the lock at once, so another
+// worker can probe; idle_session_timeout on these connections bounds a host
+// that vanished without closing its sockets.
+type TrialPool struct {
+	pool  *pgxpool.Pool
+	store *Store
+}
+
+// OpenTrialPool opens the trial pool: size connections at most, each ended
+// by the server after idleTimeout without a statement.
+func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleTimeout time.Duration) (*TrialPool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", redactURLError(err))
+	}
+	pc.MaxConns = size
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = idleTimeout / 2
+	pc.ConnConfig.RuntimeParams["application_name"] = "hookd-trials"
+	pc.ConnConfig.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(idleTimeout.Milliseconds(), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open trial pool: %w", err)
+	}
+	return &TrialPool{pool: pool, store: s}, nil
+}
+
+// Close closes the pool.
+func (p *TrialPool) Close() { p.pool.Close() }
+
+// Trial is an admitted half-open probe holding its slot's lock.
+type Trial struct {
+	conn       *pgxpool.Conn
+	endpointID string
+	lockKey    int64
+	ticket     breaker.Ticket
+}
+
+// trialLockSQL takes the first free slot lock of an endpoint, if any.
+const trialLockSQL = `
+	SELECT k FROM (
+		SELECT hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) AS k
+		FROM generate_series(0, $2 - 1) AS slot
+	) keys
+	WHERE pg_try_advisory_lock(k)
+	LIMIT 1`
+
+// Acquire tries to admit a trial to endpointID's breaker under config c at
+// the database's time. It returns the Trial (nil unless the decision is a
+// Trial admission), the decision, and the breaker as stored afterwards. When
+// every slot is taken the decision is Rejected with reason half_open_busy.
+func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Config, meta TransitionMeta) (*Trial, breaker.Decision, breaker.Breaker, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("acquire trial connection: %w", err)
+	}
+	var key int64
+	err = conn.QueryRow(ctx, trialLockSQL, endpointID, c.HalfOpenConcurrency).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		conn.Release()
+		return nil, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, breaker.Breaker{}, nil
+	}
+	if err != nil {
+		conn.Release()
+		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("take trial lock: %w", err)
+	}
+	t := &Trial{conn: conn, endpointID: endpointID, lockKey: key}
+	var (
+		dec   breaker.Decision
+		after breaker.Breaker
+	)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var now time.Time
+		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, endpointID), &now)
+		if err != nil {
+			return fmt.Errorf("lock breaker: %w", err)
+		}
+		prev := b.Generation
+		// Holding a slot's lock means fewer than half_open_concurrency
+		// trials are in flight fleet-wide: the locks are the count.
+		b.TrialsInFlight = 0
+		dec = b.Allow(c, now.UTC())
+		after = b
+		if dec.Transition != nil {
+			if _, err := saveBreaker(ctx, tx, endpointID, prev, b, dec.Transition, meta); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || dec.Admission != breaker.Trial {
+		t.release(ctx)
+		return nil, dec, after, err
+	}
+	t.ticket = dec.Ticket
+	return t, dec, after, nil
+}
+
+// Finish records the trial's outcome under config c at the database's time,
+// releases its slot and returns the result and the breaker as stored.
+func (t *Trial) Finish(ctx context.Context, c breaker.Config, o breaker.Outcome, rnd func() float64, meta TransitionMeta) (breaker.Result, breaker.Breaker, error) {
+	defer t.release(ctx)
+	var (
+		res   breaker.Result
+		after breaker.Breaker
+	)
+	err := pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
+		var now time.Time
+		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, t.endpointID), &now)
+		if err != nil {
+			return fmt.Errorf("lock breaker: %w", err)
+		}
+		prev := b.Generation
+		b.TrialsInFlight = 1
+		res = b.Record(c, now.UTC(), t.ticket, o, rnd)
+		after = b
+		if !res.Applied {
+			return nil
+		}
+		_, err = saveBreaker(ctx, tx, t.endpointID, prev, b, res.Transition, meta)
+		return err
+	})
+	return res, after, err
+}
+
+// Ticket returns the trial's ticket.
+func (t *Trial) Ticket() breaker.Ticket { return t.ticket }
+
+// release unlocks the slot and returns the connection. A connection that
+// broke is closed, which releases the lock on the server.
+func (t *Trial) release(ctx context.Context) {
+	if t.conn == nil {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := t.conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, t.lockKey); err != nil {
+		_ = t.conn.Conn().Close(uctx)
+	}
+	t.conn.Release()
+	t.conn = nil
+}
