@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
@@ -43,6 +45,9 @@ type settings struct {
 	jobRetention      *time.Duration
 	rescueAfter       *time.Duration
 	metricsEndpoints  *int
+	breakers          *bool
+	breakerFlush      *time.Duration
+	trialPoolSize     *int
 	logFormat         *string
 	logLevel          *string
 }
@@ -66,6 +71,9 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", time.Hour, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
 		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", 0, "when a running job of a dead process is retried; 0 = request timeout + 60s"),
 		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", 1000, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
+		breakers:          fs.Bool("breakers", "BREAKERS", true, "run every delivery through its endpoint's circuit breaker"),
+		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", 100*time.Millisecond, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
+		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 8, "connections for half-open trials (each trial holds one for its request)"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -108,6 +116,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must not be negative")
 	case *set.metricsEndpoints < 0:
 		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
+	case *set.breakerFlush < 10*time.Millisecond || *set.breakerFlush > 10*time.Second:
+		return config.Invalid("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", "must be from 10ms to 10s")
+	case *set.trialPoolSize < 1 || *set.trialPoolSize > 1000:
+		return config.Invalid("trial-pool-size", "TRIAL_POOL_SIZE", "must be from 1 to 1000")
 	}
 	jobTimeout := *set.requestTimeout + delivery.JobTimeoutMargin
 	rescueAfter := *set.rescueAfter
@@ -148,16 +160,60 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := delivery.NewMetrics(reg, &delivery.EndpointLabels{Max: *set.metricsEndpoints})
+	labels := &delivery.EndpointLabels{Max: *set.metricsEndpoints}
+	metrics := delivery.NewMetrics(reg, labels)
 
 	cache := delivery.NewEndpointCache(st, 30*time.Second, clock.Now)
 	listener := store.NewListener(*set.databaseURL, logger)
 	listener.Handle(store.EndpointChannel, cache.Invalidate)
 	listener.OnReconnect(cache.InvalidateAll)
-	go listener.Run(bg)
 
 	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{})
 	go ledger.Run(bg)
+
+	var gate delivery.Gate = delivery.OpenGate{}
+	gateCtx, stopGate := context.WithCancel(bg)
+	defer stopGate()
+	gateDone := make(chan struct{})
+	if *set.breakers {
+		trials, err := st.OpenTrialPool(ctx, *set.databaseURL, int32(*set.trialPoolSize), *set.requestTimeout+10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer trials.Close()
+		bgate := delivery.NewBreakerGate(delivery.BreakerGateConfig{
+			FlushInterval: *set.breakerFlush,
+			Actor:         actor(),
+		}, st, trials, delivery.FixedBreakerConfig{Config: breaker.DefaultConfig()}, clock.Now, rand.Float64, logger,
+			delivery.NewBreakerMetrics(reg, labels))
+		listener.Handle(store.BreakerChannel, bgate.HandleNotice)
+		listener.OnReconnect(func() {
+			if err := bgate.Load(gateCtx); err != nil {
+				logger.Warn("breaker_reload", slog.String("error", err.Error()))
+			}
+		})
+		// LISTEN first, then load: a transition between the two is then
+		// seen twice rather than missed.
+		go listener.Run(bg)
+		select {
+		case <-listener.Ready():
+		case <-ctx.Done():
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("listen for breaker transitions: not ready after 30s")
+		}
+		if err := bgate.Load(ctx); err != nil {
+			return err
+		}
+		go func() {
+			defer close(gateDone)
+			bgate.Run(gateCtx)
+		}()
+		gate = bgate
+	} else {
+		go listener.Run(bg)
+		close(gateDone)
+	}
 
 	worker := delivery.NewWorker(delivery.WorkerConfig{
 		Schedule:       schedule,
@@ -166,6 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Endpoints:  cache,
 		Deliveries: st,
 		Ledger:     ledger,
+		Gate:       gate,
 		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
 		Metrics:    metrics,
 		Logger:     logger,
@@ -205,12 +262,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// Cancelling Start's context began River's soft stop: no new fetches,
 	// in-flight jobs get SoftStopTimeout before their contexts are cancelled.
 	<-client.Stopped()
+	stopGate()
+	<-gateDone
 	ledger.Stop()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = metricsSrv.Shutdown(sctx)
 	logger.Info("dispatcher_stopped")
 	return nil
+}
+
+// actor names this process in the breaker transition history.
+func actor() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "dispatcher"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // serveMetrics serves /metrics, /healthz (alive) and /readyz (database

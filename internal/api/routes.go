@@ -24,6 +24,7 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method("GET", "/endpoints/{id}/secret", handleGetEndpointSecret(d))
 		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
 		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
+		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
 
 		r.Method("POST", "/messages", handleCreateMessage(d))
 		r.Method("GET", "/messages/{id}", handleGetMessage(d))

@@ -519,3 +519,51 @@ func (t *Trial) release(ctx context.Context) {
 	t.conn.Release()
 	t.conn = nil
 }
+
+// BreakerStatus is a breaker as the API shows it: its stored fields and
+// the current window's counts at the database's time.
+type BreakerStatus struct {
+	EndpointID   string
+	Breaker      breaker.Breaker
+	Observations int
+	Failures     int
+	Now          time.Time
+	UpdatedAt    time.Time
+}
+
+// GetBreakerStatus returns an endpoint's breaker with its window counts
+// over the last window (as breaker.Window counts them: BucketsPerWindow
+// aligned buckets ending with the current one).
+func (s *Store) GetBreakerStatus(ctx context.Context, endpointID string, c breaker.Config) (BreakerStatus, error) {
+	var (
+		st      BreakerStatus
+		starts  []time.Time
+		succ    []int32
+		fail    []int32
+		updated time.Time
+	)
+	id, b, err := scanBreaker(s.pool.QueryRow(ctx, `
+		SELECT `+breakerColumns+`, clock_timestamp(), s.updated_at,
+			coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+			coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+			coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
+		FROM breaker_states s
+		JOIN endpoints e ON e.id = s.endpoint_id AND e.deleted_at IS NULL
+		LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
+			AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10
+		WHERE s.endpoint_id = $1
+		GROUP BY s.endpoint_id`, endpointID, c.Window), &st.Now, &updated, &starts, &succ, &fail)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return BreakerStatus{}, err
+		}
+		return BreakerStatus{}, fmt.Errorf("load breaker: %w", err)
+	}
+	b.Window = breaker.NewWindow(c)
+	for i := range starts {
+		b.Window.Add(starts[i], int(succ[i]), int(fail[i]))
+	}
+	st.EndpointID, st.Breaker, st.UpdatedAt, st.Now = id, b, updated, st.Now.UTC()
+	st.Observations, st.Failures = b.Window.Counts(st.Now)
+	return st, nil
+}

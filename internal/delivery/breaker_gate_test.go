@@ -1,0 +1,181 @@
+package delivery_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// gateFleet is several BreakerGates over one database, each with its own
+// trial pool: dispatcher processes in miniature.
+type gateFleet struct {
+	db     *storetest.DB
+	store  *store.Store
+	gates  []*delivery.BreakerGate
+	target *delivery.Target
+}
+
+func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
+	t.Helper()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ep, err := st.CreateEndpoint(context.Background(), store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	clock := store.NewDBClock(db.Pool)
+	require.NoError(t, clock.Sync(context.Background()))
+	f := &gateFleet{db: db, store: st, target: &delivery.Target{Endpoint: ep}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range n {
+		trials, err := st.OpenTrialPool(context.Background(), db.URL, 4, 30*time.Second)
+		require.NoError(t, err)
+		g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: 20 * time.Millisecond, BusyRetry: 20 * time.Millisecond, Actor: "gate-" + string(rune('a'+i))},
+			st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, nil)
+		require.NoError(t, g.Load(context.Background()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.Run(ctx)
+		}()
+		f.gates = append(f.gates, g)
+		t.Cleanup(trials.Close)
+	}
+	// Gates learn of each other's transitions the way dispatchers do.
+	listener := store.NewListener(db.URL, nil)
+	listener.Handle(store.BreakerChannel, func(p string) {
+		for _, g := range f.gates {
+			g.HandleNotice(p)
+		}
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		listener.Run(ctx)
+	}()
+	<-listener.Ready()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return f
+}
+
+type transitionRow struct {
+	from, to   string
+	generation int64
+	reason     string
+}
+
+func (f *gateFleet) transitions(t *testing.T) []transitionRow {
+	t.Helper()
+	rows, err := f.db.Pool.Query(context.Background(), `SELECT from_state, to_state, generation, reason FROM breaker_transitions ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []transitionRow
+	for rows.Next() {
+		var r transitionRow
+		require.NoError(t, rows.Scan(&r.from, &r.to, &r.generation, &r.reason))
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestGateFleetHammersOneBreaker: 3 gates (processes) x 8 goroutines each
+// hammer one endpoint through an outage and a recovery, twice. The history
+// must be one clean chain: each transition starts where the previous ended
+// at the next generation, so no open, close or admission happened twice;
+// never more than half_open_concurrency trials ran at once.
+func TestGateFleetHammersOneBreaker(t *testing.T) {
+	t.Parallel()
+	cfg := breaker.Config{
+		Trip: breaker.TripRate, FailureRateThreshold: 0.5, Window: 500 * time.Millisecond, MinThroughput: 10,
+		ConsecutiveFailures: 5, OpenDuration: 150 * time.Millisecond, OpenJitter: 0.3, OpenBackoff: 1,
+		MaxOpenDuration: time.Second, HalfOpenTrials: 3, HalfOpenConcurrency: 1,
+	}
+	f := setupGateFleet(t, 3, cfg)
+	var failing atomic.Bool
+	var inTrial, maxTrial, trials, refused atomic.Int64
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, g := range f.gates {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					adm, err := g.Admit(ctx, f.target)
+					if err != nil {
+						continue
+					}
+					if adm.Refused {
+						refused.Add(1)
+						time.Sleep(5 * time.Millisecond)
+						continue
+					}
+					if adm.Trial {
+						trials.Add(1)
+						n := inTrial.Add(1)
+						for m := maxTrial.Load(); n > m && !maxTrial.CompareAndSwap(m, n); m = maxTrial.Load() {
+						}
+					}
+					time.Sleep(2 * time.Millisecond) // the request
+					class := delivery.ClassSuccess
+					if failing.Load() {
+						class = delivery.ClassFailure
+					}
+					if adm.Trial {
+						inTrial.Add(-1)
+					}
+					adm.Finish(context.Background(), class, time.Now())
+				}
+			}()
+		}
+	}
+	stateOf := func() string {
+		var s string
+		_ = f.db.Pool.QueryRow(context.Background(), `SELECT state FROM breaker_states WHERE endpoint_id = $1`, f.target.ID).Scan(&s)
+		return s
+	}
+	for range 2 {
+		failing.Store(true)
+		require.Eventually(t, func() bool { return stateOf() == "open" }, 10*time.Second, 5*time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // several failed probes
+		failing.Store(false)
+		require.Eventually(t, func() bool { return stateOf() == "closed" }, 10*time.Second, 5*time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+
+	require.LessOrEqual(t, maxTrial.Load(), int64(1), "never more than half_open_concurrency trials in flight")
+	require.Positive(t, refused.Load())
+	history := f.transitions(t)
+	require.NotEmpty(t, history)
+	state, gen := "closed", int64(1)
+	opens, closes := 0, 0
+	for i, tr := range history {
+		require.Equal(t, state, tr.from, "transition %d starts where the previous ended: %+v", i, history)
+		require.Equal(t, gen+1, tr.generation, "transition %d is the next generation", i)
+		state, gen = tr.to, tr.generation
+		switch tr.to {
+		case "open":
+			opens++
+		case "closed":
+			closes++
+			require.Equal(t, breaker.ReasonTrialsSucceeded, tr.reason)
+		}
+	}
+	require.Equal(t, 2, closes, "one close per outage")
+	require.GreaterOrEqual(t, opens, 2)
+	t.Logf("transitions=%d opens=%d closes=%d trials=%d refused=%d", len(history), opens, closes, trials.Load(), refused.Load())
+}
