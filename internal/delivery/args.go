@@ -60,7 +60,7 @@ type Enqueuer struct {
 var _ store.Enqueuer = (*Enqueuer)(nil)
 
 // EnqueueTx inserts one job per delivery and returns their ids in order.
-func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, msg store.Message, deliveries []store.Delivery) ([]int64, error) {
+func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.QueuedDelivery) ([]int64, error) {
 	limit := e.InlinePayloadMax
 	if limit == 0 {
 		limit = DefaultInlinePayloadMax
@@ -69,14 +69,14 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, msg store.Message, 
 	for i, d := range deliveries {
 		args := DeliverArgs{
 			DeliveryID:    d.ID,
-			MessageID:     msg.ID,
+			MessageID:     d.MessageID,
 			EndpointID:    d.EndpointID,
-			EventType:     msg.EventType,
+			EventType:     d.EventType,
 			Series:        d.Series,
 			AttemptOffset: d.AttemptCount,
 		}
-		if len(msg.Payload) <= limit {
-			args.Payload = string(msg.Payload)
+		if len(d.Payload) <= limit {
+			args.Payload = string(d.Payload)
 		}
 		params[i] = river.InsertManyParams{Args: args}
 	}

@@ -96,6 +96,7 @@ type tallyKey struct {
 // last flush.
 type tally struct {
 	cfg      breaker.Config
+	enforce  bool
 	buckets  map[int64]*[2]int // bucket start (unix ns) -> successes, failures
 	run      breaker.Run
 	failures int
@@ -167,7 +168,7 @@ func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
 	d := b.Peek(cfg, now)
 	switch d.Admission {
 	case breaker.Admitted:
-		return g.admitted(t.ID, d.Ticket.Generation, cfg), nil
+		return g.admitted(t.ID, d.Ticket.Generation, cfg, enforce), nil
 	case breaker.Trial:
 		g.mu.Lock()
 		busy := now.Before(g.busyUntil[t.ID])
@@ -181,9 +182,9 @@ func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
 	}
 }
 
-func (g *BreakerGate) admitted(id string, gen int64, cfg breaker.Config) Admission {
+func (g *BreakerGate) admitted(id string, gen int64, cfg breaker.Config, enforce bool) Admission {
 	return Admission{Finish: func(_ context.Context, c Classification, at time.Time) {
-		g.count(id, gen, cfg, c, at)
+		g.count(id, gen, cfg, enforce, c, at)
 	}}
 }
 
@@ -205,7 +206,7 @@ func (g *BreakerGate) refuse(id string, enforce bool, cfg breaker.Config, d brea
 
 // trial asks the fleet for a trial slot.
 func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
-	meta := store.TransitionMeta{Actor: g.cfg.Actor}
+	meta := store.TransitionMeta{Actor: g.cfg.Actor, Shadow: !enforce}
 	tr, d, after, err := g.trials.Acquire(ctx, id, cfg, meta)
 	if err != nil {
 		return Admission{}, err
@@ -228,7 +229,7 @@ func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, 
 			g.observe(id, after, res.Transition)
 		}}, nil
 	case breaker.Admitted:
-		return g.admitted(id, d.Ticket.Generation, cfg), nil
+		return g.admitted(id, d.Ticket.Generation, cfg, enforce), nil
 	default:
 		if d.Reason == breaker.ReasonHalfOpenBusy {
 			g.mu.Lock()
@@ -290,7 +291,7 @@ func (g *BreakerGate) setViewLocked(id string, b breaker.Breaker) {
 }
 
 // count adds an admitted delivery's outcome to this process's tally.
-func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, c Classification, at time.Time) {
+func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, enforce bool, c Classification, at time.Time) {
 	o, ok := toOutcome(c)
 	if !ok || (o != breaker.OutcomeSuccess && o != breaker.OutcomeFailure) {
 		return
@@ -301,7 +302,7 @@ func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, c Classifi
 	k := tallyKey{id, gen}
 	t := g.pending[k]
 	if t == nil {
-		t = &tally{cfg: cfg, buckets: map[int64]*[2]int{}}
+		t = &tally{cfg: cfg, enforce: enforce, buckets: map[int64]*[2]int{}}
 		g.pending[k] = t
 	}
 	n := t.buckets[bucket]
@@ -363,6 +364,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		runs   []store.RunCount
 		want   []store.EvidenceRequest
 		cfgs   = map[string]breaker.Config{}
+		shadow = map[string]bool{}
 	)
 	for k, t := range pending {
 		for start, n := range t.buckets {
@@ -379,6 +381,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 				want = append(want, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
 			}
 			cfgs[k.endpoint] = t.cfg
+			shadow[k.endpoint] = !t.enforce
 		}
 	}
 	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want)
@@ -389,13 +392,13 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		return
 	}
 	for _, ev := range evs {
-		g.evaluate(ctx, ev, cfgs[ev.EndpointID])
+		g.evaluate(ctx, ev, cfgs[ev.EndpointID], shadow[ev.EndpointID])
 	}
 }
 
 // evaluate runs the pure breaker on an endpoint's shared evidence and
 // commits a trip it decides on.
-func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg breaker.Config) {
+func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg breaker.Config, shadow bool) {
 	b := ev.Breaker
 	b.Window = breaker.NewWindow(cfg)
 	for _, bk := range ev.Buckets {
@@ -415,13 +418,16 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		g.observe(ev.EndpointID, ev.Breaker, nil)
 		return
 	}
-	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor})
+	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor, Shadow: shadow})
 	if err != nil {
 		g.logger.Error("breaker_transition_not_saved", slog.String("endpoint", ev.EndpointID), slog.String("error", err.Error()))
 		return
 	}
 	if won {
 		g.observe(ev.EndpointID, b, res.Transition)
+		if shadow {
+			g.logger.Info("breaker_shadow_transition", slog.String("endpoint", ev.EndpointID), slog.String("to", res.Transition.To.String()))
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,7 +13,7 @@ import (
 
 // LedgerStore writes batches of attempts and status updates.
 type LedgerStore interface {
-	RecordLedger(ctx context.Context, attempts []store.Attempt, updates []store.StatusUpdate) error
+	RecordBatch(ctx context.Context, b store.LedgerBatch, after store.AfterDisable) (store.LedgerResult, error)
 }
 
 var _ LedgerStore = (*store.Store)(nil)
@@ -26,6 +27,7 @@ type Ledger struct {
 	logger   *slog.Logger
 	maxBatch int
 	linger   time.Duration
+	cfg      LedgerConfig
 
 	mu      sync.Mutex
 	pending []ledgerEntry
@@ -38,12 +40,22 @@ type Ledger struct {
 
 type ledgerEntry struct {
 	attempt *store.Attempt
+	auth    *store.AuthRule
 	update  store.StatusUpdate
 	result  chan error // nil for fire-and-forget updates
 }
 
+// ErrHoldRefused is returned by Record for a held status that was not
+// applied because the endpoint was enabled meanwhile: run the job again.
+var ErrHoldRefused = errors.New("endpoint enabled again; delivery not held")
+
 // LedgerConfig tunes batching.
 type LedgerConfig struct {
+	// AfterDisable runs inside the transaction that auto-disables
+	// endpoints (to queue operational webhooks atomically).
+	AfterDisable store.AfterDisable
+	// OnDisabled is told, after the commit, of endpoints auto-disabled.
+	OnDisabled func([]store.AutoDisable)
 	// MaxBatch caps the records in one transaction. Default 500.
 	MaxBatch int
 	// Linger is how long the flusher waits for more records after the first
@@ -64,6 +76,7 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 		logger:   logger,
 		maxBatch: cfg.MaxBatch,
 		linger:   cfg.Linger,
+		cfg:      cfg,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -72,11 +85,11 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 // ErrLedgerStopped is returned for records handed to a stopped ledger.
 var ErrLedgerStopped = fmt.Errorf("ledger stopped")
 
-// Record writes an attempt (may be nil) and a status update and waits for the
-// commit.
-func (l *Ledger) Record(ctx context.Context, a *store.Attempt, u store.StatusUpdate) error {
+// Record writes an attempt (may be nil; auth is its endpoint's auto-disable
+// rule) and a status update and waits for the commit.
+func (l *Ledger) Record(ctx context.Context, a *store.Attempt, auth *store.AuthRule, u store.StatusUpdate) error {
 	res := make(chan error, 1)
-	if !l.enqueue(ledgerEntry{attempt: a, update: u, result: res}) {
+	if !l.enqueue(ledgerEntry{attempt: a, auth: auth, update: u, result: res}) {
 		return ErrLedgerStopped
 	}
 	select {
@@ -152,31 +165,47 @@ func (l *Ledger) flush(ctx context.Context) {
 	l.pending = append([]ledgerEntry(nil), l.pending[len(batch):]...)
 	l.mu.Unlock()
 
-	attempts := make([]store.Attempt, 0, len(batch))
-	updates := make([]store.StatusUpdate, 0, len(batch))
+	b := store.LedgerBatch{
+		Attempts: make([]store.Attempt, 0, len(batch)),
+		Updates:  make([]store.StatusUpdate, 0, len(batch)),
+	}
 	for _, e := range batch {
 		if e.attempt != nil {
-			attempts = append(attempts, *e.attempt)
+			b.Attempts = append(b.Attempts, *e.attempt)
+			if e.auth != nil {
+				if b.AuthRules == nil {
+					b.AuthRules = map[string]store.AuthRule{}
+				}
+				b.AuthRules[e.attempt.EndpointID] = *e.auth
+			}
 		}
 		if e.update.DeliveryID != "" {
-			updates = append(updates, e.update)
+			b.Updates = append(b.Updates, e.update)
 		}
 	}
 	// The write must not die with the caller's context: a worker that got a
 	// 2xx must see its attempt recorded even during shutdown.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	err := l.store.RecordLedger(wctx, attempts, updates)
+	res, err := l.store.RecordBatch(wctx, b, l.cfg.AfterDisable)
 	cancel()
 	if err != nil {
-		l.logger.Error("ledger_flush", slog.Int("attempts", len(attempts)), slog.Int("updates", len(updates)), slog.String("error", err.Error()))
+		l.logger.Error("ledger_flush", slog.Int("attempts", len(b.Attempts)), slog.Int("updates", len(b.Updates)), slog.String("error", err.Error()))
 	} else {
 		l.mu.Lock()
 		l.flushes++
 		l.mu.Unlock()
+		if len(res.Disabled) > 0 && l.cfg.OnDisabled != nil {
+			l.cfg.OnDisabled(res.Disabled)
+		}
 	}
 	for _, e := range batch {
-		if e.result != nil {
-			e.result <- err
+		if e.result == nil {
+			continue
 		}
+		if err == nil && res.HoldRefused[e.update.DeliveryID] {
+			e.result <- ErrHoldRefused
+			continue
+		}
+		e.result <- err
 	}
 }

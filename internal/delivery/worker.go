@@ -46,11 +46,12 @@ func (OpenGate) Admit(context.Context, *Target) (Admission, error) {
 	return Admission{Finish: func(context.Context, Classification, time.Time) {}}, nil
 }
 
-// Observer sees every completed attempt (the auth-failure streak and
-// metrics hang off it).
-type Observer interface {
-	Observe(ctx context.Context, t *Target, c Classification, at time.Time)
+// AuthRules gives an endpoint's 401/403 auto-disable rule.
+type AuthRules interface {
+	AuthRule(t *Target) store.AuthRule
 }
+
+var _ AuthRules = (*ClassBook)(nil)
 
 // DeliveryReader reads what the delivery store knows about a delivery.
 type DeliveryReader interface {
@@ -183,7 +184,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return w.finish(ctx, store.StatusUpdate{
+		return w.finish(ctx, args.EndpointID, store.StatusUpdate{
 			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed,
 			LastError: ptr(errEndpointGone.Error()),
 		})
@@ -196,7 +197,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.HeldTotal.Inc()
 		}
-		return w.finish(ctx, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
+		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
 	}
 	if !w.acquire(t.ID) {
 		if w.deps.Metrics != nil {
@@ -250,11 +251,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	class := Classify(resp.Status, resp.ErrorClass)
 	end := start.Add(resp.Duration)
 	// The outcome must be reported even when the job's context has ended.
-	octx := context.WithoutCancel(ctx)
-	adm.Finish(octx, class, end)
-	if w.deps.Observer != nil {
-		w.deps.Observer.Observe(octx, t, class, end)
-	}
+	adm.Finish(context.WithoutCancel(ctx), class, end)
 	w.count(t.ID, class, resp)
 
 	attemptNo := args.AttemptOffset + job.Attempt
@@ -282,24 +279,28 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	}
 	if class == ClassSuccess {
 		update.Status = store.DeliveryDelivered
-		return w.finishAttempt(ctx, job, attempt, update, time.Time{})
+		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
 	delay, again := w.cfg.Schedule.RetryDelay(job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
-		return w.finishAttempt(ctx, job, attempt, update, time.Time{})
+		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
 	}
 	next := start.Add(delay)
 	update.Status = store.DeliveryPending
 	update.NextAttemptAt = &next
-	return w.finishAttempt(ctx, job, attempt, update, next)
+	return w.finishAttempt(ctx, job, t, attempt, update, next)
 }
 
 // finishAttempt records the attempt and returns what River should do: nil to
 // complete the job, an attemptError (with next stored for NextRetry) to retry.
-func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], a *store.Attempt, u store.StatusUpdate, next time.Time) error {
-	if err := w.record(ctx, a, u); err != nil {
+func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
+	rule := store.DefaultAuthRule
+	if w.deps.AuthRules != nil {
+		rule = w.deps.AuthRules.AuthRule(t)
+	}
+	if err := w.record(ctx, a, &rule, u); err != nil {
 		// Not recorded: try the whole attempt again later. The receiver may
 		// see it twice (at-least-once, same webhook-id).
 		w.deps.Logger.ErrorContext(ctx, "attempt_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
@@ -317,18 +318,25 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 }
 
 // finish records a final status without an attempt and completes the job.
-func (w *Worker) finish(ctx context.Context, u store.StatusUpdate) error {
-	if err := w.record(ctx, nil, u); err != nil {
+// A hold refused because the endpoint was enabled meanwhile runs the job
+// again at once.
+func (w *Worker) finish(ctx context.Context, endpointID string, u store.StatusUpdate) error {
+	err := w.record(ctx, nil, nil, u)
+	if errors.Is(err, ErrHoldRefused) {
+		w.deps.Endpoints.Invalidate(endpointID)
+		return river.JobSnooze(0)
+	}
+	if err != nil {
 		w.deps.Logger.ErrorContext(ctx, "status_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
 		return river.JobSnooze(time.Second + w.jitter())
 	}
 	return nil
 }
 
-func (w *Worker) record(ctx context.Context, a *store.Attempt, u store.StatusUpdate) error {
+func (w *Worker) record(ctx context.Context, a *store.Attempt, auth *store.AuthRule, u store.StatusUpdate) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return w.deps.Ledger.Record(rctx, a, u)
+	return w.deps.Ledger.Record(rctx, a, auth, u)
 }
 
 func (w *Worker) count(endpointID string, class Classification, resp Response) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -48,11 +49,11 @@ const deliveryColumns = `d.id, d.message_id, d.endpoint_id, d.tenant_id,
 
 const deliveryFrom = ` FROM deliveries d LEFT JOIN river_job j ON j.id = d.job_id `
 
-func scanDelivery(row pgx.Row) (Delivery, error) {
+func scanDelivery(row pgx.Row, extra ...any) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(&d.ID, &d.MessageID, &d.EndpointID, &d.TenantID, &d.Status, &d.AttemptCount, &d.Series,
+	err := row.Scan(append([]any{&d.ID, &d.MessageID, &d.EndpointID, &d.TenantID, &d.Status, &d.AttemptCount, &d.Series,
 		&d.JobID, &d.LastAttemptAt, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError,
-		&d.BreakerOpenUntil, &d.DeliveredAt, &d.CreatedAt, &d.UpdatedAt)
+		&d.BreakerOpenUntil, &d.DeliveredAt, &d.CreatedAt, &d.UpdatedAt}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, ErrNotFound
 	}
@@ -103,7 +104,7 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Del
 			return err
 		}
 		d.Series++
-		jobIDs, err := enq.EnqueueTx(ctx, tx, msg, []Delivery{d})
+		jobIDs, err := enq.EnqueueTx(ctx, tx, queueAll(msg, []Delivery{d}))
 		if err != nil {
 			return fmt.Errorf("enqueue retry: %w", err)
 		}
@@ -217,10 +218,70 @@ type StatusUpdate struct {
 	BreakerOpenUntil *time.Time
 }
 
+// AuthRule is a class's 401/403 auto-disable rule.
+type AuthRule struct {
+	// After is the number of consecutive auth failures that disables.
+	After int
+	// MinDuration is how long the streak must span at least.
+	MinDuration time.Duration
+}
+
+// LedgerBatch is what one ledger flush writes.
+type LedgerBatch struct {
+	Attempts []Attempt
+	Updates  []StatusUpdate
+	// AuthRules holds the auto-disable rule of each endpoint with an
+	// attempt in the batch; endpoints without one are never disabled.
+	AuthRules map[string]AuthRule
+}
+
+// AutoDisable is an endpoint the ledger disabled for a wall of auth
+// failures.
+type AutoDisable struct {
+	EndpointID string
+	TenantID   string
+	URL        string
+	EventID    int64
+	Failures   int
+	FirstAt    time.Time
+	LastAt     time.Time
+}
+
+// LedgerResult is what a ledger flush did beyond writing.
+type LedgerResult struct {
+	// Disabled lists the endpoints disabled for auth failures.
+	Disabled []AutoDisable
+	// HoldRefused names deliveries whose held status was not applied
+	// because their endpoint is enabled again: their jobs must run again.
+	HoldRefused map[string]bool
+}
+
+// AfterDisable runs inside the ledger's transaction for the endpoints it
+// just disabled (to queue their operational webhooks atomically).
+type AfterDisable func(ctx context.Context, tx pgx.Tx, disabled []AutoDisable) error
+
 // RecordLedger writes a batch of attempts and status updates in one
-// transaction: the attempts by COPY, the updates by one UPDATE over arrays.
+// transaction (see RecordBatch), without auth rules.
 func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []StatusUpdate) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	_, err := s.RecordBatch(ctx, LedgerBatch{Attempts: attempts, Updates: updates}, nil)
+	return err
+}
+
+// DefaultAuthRule is the auto-disable rule of an endpoint whose class
+// could not be read.
+var DefaultAuthRule = AuthRule{After: 10, MinDuration: 5 * time.Minute}
+
+// RecordBatch writes a ledger batch in one transaction: the attempts by
+// COPY, the status updates by one UPDATE over arrays, and the auth-failure
+// streaks of the batch's endpoints; an endpoint whose streak reaches its
+// rule is disabled with reason auth_failures in the same transaction, so
+// each attempt counts exactly once. after (may be nil) runs in the
+// transaction for the endpoints disabled.
+func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
+	attempts, updates := b.Attempts, b.Updates
+	var res LedgerResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res = LedgerResult{}
 		if len(attempts) > 0 {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
 				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
@@ -237,6 +298,15 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 				}))
 			if err != nil {
 				return fmt.Errorf("copy attempts: %w", err)
+			}
+		}
+		var err error
+		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules); err != nil {
+			return err
+		}
+		if len(res.Disabled) > 0 && after != nil {
+			if err := after(ctx, tx, res.Disabled); err != nil {
+				return err
 			}
 		}
 		updates = mergeUpdates(updates)
@@ -263,7 +333,10 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 				codes[i] = &c
 			}
 		}
-		_, err := tx.Exec(ctx, `
+		// A hold applies only while the endpoint is still disabled (the
+		// endpoint row is share-locked against a concurrent enable);
+		// otherwise the caller runs the job again.
+		rows, err := tx.Query(ctx, `
 			UPDATE deliveries d SET
 				status = u.status,
 				attempt_count = greatest(d.attempt_count, u.attempt_count),
@@ -279,13 +352,43 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 				AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
 					last_status_code, last_error, breaker_open_until)
 			WHERE d.id = u.id AND d.series = u.series AND d.status <> 'delivered'
-				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))`,
+				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
+				AND (u.status <> 'held' OR EXISTS (
+					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
+			RETURNING d.id, u.status`,
 			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
+		held := map[string]bool{}
+		for rows.Next() {
+			var id, status string
+			if err := rows.Scan(&id, &status); err != nil {
+				rows.Close()
+				return fmt.Errorf("update delivery statuses: %w", err)
+			}
+			if status == DeliveryHeld {
+				held[id] = true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		for _, u := range updates {
+			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
+				if res.HoldRefused == nil {
+					res.HoldRefused = map[string]bool{}
+				}
+				res.HoldRefused[u.DeliveryID] = true
+			}
+		}
 		return nil
 	})
+	if err != nil {
+		return LedgerResult{}, err
+	}
+	return res, nil
 }
 
 // mergeUpdates folds the updates of one delivery within a batch into one, in
@@ -335,4 +438,208 @@ func (s *Store) DeliveryProgress(ctx context.Context, id string) (status string,
 		return "", 0, fmt.Errorf("load delivery progress: %w", err)
 	}
 	return status, series, nil
+}
+
+// authSummary is one endpoint's auth outcomes within a batch, in order.
+type authSummary struct {
+	reset   bool // a non-auth outcome happened: the streak restarts after it
+	count   int  // auth failures after the last reset (or all, without one)
+	firstAt time.Time
+	lastAt  time.Time
+}
+
+// applyAuthStreaks folds the batch's attempts into the endpoints' auth
+// streaks and disables the endpoints whose streak reached their rule. A
+// blocked attempt (refused by the SSRF guard) says nothing of credentials
+// and leaves the streak alone; any other non-auth outcome resets it.
+func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule) ([]AutoDisable, error) {
+	sums := map[string]*authSummary{}
+	var order []string
+	for _, a := range attempts {
+		if a.Classification == "blocked" {
+			continue
+		}
+		sm := sums[a.EndpointID]
+		if sm == nil {
+			sm = &authSummary{}
+			sums[a.EndpointID] = sm
+			order = append(order, a.EndpointID)
+		}
+		if a.Classification != "auth_failure" {
+			sm.reset, sm.count, sm.firstAt, sm.lastAt = true, 0, time.Time{}, time.Time{}
+			continue
+		}
+		if sm.count == 0 {
+			sm.firstAt = a.AttemptedAt
+		}
+		sm.count++
+		sm.lastAt = a.AttemptedAt
+	}
+	var (
+		resetIDs      []string
+		ids           []string
+		resets        []bool
+		counts        []int32
+		firsts, lasts []time.Time
+	)
+	for _, id := range order {
+		sm := sums[id]
+		if sm.count == 0 {
+			resetIDs = append(resetIDs, id)
+			continue
+		}
+		ids, resets, counts = append(ids, id), append(resets, sm.reset), append(counts, int32(sm.count))
+		firsts, lasts = append(firsts, sm.firstAt), append(lasts, sm.lastAt)
+	}
+	if len(resetIDs) > 0 {
+		// Touches only endpoints with a streak running: healthy ones cost
+		// an index probe, no write.
+		if _, err := tx.Exec(ctx, `UPDATE auth_streaks SET failures = 0, first_at = NULL WHERE endpoint_id = ANY($1) AND failures > 0`, resetIDs); err != nil {
+			return nil, fmt.Errorf("reset auth streaks: %w", err)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// One statement per kind of summary: a batch that saw a reset replaces
+	// the streak, one that did not extends it.
+	var due []AutoDisable
+	for _, restart := range []bool{true, false} {
+		var sIDs []string
+		var sCounts []int32
+		var sFirsts, sLasts []time.Time
+		for i := range ids {
+			if resets[i] == restart {
+				sIDs, sCounts, sFirsts, sLasts = append(sIDs, ids[i]), append(sCounts, counts[i]), append(sFirsts, firsts[i]), append(sLasts, lasts[i])
+			}
+		}
+		if len(sIDs) == 0 {
+			continue
+		}
+		onConflict := `failures = a.failures + EXCLUDED.failures,
+			first_at = CASE WHEN a.failures = 0 THEN EXCLUDED.first_at ELSE a.first_at END`
+		if restart {
+			onConflict = `failures = EXCLUDED.failures, first_at = EXCLUDED.first_at`
+		}
+		rows, err := tx.Query(ctx, `
+			INSERT INTO auth_streaks AS a (endpoint_id, failures, first_at, last_at)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::timestamptz[], $4::timestamptz[]) ORDER BY 1
+			ON CONFLICT (endpoint_id) DO UPDATE SET `+onConflict+`, last_at = EXCLUDED.last_at
+			RETURNING endpoint_id, failures, first_at, last_at`,
+			sIDs, sCounts, sFirsts, sLasts)
+		if err != nil {
+			return nil, fmt.Errorf("count auth failures: %w", err)
+		}
+		for rows.Next() {
+			var d AutoDisable
+			if err := rows.Scan(&d.EndpointID, &d.Failures, &d.FirstAt, &d.LastAt); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("count auth failures: %w", err)
+			}
+			rule, ok := rules[d.EndpointID]
+			if ok && rule.After > 0 && d.Failures >= rule.After && d.LastAt.Sub(d.FirstAt) >= rule.MinDuration {
+				due = append(due, d)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("count auth failures: %w", err)
+		}
+	}
+	var disabled []AutoDisable
+	for _, d := range due {
+		details, _ := json.Marshal(map[string]any{"failures": d.Failures, "first_at": d.FirstAt, "last_at": d.LastAt})
+		err := tx.QueryRow(ctx, `
+			WITH u AS (
+				UPDATE endpoints SET status = 'disabled', disabled_reason = 'auth_failures', updated_at = now()
+				WHERE id = $1 AND status = 'enabled' AND deleted_at IS NULL
+				RETURNING id, tenant_id, url
+			), ev AS (
+				INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor)
+				SELECT id, 'disabled', 'auth_failures', $2, 'dispatcher' FROM u
+				RETURNING id
+			), n AS (SELECT pg_notify('`+EndpointChannel+`', id) FROM u)
+			SELECT u.tenant_id, u.url, (SELECT id FROM ev), (SELECT count(*) FROM n) FROM u`,
+			d.EndpointID, details).Scan(&d.TenantID, &d.URL, &d.EventID, new(int))
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // already disabled
+		}
+		if err != nil {
+			return nil, fmt.Errorf("disable endpoint: %w", err)
+		}
+		disabled = append(disabled, d)
+	}
+	return disabled, nil
+}
+
+// EnableEndpoint enables an endpoint, resets its auth-failure streak and
+// releases every held delivery in creation order (each gets a job), in one
+// transaction. It returns the endpoint and how many deliveries it released.
+func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueuer) (Endpoint, int, error) {
+	var (
+		e        Endpoint
+		released int
+	)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		e, err = updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL`)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM auth_streaks WHERE endpoint_id = $1`, id); err != nil {
+			return fmt.Errorf("reset auth streak: %w", err)
+		}
+		for {
+			rows, err := tx.Query(ctx, `
+				SELECT `+deliveryColumns+`, m.event_type, m.payload::text`+deliveryFrom+`
+				JOIN messages m ON m.id = d.message_id
+				WHERE d.endpoint_id = $1 AND d.status = 'held'
+				ORDER BY d.created_at, d.id LIMIT 500`, id)
+			if err != nil {
+				return fmt.Errorf("list held deliveries: %w", err)
+			}
+			var batch []QueuedDelivery
+			for rows.Next() {
+				var q QueuedDelivery
+				var payload string
+				d, err := scanDelivery(rows, &q.EventType, &payload)
+				if err != nil {
+					rows.Close()
+					return fmt.Errorf("list held deliveries: %w", err)
+				}
+				q.Delivery, q.Payload = d, json.RawMessage(payload)
+				batch = append(batch, q)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("list held deliveries: %w", err)
+			}
+			if len(batch) == 0 {
+				break
+			}
+			jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
+			if err != nil {
+				return fmt.Errorf("enqueue held deliveries: %w", err)
+			}
+			ids := make([]string, len(batch))
+			for i, q := range batch {
+				ids[i] = q.ID
+			}
+			if _, err := tx.Exec(ctx, `
+				UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL, updated_at = now()
+				FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, ids, jobIDs); err != nil {
+				return fmt.Errorf("release held deliveries: %w", err)
+			}
+			released += len(batch)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor) VALUES ($1, 'enabled', '', jsonb_build_object('released', $2::int), $3)`, id, released, actor)
+		if err != nil {
+			return fmt.Errorf("record enable: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Endpoint{}, 0, err
+	}
+	return e, released, nil
 }

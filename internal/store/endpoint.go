@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 // Endpoint statuses.
@@ -26,6 +28,7 @@ type Endpoint struct {
 	PreviousSecret          string
 	PreviousSecretExpiresAt *time.Time
 	TrafficClass            string
+	AssignedClass           *string
 	Metadata                map[string]string
 	Status                  string
 	DisabledReason          *string
@@ -34,13 +37,13 @@ type Endpoint struct {
 }
 
 const endpointColumns = `id, tenant_id, url, description, event_types, secret,
-	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, metadata,
+	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
 	status, disabled_reason, created_at, updated_at`
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
-		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.Metadata,
+		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
 		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
@@ -67,6 +70,9 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	id := NewID("ep", time.Now())
 	var out Endpoint
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockClassForUse(ctx, tx, e.TrafficClass); err != nil {
+			return err
+		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRow(ctx, `
 			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata)
@@ -170,19 +176,36 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 			metadata = map[string]string{}
 		}
 	}
-	return s.updateEndpoint(ctx, id, `
+	if p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto {
+		var out Endpoint
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := lockClassForUse(ctx, tx, *p.TrafficClass); err != nil {
+				return err
+			}
+			var err error
+			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+			return err
+		})
+		return out, err
+	}
+	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+}
+
+const endpointPatchSet = `
 		url = coalesce($2, url),
 		description = coalesce($3, description),
 		event_types = coalesce($4, event_types),
 		traffic_class = coalesce($5, traffic_class),
-		metadata = coalesce($6, metadata)`,
-		p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
-}
+		metadata = coalesce($6, metadata)`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.
 func (s *Store) updateEndpoint(ctx context.Context, id, set string, args ...any) (Endpoint, error) {
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `
+	return updateEndpointTx(ctx, s.pool, id, set, args...)
+}
+
+func updateEndpointTx(ctx context.Context, q queryRower, id, set string, args ...any) (Endpoint, error) {
+	e, err := scanEndpoint(q.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE endpoints SET `+set+`, updated_at = now()
 			WHERE id = $1 AND deleted_at IS NULL

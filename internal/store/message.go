@@ -32,9 +32,25 @@ type NewMessage struct {
 
 // Enqueuer inserts the River jobs of deliveries inside the transaction that
 // creates them, so an accepted message always has its jobs. It returns the
-// job ids in the order of deliveries.
+// job ids in the order given.
 type Enqueuer interface {
-	EnqueueTx(ctx context.Context, tx pgx.Tx, msg Message, deliveries []Delivery) ([]int64, error)
+	EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []QueuedDelivery) ([]int64, error)
+}
+
+// QueuedDelivery is a delivery about to get its job, with what the job
+// carries of its message.
+type QueuedDelivery struct {
+	Delivery
+	EventType string
+	Payload   json.RawMessage
+}
+
+func queueAll(msg Message, ds []Delivery) []QueuedDelivery {
+	out := make([]QueuedDelivery, len(ds))
+	for i, d := range ds {
+		out[i] = QueuedDelivery{Delivery: d, EventType: msg.EventType, Payload: msg.Payload}
+	}
+	return out
 }
 
 // EventTypeFilters returns the endpoint filters that match eventType: the
@@ -135,7 +151,7 @@ func (s *Store) CreateMessage(ctx context.Context, in NewMessage, enq Enqueuer) 
 			}
 		}
 		if len(queued) > 0 {
-			jobIDs, err := enq.EnqueueTx(ctx, tx, msg, queued)
+			jobIDs, err := enq.EnqueueTx(ctx, tx, queueAll(msg, queued))
 			if err != nil {
 				return fmt.Errorf("enqueue deliveries: %w", err)
 			}

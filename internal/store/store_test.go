@@ -42,18 +42,18 @@ type fakeEnqueuer struct {
 	fail   error
 }
 
-func (f *fakeEnqueuer) EnqueueTx(_ context.Context, _ pgx.Tx, _ store.Message, ds []store.Delivery) ([]int64, error) {
+func (f *fakeEnqueuer) EnqueueTx(_ context.Context, _ pgx.Tx, qs []store.QueuedDelivery) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
 		return nil, f.fail
 	}
-	ids := make([]int64, len(ds))
-	for i := range ds {
+	ids := make([]int64, len(qs))
+	for i, q := range qs {
 		f.next++
 		ids[i] = f.next
+		f.queued = append(f.queued, q.Delivery)
 	}
-	f.queued = append(f.queued, ds...)
 	return ids, nil
 }
 

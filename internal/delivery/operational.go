@@ -1,0 +1,124 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// OperationalArgs is a job sending one operational webhook (an event about
+// an endpoint, such as endpoint.disabled) to the operator's URL.
+type OperationalArgs struct {
+	// EventID is the endpoint_events row; it makes the webhook-id stable
+	// across retries.
+	EventID int64           `json:"event_id"`
+	Type    string          `json:"type"`
+	At      time.Time       `json:"at"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// Kind names the job kind.
+func (OperationalArgs) Kind() string { return "operational_webhook" }
+
+// InsertOpts retries an operational webhook like a delivery.
+func (OperationalArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 12}
+}
+
+// OperationalWorker POSTs operational webhooks in the Standard Webhooks
+// format, signed with the operator's secret.
+type OperationalWorker struct {
+	river.WorkerDefaults[OperationalArgs]
+	URL    string
+	Secret Secret
+	Sender *Sender
+	Now    func() time.Time
+}
+
+// Work sends one event; a non-2xx answer is retried by River.
+func (w *OperationalWorker) Work(ctx context.Context, job *river.Job[OperationalArgs]) error {
+	body, err := json.Marshal(map[string]any{"type": job.Args.Type, "timestamp": job.Args.At, "data": job.Args.Data})
+	if err != nil {
+		return fmt.Errorf("encode operational event: %w", err)
+	}
+	id := "evt_" + strconv.FormatInt(job.Args.EventID, 10)
+	now := w.Now()
+	resp := w.Sender.Send(ctx, Request{URL: w.URL, MessageID: id, Timestamp: now, Body: body, Signature: Sign(id, now, body, w.Secret)},
+		func(s time.Time) time.Duration { return w.Now().Sub(s) }, now)
+	if resp.Status/100 != 2 {
+		return fmt.Errorf("operational webhook: %s", describe(resp))
+	}
+	return nil
+}
+
+// AutoDisables handles endpoints the ledger disabled for auth failures:
+// inside the ledger's transaction it queues their endpoint.disabled
+// operational webhooks (when a URL is configured); after the commit it logs
+// and counts them.
+type AutoDisables struct {
+	// Client inserts the operational webhook jobs; nil sends none.
+	Client   *river.Client[pgx.Tx]
+	Logger   *slog.Logger
+	Disabled *prometheus.CounterVec
+}
+
+// NewAutoDisabledCounter creates and registers endpoint_auto_disabled_total.
+func NewAutoDisabledCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "endpoint_auto_disabled_total",
+		Help: "Endpoints disabled automatically, by reason (auth_failures).",
+	}, []string{"reason"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
+// InTx queues the operational webhooks (a store.AfterDisable).
+func (a *AutoDisables) InTx(ctx context.Context, tx pgx.Tx, disabled []store.AutoDisable) error {
+	if a.Client == nil {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(disabled))
+	for i, d := range disabled {
+		data, err := json.Marshal(map[string]any{
+			"endpoint_id": d.EndpointID, "tenant_id": d.TenantID, "url": d.URL, "reason": "auth_failures",
+			"failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
+		})
+		if err != nil {
+			return fmt.Errorf("encode operational event: %w", err)
+		}
+		params[i] = river.InsertManyParams{Args: OperationalArgs{EventID: d.EventID, Type: "endpoint.disabled", At: d.LastAt, Data: data}}
+	}
+	if _, err := a.Client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("queue operational webhooks: %w", err)
+	}
+	return nil
+}
+
+// After logs and counts the disabled endpoints.
+func (a *AutoDisables) After(disabled []store.AutoDisable) {
+	for _, d := range disabled {
+		if a.Disabled != nil {
+			a.Disabled.WithLabelValues("auth_failures").Inc()
+		}
+		if a.Logger != nil {
+			a.Logger.Warn("endpoint_auto_disabled",
+				slog.String("endpoint", d.EndpointID),
+				slog.String("tenant", d.TenantID),
+				slog.String("reason", "auth_failures"),
+				slog.Int("failures", d.Failures),
+				slog.Time("first_failure_at", d.FirstAt),
+				slog.Time("last_failure_at", d.LastAt))
+		}
+	}
+}
