@@ -3,6 +3,7 @@ package trafficclass_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,5 +45,30 @@ func FuzzDecode(f *testing.F) {
 		out2, err := json.Marshal(again)
 		require.NoError(t, err)
 		require.Equal(t, string(out), string(out2))
+	})
+}
+
+// FuzzClassify checks that Classify never panics and always names a
+// built-in with a reason: the default class when history is short or the
+// volume is not a rate, otherwise the band that holds the volume, with a
+// warning exactly when the class is Noisy.
+func FuzzClassify(f *testing.F) {
+	f.Add(400.0, 0.01, 20160)
+	f.Add(0.8, 0.25, 20160)
+	f.Add(1.0/60, 0.0, 60)
+	f.Add(20.0, 0.2, 59)
+	f.Fuzz(func(t *testing.T, quietRPS, healthyErrorRate float64, minutes int) {
+		m := trafficclass.Measurement{QuietRPS: quietRPS, HealthyErrorRate: healthyErrorRate, Minutes: minutes}
+		name, reason := trafficclass.Classify(m, trafficclass.Builtins())
+		require.True(t, trafficclass.IsBuiltin(name), name)
+		require.NotEmpty(t, reason)
+		r, ok := trafficclass.RangeFor(quietRPS)
+		if minutes < trafficclass.MinHistoryMinutes || !ok {
+			require.Equal(t, trafficclass.DefaultClass, name)
+			return
+		}
+		require.Equal(t, r.Class, name)
+		c, _ := trafficclass.Builtin(name)
+		require.Equal(t, c.Noisy(healthyErrorRate), strings.Contains(reason, "expect false trips"), reason)
 	})
 }
