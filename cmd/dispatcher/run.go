@@ -18,7 +18,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
@@ -48,6 +47,8 @@ type settings struct {
 	breakers          *bool
 	breakerFlush      *time.Duration
 	trialPoolSize     *int
+	opsWebhookURL     *string
+	opsWebhookSecret  *string
 	logFormat         *string
 	logLevel          *string
 }
@@ -74,6 +75,8 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		breakers:          fs.Bool("breakers", "BREAKERS", true, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", 100*time.Millisecond, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 8, "connections for half-open trials (each trial holds one for its request)"),
+		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", "", "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
+		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", "", "whsec_ secret signing operational webhooks (required with the URL)"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -120,6 +123,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", "must be from 10ms to 10s")
 	case *set.trialPoolSize < 1 || *set.trialPoolSize > 1000:
 		return config.Invalid("trial-pool-size", "TRIAL_POOL_SIZE", "must be from 1 to 1000")
+	}
+	var opsSecret delivery.Secret
+	if *set.opsWebhookURL != "" {
+		if opsSecret, err = delivery.ParseSecret(*set.opsWebhookSecret); err != nil {
+			return config.Invalid("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", "%v (required with --operational-webhook-url)", err)
+		}
 	}
 	jobTimeout := *set.requestTimeout + delivery.JobTimeoutMargin
 	rescueAfter := *set.rescueAfter
@@ -168,7 +177,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	listener.Handle(store.EndpointChannel, cache.Invalidate)
 	listener.OnReconnect(cache.InvalidateAll)
 
-	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{})
+	classes := delivery.NewClassBook(st, logger)
+	if err := classes.Load(ctx); err != nil {
+		return err
+	}
+	listener.Handle(store.ClassChannel, classes.HandleNotice)
+
+	autoDisables := &delivery.AutoDisables{Logger: logger, Disabled: delivery.NewAutoDisabledCounter(reg)}
+	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{AfterDisable: autoDisables.InTx, OnDisabled: autoDisables.After})
 	go ledger.Run(bg)
 
 	var gate delivery.Gate = delivery.OpenGate{}
@@ -184,7 +200,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		bgate := delivery.NewBreakerGate(delivery.BreakerGateConfig{
 			FlushInterval: *set.breakerFlush,
 			Actor:         actor(),
-		}, st, trials, delivery.FixedBreakerConfig{Config: breaker.DefaultConfig()}, clock.Now, rand.Float64, logger,
+		}, st, trials, classes, clock.Now, rand.Float64, logger,
 			delivery.NewBreakerMetrics(reg, labels))
 		listener.Handle(store.BreakerChannel, bgate.HandleNotice)
 		listener.OnReconnect(func() {
@@ -223,6 +239,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Deliveries: st,
 		Ledger:     ledger,
 		Gate:       gate,
+		AuthRules:  classes,
 		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
 		Metrics:    metrics,
 		Logger:     logger,
@@ -231,6 +248,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &delivery.OperationalWorker{
+		URL: *set.opsWebhookURL, Secret: opsSecret, Now: clock.Now,
+		Sender: delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
+	})
 	riverLogger := slog.New(minLevel{Handler: logger.Handler(), min: slog.LevelWarn})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:                      riverLogger,
@@ -245,6 +266,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
+	}
+	if *set.opsWebhookURL != "" {
+		autoDisables.Client = client
 	}
 
 	metricsSrv, metricsLn, err := serveMetrics(*set.metricsAddr, reg, st, logger)

@@ -80,11 +80,13 @@ type WorkerDeps struct {
 	Endpoints  *EndpointCache
 	Deliveries DeliveryReader
 	Gate       Gate
-	Observer   Observer
-	Ledger     *Ledger
-	Sender     *Sender
-	Metrics    *Metrics
-	Logger     *slog.Logger
+	// AuthRules gives each endpoint's auto-disable rule; nil uses
+	// store.DefaultAuthRule.
+	AuthRules AuthRules
+	Ledger    *Ledger
+	Sender    *Sender
+	Metrics   *Metrics
+	Logger    *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/hookd/hookd/internal/trafficclass"
 	"github.com/hookd/hookd/migrations"
 )
 
@@ -131,7 +132,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		}
 		logger.InfoContext(ctx, "migration_applied", slog.String("line", "hookd"), slog.Int("version", m.Version), slog.String("name", m.Name))
 	}
-	return nil
+	// The built-in traffic classes are data the schema needs; an operator's
+	// tuning of one is kept.
+	return New(pool, logger).EnsureBuiltinClasses(ctx, trafficclass.Builtins())
 }
 
 // MigrationsCurrent reports whether every embedded migration, River's
