@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -384,13 +385,28 @@ func processGone(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-// freePort returns a loopback port that was free a moment ago.
+var (
+	portsMu sync.Mutex
+	ports   = map[int]bool{}
+)
+
+// freePort returns a loopback port that was free a moment ago and that no
+// other caller in this process has been given (the kernel may hand a port
+// just closed to the next listener).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		if !ports[port] {
+			ports[port] = true
+			return strconv.Itoa(port)
+		}
+	}
 }
 
 // deadPort returns a loopback port nothing listens on.
