@@ -269,16 +269,22 @@ Send it a message:
 Ctrl-C stops everything.
 EOF
 
-# Run until a signal or until either process exits.
+# Run until a signal or until either process exits. A process that exits 0
+# was stopped by a signal (Ctrl-C reaches the whole process group).
 set +e
 wait -n "$api_pid" "$disp_pid"
 status=$?
 set -e
+name=dispatcher
 if ! kill -0 "$api_pid" 2>/dev/null; then
+	name=api
 	api_pid=""
-	say "the api exited (status $status)"
 else
 	disp_pid=""
-	say "the dispatcher exited (status $status)"
 fi
+if ((status == 0)); then
+	say "the $name stopped"
+	exit 0
+fi
+say "the $name exited (status $status)"
 exit 1
