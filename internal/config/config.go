@@ -141,6 +141,22 @@ func (f *FlagSet) Names() map[string]string {
 	return out
 }
 
+// Flag describes one bound flag: its name without dashes, its environment
+// twin ("" for none), its default as text and its usage line.
+type Flag struct {
+	Name, Env, Default, Usage string
+}
+
+// Flags lists every flag in the order it was bound: the source of the
+// README's configuration tables.
+func (f *FlagSet) Flags() []Flag {
+	out := make([]Flag, len(f.bindings))
+	for i, b := range f.bindings {
+		out[i] = Flag{Name: b.name, Env: b.env, Default: b.def, Usage: b.usage}
+	}
+	return out
+}
+
 // PrintHelp writes the synopsis and every flag with its twin and default.
 func (f *FlagSet) PrintHelp() {
 	fmt.Fprintf(f.out, "%s\n\nFlags (each also read from the environment variable shown):\n", f.synopsis)

@@ -1,0 +1,52 @@
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 10s
+# TEST_FUZZTIME is how long `make test` runs each fuzz target after the tests.
+TEST_FUZZTIME ?= 3s
+# staticcheck 2025.1.1 is module version v0.6.1.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
+
+.PHONY: build run test fuzz lint clean
+
+## build: build bin/api and bin/dispatcher
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## run: run the API and the dispatcher against a local Postgres (deploy/run-local.sh)
+run:
+	./deploy/run-local.sh
+
+## test: vet, run every test with the race detector, then each fuzz target briefly
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+## fuzz: run every Fuzz* target in the module for FUZZTIME each
+# Targets are discovered with `go test -list`, which prints a package's
+# matching names before its "ok <package>" line.
+fuzz:
+	@targets=$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i]; n = 0 }'); \
+	if [ -z "$$targets" ]; then echo "== fuzz: no fuzz targets found"; exit 0; fi; \
+	count=0; \
+	while read -r pkg name; do \
+		echo "== fuzz $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+		count=$$((count + 1)); \
+	done <<< "$$targets"; \
+	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@unformatted=$$(gofmt -l $$(find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print)); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l reports:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## clean: remove built binaries (a private cluster under .data/ is kept)
+clean:
+	rm -rf bin/
