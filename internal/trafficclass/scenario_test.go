@@ -19,7 +19,9 @@ var threeAM = time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC)
 
 // retryOffsets are the attempt times of one delivery that keeps failing,
 // relative to its first attempt, under delivery.DefaultSchedule
-// (0s,5s,5m,30m,2h,5h,10h,10h) without jitter.
+// (0s,5s,5m,30m,2h,5h,10h,10h) without jitter. The worker's full jitter
+// draws each step from [0, step], which moves retries earlier but keeps
+// their average rate.
 var retryOffsets = []time.Duration{
 	0,
 	5 * time.Second,
