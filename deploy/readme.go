@@ -61,3 +61,38 @@ func TableAfter(doc, heading string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// ReplaceTableAfter returns doc with the first Markdown table after the line
+// heading replaced by table.
+func ReplaceTableAfter(doc, heading, table string) (string, error) {
+	lines := strings.Split(doc, "\n")
+	at := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == heading {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return "", fmt.Errorf("no line %q", heading)
+	}
+	start, end := -1, -1
+	for i := at + 1; i < len(lines); i++ {
+		isRow := strings.HasPrefix(strings.TrimSpace(lines[i]), "|")
+		if isRow && start < 0 {
+			start = i
+		}
+		if !isRow && start >= 0 {
+			end = i
+			break
+		}
+	}
+	if start < 0 {
+		return "", fmt.Errorf("no table under %q", heading)
+	}
+	if end < 0 {
+		end = len(lines)
+	}
+	out := append(append(append([]string{}, lines[:start]...), strings.Split(strings.TrimRight(table, "\n"), "\n")...), lines[end:]...)
+	return strings.Join(out, "\n"), nil
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"io"
 	"os"
 	"testing"
@@ -10,8 +11,11 @@ import (
 	"github.com/hookd/hookd/deploy"
 )
 
+var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's configuration table from the flags")
+
 // TestREADMEConfigurationTable keeps the README's api table equal to the
-// flags: on failure it prints the table to paste.
+// flags: on failure it prints the table to paste (or run the test with
+// -update-readme).
 func TestREADMEConfigurationTable(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
@@ -19,6 +23,12 @@ func TestREADMEConfigurationTable(t *testing.T) {
 	fs, _ := newFlagSet(func(string) string { return "" }, io.Discard)
 	want := deploy.FlagTable(fs.Flags())
 
+	if *updateREADME {
+		doc, err := deploy.ReplaceTableAfter(string(readme), "### api", want)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile("../../README.md", []byte(doc), 0o644))
+		return
+	}
 	got, err := deploy.TableAfter(string(readme), "### api")
 	require.NoError(t, err, "README.md needs a '### api' heading followed by this table:\n\n%s", want)
 	require.Equal(t, want, got, "README.md's api table disagrees with the flags; generated from them:\n\n%s", want)
