@@ -21,6 +21,7 @@ import (
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 const synopsis = `usage: dispatcher [run|migrate] [flags]
@@ -47,6 +48,7 @@ type settings struct {
 	breakers          *bool
 	breakerFlush      *time.Duration
 	trialPoolSize     *int
+	reclassifyEvery   *time.Duration
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
 	logFormat         *string
@@ -75,6 +77,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		breakers:          fs.Bool("breakers", "BREAKERS", true, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", 100*time.Millisecond, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 8, "connections for half-open trials (each trial holds one for its request)"),
+		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", trafficclass.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", "", "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", "", "whsec_ secret signing operational webhooks (required with the URL)"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
@@ -121,6 +124,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
 	case *set.breakerFlush < 10*time.Millisecond || *set.breakerFlush > 10*time.Second:
 		return config.Invalid("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", "must be from 10ms to 10s")
+	case *set.reclassifyEvery < time.Minute:
+		return config.Invalid("reclassify-interval", "RECLASSIFY_INTERVAL", "must be at least 1m")
 	case *set.trialPoolSize < 1 || *set.trialPoolSize > 1000:
 		return config.Invalid("trial-pool-size", "TRIAL_POOL_SIZE", "must be from 1 to 1000")
 	}
@@ -192,7 +197,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	defer stopGate()
 	gateDone := make(chan struct{})
 	if *set.breakers {
-		trials, err := st.OpenTrialPool(ctx, *set.databaseURL, int32(*set.trialPoolSize), *set.requestTimeout+10*time.Second)
+		trials, err := st.OpenTrialPool(ctx, *set.databaseURL, int32(*set.trialPoolSize), *set.requestTimeout+10*time.Second, "hookd-trials/"+actor())
 		if err != nil {
 			return err
 		}
@@ -248,6 +253,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &delivery.ReclassifyWorker{Store: st, Logger: logger})
 	river.AddWorker(workers, &delivery.OperationalWorker{
 		URL: *set.opsWebhookURL, Secret: opsSecret, Now: clock.Now,
 		Sender: delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
@@ -263,6 +269,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		JobTimeout:                  jobTimeout,
 		RescueStuckJobsAfter:        rescueAfter,
 		SoftStopTimeout:             *set.shutdownGrace,
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(*set.reclassifyEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return delivery.ReclassifyArgs{}, nil }, nil)},
 	})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)

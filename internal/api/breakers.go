@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 // breakerResponse is an endpoint's breaker as operators see it.
@@ -20,6 +23,7 @@ type breakerResponse struct {
 	FailureRate         float64    `json:"failure_rate"`
 	Observations        int        `json:"observations"`
 	Failures            int        `json:"failures"`
+	TrafficClass        string     `json:"traffic_class"`
 	FailureThreshold    float64    `json:"failure_rate_threshold"`
 	MinThroughput       int        `json:"min_throughput"`
 	Window              string     `json:"window"`
@@ -66,20 +70,34 @@ func handleGetBreaker(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		c := d.breakerConfig(e)
+		class, err := d.classOf(r.Context(), e)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		c := class.Breaker
 		st, err := d.Store.GetBreakerStatus(r.Context(), e.ID, c)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		encode(w, http.StatusOK, toBreaker(st, c))
+		out := toBreaker(st, c)
+		out.TrafficClass = class.Name
+		encode(w, http.StatusOK, out)
 	})
 }
 
-// breakerConfig returns the breaker config an endpoint runs under.
-func (d Deps) breakerConfig(e store.Endpoint) breaker.Config {
-	if d.BreakerConfig != nil {
-		return d.BreakerConfig(e)
+// classOf returns the traffic class an endpoint runs under; a class
+// deleted under a racing update falls back to the default class as the
+// dispatcher does.
+func (d Deps) classOf(ctx context.Context, e store.Endpoint) (trafficclass.Class, error) {
+	c, err := d.Store.GetClass(ctx, e.EffectiveClass())
+	if errors.Is(err, store.ErrNotFound) {
+		c, err = d.Store.GetClass(ctx, trafficclass.DefaultClass)
 	}
-	return breaker.DefaultConfig()
+	if errors.Is(err, store.ErrNotFound) {
+		c, _ = trafficclass.Builtin(trafficclass.DefaultClass)
+		return c, nil
+	}
+	return c, err
 }

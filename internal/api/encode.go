@@ -27,11 +27,8 @@ type validator interface {
 // validates it. Every failure names the field at fault.
 func decode[T validator](r *http.Request, limit int64) (T, error) {
 	var v T
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return v, errUnsupportedMedia
-		}
+	if err := checkJSONContentType(r); err != nil {
+		return v, err
 	}
 	body := http.MaxBytesReader(nil, r.Body, limit)
 	dec := json.NewDecoder(body)
@@ -47,6 +44,17 @@ func decode[T validator](r *http.Request, limit int64) (T, error) {
 		return v, invalid("body", "must hold exactly one JSON object")
 	}
 	return v, v.validate()
+}
+
+// checkJSONContentType accepts a missing content type or a JSON one.
+func checkJSONContentType(r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errUnsupportedMedia
+		}
+	}
+	return nil
 }
 
 // decodeError turns an encoding/json error into a field error.

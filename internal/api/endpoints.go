@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -89,6 +90,9 @@ func handleCreateEndpoint(d Deps) http.Handler {
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata,
 		})
+		if errors.Is(err, store.ErrUnknownClass) {
+			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -178,6 +182,9 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			TrafficClass: req.TrafficClass, Metadata: req.Metadata,
 		})
+		if errors.Is(err, store.ErrUnknownClass) {
+			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -203,7 +210,8 @@ func handleSetEndpointStatus(d Deps, enable bool) http.Handler {
 			err error
 		)
 		if enable {
-			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointEnabled, nil)
+			// Enabling releases every held delivery, in creation order.
+			e, _, err = d.Store.EnableEndpoint(r.Context(), chi.URLParam(r, "id"), "api", d.Enqueuer)
 		} else {
 			reason := "manual"
 			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointDisabled, &reason)

@@ -25,6 +25,14 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
 		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
 		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
+		r.Method("GET", "/endpoints/{id}/traffic", handleGetTraffic(d))
+		r.Method("POST", "/endpoints/{id}/traffic/reclassify", handleReclassify(d))
+
+		r.Method("GET", "/traffic-classes", handleListClasses(d))
+		r.Method("POST", "/traffic-classes", handleCreateClass(d))
+		r.Method("GET", "/traffic-classes/{name}", handleGetClass(d))
+		r.Method("PUT", "/traffic-classes/{name}", handlePutClass(d))
+		r.Method("DELETE", "/traffic-classes/{name}", handleDeleteClass(d))
 
 		r.Method("POST", "/messages", handleCreateMessage(d))
 		r.Method("GET", "/messages/{id}", handleGetMessage(d))

@@ -14,7 +14,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -33,9 +32,6 @@ type Deps struct {
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
-	// BreakerConfig gives an endpoint's breaker config; nil means seed
-	// 004's defaults for every endpoint.
-	BreakerConfig func(e store.Endpoint) breaker.Config
 }
 
 // NewServer returns the API's handler.

@@ -37,7 +37,7 @@ func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range n {
-		trials, err := st.OpenTrialPool(context.Background(), db.URL, 4, 30*time.Second)
+		trials, err := st.OpenTrialPool(context.Background(), db.URL, 4, 30*time.Second, "gate-test")
 		require.NoError(t, err)
 		g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: 20 * time.Millisecond, BusyRetry: 20 * time.Millisecond, Actor: "gate-" + string(rune('a'+i))},
 			st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, nil)

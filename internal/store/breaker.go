@@ -386,8 +386,8 @@ type TrialPool struct {
 }
 
 // OpenTrialPool opens the trial pool: size connections at most, each ended
-// by the server after idleTimeout without a statement.
-func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleTimeout time.Duration) (*TrialPool, error) {
+// by the server after idleTimeout without a statement; appName names the pool's sessions in pg_stat_activity.
+func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleTimeout time.Duration, appName string) (*TrialPool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", redactURLError(err))
@@ -395,7 +395,7 @@ func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleT
 	pc.MaxConns = size
 	pc.MinConns = 0
 	pc.MaxConnIdleTime = idleTimeout / 2
-	pc.ConnConfig.RuntimeParams["application_name"] = "hookd-trials"
+	pc.ConnConfig.RuntimeParams["application_name"] = appName
 	pc.ConnConfig.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(idleTimeout.Milliseconds(), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

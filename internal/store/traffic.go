@@ -169,5 +169,3 @@ func finite(x float64) float64 {
 	}
 	return x
 }
-
-
