@@ -321,3 +321,5 @@ func (p *Proc) Lines(substr string) []string {
 	}
 	return out
 }
+
+func ioCopy(w io.Writer, resp *http.Response) (int64, error) { return io.Copy(w, resp.Body) }

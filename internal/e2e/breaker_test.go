@@ -1,0 +1,286 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// fastClass is the breaker issue's fast test class.
+var fastClass = map[string]any{
+	"name": "fast", "trip": "rate", "failure_rate_threshold": 0.5, "window": "2s", "min_throughput": 20,
+	"open_duration": "2s", "half_open_trials": 3, "half_open_concurrency": 1,
+}
+
+// outageReceiver fails one path for a window of time and records every
+// request's arrival and concurrency.
+type outageReceiver struct {
+	mu          sync.Mutex
+	failFrom    time.Time
+	failUntil   time.Time
+	hang        atomic.Bool
+	arrivals    []time.Time
+	inFlight    int
+	concurrency []int // in-flight count seen by each arrival, itself included
+}
+
+func (o *outageReceiver) respond(r *deliverytest.Request) deliverytest.Response {
+	if r.Path != "/sick" {
+		return deliverytest.Response{Status: http.StatusOK, Delay: 10 * time.Millisecond}
+	}
+	now := time.Now()
+	o.mu.Lock()
+	o.inFlight++
+	o.arrivals = append(o.arrivals, now)
+	o.concurrency = append(o.concurrency, o.inFlight)
+	failing := !now.Before(o.failFrom) && now.Before(o.failUntil)
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.inFlight--
+		o.mu.Unlock()
+	}()
+	if o.hang.Load() {
+		return deliverytest.Response{Hang: true}
+	}
+	if failing {
+		return deliverytest.Response{Status: http.StatusInternalServerError, Delay: 30 * time.Millisecond}
+	}
+	return deliverytest.Response{Status: http.StatusOK, Delay: 30 * time.Millisecond}
+}
+
+type span struct {
+	from, to time.Time
+	state    string
+}
+
+// nonClosedSpans returns the periods the endpoint's breaker was not closed.
+func nonClosedSpans(t *testing.T, db *storetest.DB, endpointID string) (spans []span, halfOpens int) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT at, to_state FROM breaker_transitions WHERE endpoint_id = $1 ORDER BY id`, endpointID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var cur *span
+	for rows.Next() {
+		var at time.Time
+		var to string
+		require.NoError(t, rows.Scan(&at, &to))
+		if cur != nil {
+			cur.to = at
+			spans = append(spans, *cur)
+			cur = nil
+		}
+		if to == "half_open" {
+			halfOpens++
+		}
+		if to != "closed" {
+			cur = &span{from: at, state: to}
+		}
+	}
+	if cur != nil {
+		cur.to = time.Now().Add(time.Hour)
+		spans = append(spans, *cur)
+	}
+	return spans, halfOpens
+}
+
+// TestBreakerAcrossTwoDispatchers is the breaker issue's real-process test:
+// two dispatchers, an endpoint failing everything for 10 s then recovering,
+// under the fast class, next to a healthy endpoint.
+func TestBreakerAcrossTwoDispatchers(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	o := &outageReceiver{}
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: o.respond})
+	api := StartAPI(t, db.URL, nil)
+	code, err := api.Do(context.Background(), "POST", "/v1/traffic-classes", fastClass, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	env := map[string]string{
+		"WORKERS": "30", "REQUEST_TIMEOUT": "2s",
+		// The first retry waits long (full jitter over 15 s), so retries
+		// barely add to the outage's traffic; later ones are quick so every
+		// message arrives in the end.
+		"RETRY_SCHEDULE": "0s,15s,2s,2s,2s,2s,2s,2s,2s,2s,2s,2s",
+	}
+	d1 := StartDispatcher(t, "dispatcher-1", db.URL, env)
+	d2 := StartDispatcher(t, "dispatcher-2", db.URL, env)
+	sick := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/sick"), "secret": testSecret, "traffic_class": "fast"})
+	healthy := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/ok"), "secret": testSecret, "traffic_class": "fast"})
+
+	// 40 messages/s to both endpoints: 4 s healthy, 10 s outage, 8 s after.
+	const rate = 40
+	start := time.Now()
+	o.mu.Lock()
+	o.failFrom, o.failUntil = start.Add(4*time.Second), start.Add(14*time.Second)
+	o.mu.Unlock()
+	var sent int
+	ticker := time.NewTicker(time.Second / rate)
+	for time.Since(start) < 22*time.Second {
+		<-ticker.C
+		m := api.SendMessage(t, "acme", "order.created", map[string]any{"n": sent})
+		require.Len(t, m.Deliveries, 2)
+		sent++
+	}
+	ticker.Stop()
+
+	Eventually(t, 2*time.Minute, 200*time.Millisecond, "every message delivered to both endpoints", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered'`).Scan(&n))
+		return n == 2*sent
+	})
+	require.Equal(t, sent, rc.Stats("/sick").DistinctDelivered)
+	require.Equal(t, sent, rc.Stats("/ok").DistinctDelivered)
+
+	spans, halfOpens := nonClosedSpans(t, db, sick.ID)
+	require.NotEmpty(t, spans, "the breaker opened")
+	var state string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT state FROM breaker_states WHERE endpoint_id = $1`, sick.ID).Scan(&state))
+	require.Equal(t, "closed", state, "the breaker closed after recovery")
+
+	o.mu.Lock()
+	arrivals, concurrency := append([]time.Time(nil), o.arrivals...), append([]int(nil), o.concurrency...)
+	failFrom, failUntil := o.failFrom, o.failUntil
+	o.mu.Unlock()
+	var before, during, probesConcurrent int
+	for i, at := range arrivals {
+		switch {
+		case at.After(failFrom.Add(-2*time.Second)) && at.Before(failFrom):
+			before++
+		case !at.Before(failFrom) && at.Before(failUntil):
+			during++
+		}
+		for _, s := range spans {
+			if at.After(s.from) && at.Before(s.to) {
+				probesConcurrent = max(probesConcurrent, concurrency[i])
+			}
+		}
+	}
+	// Seed 002's formula: with no background errors a 50% rate over a 2 s
+	// window opens 1 s into the outage; after that only probes get through,
+	// one per half-open period.
+	r := float64(before) / 2
+	predicted := r*1.0 + float64(halfOpens)
+	t.Logf("rate before %.1f/s, requests during the 10 s outage %d, predicted %.1f (%d half-open probes), non-closed spans %d", r, during, predicted, halfOpens, len(spans))
+	require.LessOrEqual(t, float64(during), 1.3*predicted, "outage traffic within 1.3x the window formula")
+	require.LessOrEqual(t, probesConcurrent, 1, "never more than one request in flight while not closed")
+
+	// The healthy endpoint was never refused and its breaker never moved.
+	var hTransitions, notFirstTry int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM breaker_transitions WHERE endpoint_id = $1`, healthy.ID).Scan(&hTransitions))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND attempt_count <> 1`, healthy.ID).Scan(&notFirstTry))
+	require.Zero(t, hTransitions)
+	require.Zero(t, notFirstTry)
+	for _, d := range []*Dispatcher{d1, d2} {
+		require.Zero(t, metricValue(t, d.MetricsURL, `breaker_rejected_total{endpoint="`+healthy.ID+`"}`))
+	}
+	require.NotEmpty(t, append(d1.Lines("msg=breaker_opened"), d2.Lines("msg=breaker_opened")...))
+	require.NotEmpty(t, append(d1.Lines("msg=breaker_closed"), d2.Lines("msg=breaker_closed")...))
+}
+
+// metricValue reads one sample from a /metrics page; absent is 0.
+func metricValue(t *testing.T, metricsURL, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(metricsURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, err = ioCopy(&b, resp)
+	require.NoError(t, err)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// TestKilledTrialHolderDoesNotWedgeTheBreaker: the dispatcher holding the
+// half-open trial is killed with SIGKILL mid-probe; the other dispatcher
+// probes within the request timeout + 1 s.
+func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	o := &outageReceiver{}
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: o.respond})
+	api := StartAPI(t, db.URL, nil)
+	code, err := api.Do(context.Background(), "POST", "/v1/traffic-classes", fastClass, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	const requestTimeout = 5 * time.Second
+	env := map[string]string{"WORKERS": "20", "REQUEST_TIMEOUT": requestTimeout.String(), "RETRY_SCHEDULE": "0s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s"}
+	ds := map[int]*Dispatcher{}
+	for _, name := range []string{"dispatcher-1", "dispatcher-2"} {
+		d := StartDispatcher(t, name, db.URL, env)
+		ds[d.cmd.Process.Pid] = d
+	}
+	sick := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/sick"), "secret": testSecret, "traffic_class": "fast"})
+	o.mu.Lock()
+	o.failFrom, o.failUntil = time.Now(), time.Now().Add(time.Hour)
+	o.mu.Unlock()
+	for i := range 60 {
+		api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
+	}
+	Eventually(t, 30*time.Second, 20*time.Millisecond, "breaker open", func() bool {
+		var s string
+		_ = db.Pool.QueryRow(context.Background(), `SELECT state FROM breaker_states WHERE endpoint_id = $1`, sick.ID).Scan(&s)
+		return s == "open"
+	})
+	// The next probe hangs.
+	o.hang.Store(true)
+	var holder int
+	Eventually(t, 30*time.Second, 10*time.Millisecond, "a dispatcher holding the trial lock", func() bool {
+		var app string
+		err := db.Pool.QueryRow(context.Background(), `
+			SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'hookd-trials/%'`).Scan(&app)
+		if err != nil {
+			return false
+		}
+		pid, err := strconv.Atoi(app[strings.LastIndex(app, "/")+1:])
+		holder = pid
+		return err == nil
+	})
+	victim, ok := ds[holder]
+	require.True(t, ok, "the lock holder %d is one of ours", holder)
+	o.mu.Lock()
+	seen := len(o.arrivals)
+	o.mu.Unlock()
+	o.hang.Store(false)
+	o.mu.Lock()
+	o.failUntil = time.Now() // recovered: the next probe succeeds
+	o.mu.Unlock()
+	require.NoError(t, syscall.Kill(victim.cmd.Process.Pid, syscall.SIGKILL))
+	killedAt := time.Now()
+	victim.Kill()
+
+	Eventually(t, requestTimeout+time.Second, 10*time.Millisecond, "another dispatcher probes", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.arrivals) > seen
+	})
+	t.Logf("next probe %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+	Eventually(t, time.Minute, 50*time.Millisecond, "breaker closed", func() bool {
+		var s string
+		_ = db.Pool.QueryRow(context.Background(), `SELECT state FROM breaker_states WHERE endpoint_id = $1`, sick.ID).Scan(&s)
+		return s == "closed"
+	})
+	var locks int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND a.application_name LIKE 'hookd-trials/%'`).Scan(&locks))
+	require.Zero(t, locks, "no trial lock left behind")
+}
