@@ -48,6 +48,7 @@ type settings struct {
 	breakers          *bool
 	breakerFlush      *time.Duration
 	trialPoolSize     *int
+	fleetShare        *float64
 	reclassifyEvery   *time.Duration
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
@@ -77,6 +78,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		breakers:          fs.Bool("breakers", "BREAKERS", true, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", 100*time.Millisecond, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 8, "connections for half-open trials (each trial holds one for its request)"),
+		fleetShare:        fs.Float("fleet-suspect-share", "BREAKER_FLEET_SUSPECT_SHARE", 0.3, "share of active endpoints opening within a minute above which no breaker opens on transport errors (our egress is suspect); 0 disables"),
 		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", trafficclass.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", "", "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", "", "whsec_ secret signing operational webhooks (required with the URL)"),
@@ -124,6 +126,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
 	case *set.breakerFlush < 10*time.Millisecond || *set.breakerFlush > 10*time.Second:
 		return config.Invalid("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", "must be from 10ms to 10s")
+	case *set.fleetShare < 0 || *set.fleetShare >= 1:
+		return config.Invalid("fleet-suspect-share", "BREAKER_FLEET_SUSPECT_SHARE", "must be in [0, 1)")
 	case *set.reclassifyEvery < time.Minute:
 		return config.Invalid("reclassify-interval", "RECLASSIFY_INTERVAL", "must be at least 1m")
 	case *set.trialPoolSize < 1 || *set.trialPoolSize > 1000:
@@ -203,8 +207,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 		defer trials.Close()
 		bgate := delivery.NewBreakerGate(delivery.BreakerGateConfig{
-			FlushInterval: *set.breakerFlush,
-			Actor:         actor(),
+			FlushInterval:     *set.breakerFlush,
+			Actor:             actor(),
+			FleetSuspectShare: *set.fleetShare,
 		}, st, trials, classes, clock.Now, rand.Float64, logger,
 			delivery.NewBreakerMetrics(reg, labels))
 		listener.Handle(store.BreakerChannel, bgate.HandleNotice)

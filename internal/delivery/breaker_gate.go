@@ -58,6 +58,17 @@ type BreakerGateConfig struct {
 	RefreshInterval time.Duration
 	// Actor names this process in the transition history.
 	Actor string
+	// FleetSuspectShare is the share of active endpoints whose breakers
+	// opened within a minute above which the dispatcher suspects its own
+	// egress (DNS, network, proxy) rather than its customers, and stops
+	// opening breakers on transport errors until the share falls (Envoy's
+	// max_ejection_percent idea). Zero disables the guard. Default 0.3 via
+	// the dispatcher's flag.
+	FleetSuspectShare float64
+	// FleetMinOpens is the fewest opens in a minute that can raise the
+	// suspicion, so a fleet of three endpoints is not "30% open" after one
+	// trip. Default 5.
+	FleetMinOpens int
 }
 
 // BreakerGate is the per-endpoint circuit breaker as every dispatcher
@@ -82,7 +93,12 @@ type BreakerGate struct {
 	pending    map[tallyKey]*tally
 	busyUntil  map[string]time.Time
 	suppressed map[string]time.Time
-	flushed    chan struct{}
+	// recentOpens holds, per endpoint, when its breaker last opened
+	// (fleet-wide, from NOTIFY); active, when this process last delivered
+	// to it. They feed the fleet guard.
+	recentOpens map[string]time.Time
+	active      map[string]time.Time
+	suspect     bool
 }
 
 var _ Gate = (*BreakerGate)(nil)
@@ -95,11 +111,12 @@ type tallyKey struct {
 // tally is what this process counted for one breaker generation since the
 // last flush.
 type tally struct {
-	cfg      breaker.Config
-	enforce  bool
-	buckets  map[int64]*[2]int // bucket start (unix ns) -> successes, failures
-	run      breaker.Run
-	failures int
+	cfg       breaker.Config
+	enforce   bool
+	buckets   map[int64]*[2]int // bucket start (unix ns) -> successes, failures
+	run       breaker.Run
+	failures  int
+	transport int // failures that were transport errors, not HTTP statuses
 }
 
 // NewBreakerGate returns a gate; call Load, then Run.
@@ -113,16 +130,20 @@ func NewBreakerGate(cfg BreakerGateConfig, st BreakerStore, trials TrialAcquirer
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = 10 * time.Second
 	}
+	if cfg.FleetMinOpens <= 0 {
+		cfg.FleetMinOpens = 5
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &BreakerGate{
 		cfg: cfg, store: st, trials: trials, configs: configs, now: now, rnd: rnd, logger: logger, metrics: metrics,
-		views:      map[string]breaker.Breaker{},
-		pending:    map[tallyKey]*tally{},
-		busyUntil:  map[string]time.Time{},
-		suppressed: map[string]time.Time{},
-		flushed:    make(chan struct{}),
+		views:       map[string]breaker.Breaker{},
+		pending:     map[tallyKey]*tally{},
+		busyUntil:   map[string]time.Time{},
+		suppressed:  map[string]time.Time{},
+		recentOpens: map[string]time.Time{},
+		active:      map[string]time.Time{},
 	}
 }
 
@@ -149,6 +170,9 @@ func (g *BreakerGate) HandleNotice(payload string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if n.State == breaker.StateOpen {
+		g.recentOpens[n.EndpointID] = g.now()
+	}
 	b, ok := g.views[n.EndpointID]
 	if ok && b.Generation >= n.Generation {
 		return
@@ -183,8 +207,8 @@ func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
 }
 
 func (g *BreakerGate) admitted(id string, gen int64, cfg breaker.Config, enforce bool) Admission {
-	return Admission{Finish: func(_ context.Context, c Classification, at time.Time) {
-		g.count(id, gen, cfg, enforce, c, at)
+	return Admission{Finish: func(_ context.Context, o Outcome) {
+		g.count(id, gen, cfg, enforce, o)
 	}}
 }
 
@@ -192,7 +216,7 @@ func (g *BreakerGate) admitted(id string, gen int64, cfg breaker.Config, enforce
 // admission whose outcome the breaker never sees: its generation is stale).
 func (g *BreakerGate) refuse(id string, enforce bool, cfg breaker.Config, d breaker.Decision, now time.Time) Admission {
 	if !enforce {
-		return Admission{Finish: func(context.Context, Classification, time.Time) {}}
+		return Admission{Finish: func(context.Context, Outcome) {}}
 	}
 	if g.metrics != nil {
 		g.metrics.Rejected.WithLabelValues(g.metrics.Labels.Label(id)).Inc()
@@ -216,8 +240,8 @@ func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, 
 	}
 	switch d.Admission {
 	case breaker.Trial:
-		return Admission{Trial: true, Finish: func(ctx context.Context, c Classification, _ time.Time) {
-			o, ok := toOutcome(c)
+		return Admission{Trial: true, Finish: func(ctx context.Context, out Outcome) {
+			o, ok := toOutcome(out.Class)
 			if !ok {
 				o = breaker.OutcomeIgnore
 			}
@@ -276,6 +300,11 @@ func (g *BreakerGate) observe(id string, after breaker.Breaker, t *breaker.Trans
 	}
 	g.mu.Unlock()
 	if t != nil {
+		if t.To == breaker.StateOpen {
+			g.mu.Lock()
+			g.recentOpens[id] = t.At
+			g.mu.Unlock()
+		}
 		g.logTransition(id, *t)
 	}
 }
@@ -291,14 +320,15 @@ func (g *BreakerGate) setViewLocked(id string, b breaker.Breaker) {
 }
 
 // count adds an admitted delivery's outcome to this process's tally.
-func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, enforce bool, c Classification, at time.Time) {
-	o, ok := toOutcome(c)
+func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, enforce bool, out Outcome) {
+	o, ok := toOutcome(out.Class)
 	if !ok || (o != breaker.OutcomeSuccess && o != breaker.OutcomeFailure) {
 		return
 	}
-	bucket := breaker.BucketStart(cfg, at).UnixNano()
+	bucket := breaker.BucketStart(cfg, out.At).UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.active[id] = out.At
 	k := tallyKey{id, gen}
 	t := g.pending[k]
 	if t == nil {
@@ -315,6 +345,9 @@ func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, enforce bo
 	} else {
 		n[1]++
 		t.failures++
+		if out.ErrorClass != ErrNone {
+			t.transport++
+		}
 	}
 	t.run.Add(o)
 }
@@ -337,6 +370,7 @@ func (g *BreakerGate) Run(ctx context.Context) {
 			return
 		case <-flush.C:
 			g.Flush(ctx)
+			g.CheckFleet()
 		case <-refresh.C:
 			if err := g.Load(ctx); err != nil && ctx.Err() == nil {
 				g.logger.Warn("breaker_refresh", slog.String("error", err.Error()))
@@ -345,6 +379,19 @@ func (g *BreakerGate) Run(ctx context.Context) {
 			if _, err := g.store.PruneBuckets(ctx, time.Hour, 10000); err != nil && ctx.Err() == nil {
 				g.logger.Warn("breaker_prune", slog.String("error", err.Error()))
 			}
+			g.mu.Lock()
+			now := g.now()
+			for id, at := range g.active {
+				if now.Sub(at) > fleetActiveWindow {
+					delete(g.active, id)
+				}
+			}
+			for id, at := range g.busyUntil {
+				if now.After(at) {
+					delete(g.busyUntil, id)
+				}
+			}
+			g.mu.Unlock()
 		}
 	}
 }
@@ -360,11 +407,12 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		return
 	}
 	var (
-		counts []store.OutcomeCount
-		runs   []store.RunCount
-		want   []store.EvidenceRequest
-		cfgs   = map[string]breaker.Config{}
-		shadow = map[string]bool{}
+		counts    []store.OutcomeCount
+		runs      []store.RunCount
+		want      []store.EvidenceRequest
+		cfgs      = map[string]breaker.Config{}
+		shadow    = map[string]bool{}
+		transport = map[string]float64{}
 	)
 	for k, t := range pending {
 		for start, n := range t.buckets {
@@ -382,6 +430,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 			}
 			cfgs[k.endpoint] = t.cfg
 			shadow[k.endpoint] = !t.enforce
+			transport[k.endpoint] = float64(t.transport) / float64(t.failures)
 		}
 	}
 	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want)
@@ -392,13 +441,15 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		return
 	}
 	for _, ev := range evs {
-		g.evaluate(ctx, ev, cfgs[ev.EndpointID], shadow[ev.EndpointID])
+		g.evaluate(ctx, ev, cfgs[ev.EndpointID], shadow[ev.EndpointID], transport[ev.EndpointID])
 	}
 }
 
 // evaluate runs the pure breaker on an endpoint's shared evidence and
 // commits a trip it decides on.
-func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg breaker.Config, shadow bool) {
+// transportShare is the fraction of this flush's failures of the endpoint
+// that were transport errors.
+func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg breaker.Config, shadow bool, transportShare float64) {
 	b := ev.Breaker
 	b.Window = breaker.NewWindow(cfg)
 	for _, bk := range ev.Buckets {
@@ -418,6 +469,16 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		g.observe(ev.EndpointID, ev.Breaker, nil)
 		return
 	}
+	if res.Transition.To == breaker.StateOpen && transportShare >= 0.5 && g.fleetSuspect() {
+		// Our own egress is the likelier culprit: do not take a customer
+		// offline for it.
+		if g.metrics != nil {
+			g.metrics.TripSuppressed.WithLabelValues("fleet_suspect").Inc()
+		}
+		g.logger.Warn("breaker_trip_suppressed", slog.String("reason", "fleet_suspect"), slog.String("endpoint", ev.EndpointID),
+			slog.Int("observations", res.Transition.Observations), slog.Float64("failure_rate", res.Transition.FailureRate))
+		return
+	}
 	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor, Shadow: shadow})
 	if err != nil {
 		g.logger.Error("breaker_transition_not_saved", slog.String("endpoint", ev.EndpointID), slog.String("error", err.Error()))
@@ -428,6 +489,57 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		if shadow {
 			g.logger.Info("breaker_shadow_transition", slog.String("endpoint", ev.EndpointID), slog.String("to", res.Transition.To.String()))
 		}
+	}
+}
+
+// fleetActiveWindow is how recently an endpoint must have had a delivery
+// to count as active for the fleet guard.
+const fleetActiveWindow = 5 * time.Minute
+
+// fleetSuspect reports whether the fleet guard is raised.
+func (g *BreakerGate) fleetSuspect() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.suspect
+}
+
+// CheckFleet raises or clears the fleet guard: breakers of more than
+// FleetSuspectShare of the active endpoints opened within the last minute.
+func (g *BreakerGate) CheckFleet() {
+	if g.cfg.FleetSuspectShare <= 0 {
+		return
+	}
+	g.mu.Lock()
+	now := g.now()
+	for id, at := range g.recentOpens {
+		if now.Sub(at) > time.Minute {
+			delete(g.recentOpens, id)
+		}
+	}
+	opened, active := len(g.recentOpens), max(len(g.active), len(g.recentOpens))
+	share := 0.0
+	if active > 0 {
+		share = float64(opened) / float64(active)
+	}
+	was := g.suspect
+	g.suspect = opened >= g.cfg.FleetMinOpens && share > g.cfg.FleetSuspectShare
+	now2 := g.suspect
+	g.mu.Unlock()
+	if was == now2 {
+		return
+	}
+	if g.metrics != nil {
+		v := 0.0
+		if now2 {
+			v = 1
+		}
+		g.metrics.FleetSuspect.Set(v)
+	}
+	if now2 {
+		g.logger.Warn("breaker_fleet_suspect", slog.Float64("share", share), slog.Int("opened", opened), slog.Int("active", active),
+			slog.String("action", "not opening breakers on transport errors until the share falls"))
+	} else {
+		g.logger.Info("breaker_fleet_suspect_cleared", slog.Float64("share", share), slog.Int("opened", opened), slog.Int("active", active))
 	}
 }
 
@@ -497,6 +609,7 @@ type BreakerMetrics struct {
 	State          *prometheus.GaugeVec
 	TripSuppressed *prometheus.CounterVec
 	Rejected       *prometheus.CounterVec
+	FleetSuspect   prometheus.Gauge
 }
 
 // NewBreakerMetrics creates and registers the breaker metrics on reg.
@@ -519,9 +632,13 @@ func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Break
 			Name: "breaker_rejected_total",
 			Help: "Deliveries refused by an open, half-open or isolated breaker, by endpoint.",
 		}, []string{"endpoint"}),
+		FleetSuspect: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "breaker_fleet_suspect",
+			Help: "1 while so many breakers opened within a minute that the dispatcher suspects its own egress and opens none on transport errors.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected)
+		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected, m.FleetSuspect)
 	}
 	return m
 }

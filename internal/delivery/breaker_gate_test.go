@@ -136,7 +136,7 @@ func TestGateFleetHammersOneBreaker(t *testing.T) {
 					if adm.Trial {
 						inTrial.Add(-1)
 					}
-					adm.Finish(context.Background(), class, time.Now())
+					adm.Finish(context.Background(), delivery.Outcome{Class: class, At: time.Now()})
 				}
 			}()
 		}
@@ -178,4 +178,79 @@ func TestGateFleetHammersOneBreaker(t *testing.T) {
 	require.Equal(t, 2, closes, "one close per outage")
 	require.GreaterOrEqual(t, opens, 2)
 	t.Logf("transitions=%d opens=%d closes=%d trials=%d refused=%d", len(history), opens, closes, trials.Load(), refused.Load())
+}
+
+// TestFleetGuardStopsTransportTrips: when the breakers of more than the
+// configured share of active endpoints open within a minute on transport
+// errors, the dispatcher suspects its own egress and opens no more on
+// transport errors, while an endpoint answering 5xx still trips.
+func TestFleetGuardStopsTransportTrips(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	cfg := breaker.Config{
+		Trip: breaker.TripRate, FailureRateThreshold: 0.5, Window: time.Second, MinThroughput: 5,
+		ConsecutiveFailures: 5, OpenDuration: time.Minute, OpenJitter: 0, OpenBackoff: 1,
+		MaxOpenDuration: time.Minute, HalfOpenTrials: 1, HalfOpenConcurrency: 1,
+	}
+	var targets []*delivery.Target
+	for range 12 {
+		ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+		require.NoError(t, err)
+		targets = append(targets, &delivery.Target{Endpoint: ep})
+	}
+	trials, err := st.OpenTrialPool(ctx, db.URL, 2, 30*time.Second, "guard-test")
+	require.NoError(t, err)
+	t.Cleanup(trials.Close)
+	clock := store.NewDBClock(db.Pool)
+	require.NoError(t, clock.Sync(ctx))
+	g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FleetSuspectShare: 0.3, FleetMinOpens: 3}, st, trials,
+		delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, nil)
+	require.NoError(t, g.Load(ctx))
+
+	feed := func(tg *delivery.Target, o delivery.Outcome, n int) {
+		for range n {
+			adm, err := g.Admit(ctx, tg)
+			require.NoError(t, err)
+			if adm.Refused {
+				return
+			}
+			o.At = clock.Now()
+			adm.Finish(ctx, o)
+		}
+	}
+	open := func(tg *delivery.Target) bool {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM breaker_states WHERE endpoint_id = $1`, tg.ID).Scan(&s))
+		return s == "open"
+	}
+	ok := delivery.Outcome{Class: delivery.ClassSuccess}
+	dns := delivery.Outcome{Class: delivery.ClassFailure, ErrorClass: delivery.ErrDNS}
+	for _, tg := range targets {
+		feed(tg, ok, 3) // every endpoint is active
+	}
+	g.Flush(ctx)
+	// One by one, endpoints fail with DNS errors: the first four open (4/12
+	// is over 30%); after that the guard is up and none opens on transport
+	// errors.
+	for i, tg := range targets[:10] {
+		feed(tg, dns, 10)
+		g.Flush(ctx)
+		if i < 4 {
+			require.True(t, open(tg), "endpoint %d opens before the guard is up", i)
+		}
+		g.CheckFleet()
+	}
+	opened := 0
+	for _, tg := range targets[:10] {
+		if open(tg) {
+			opened++
+		}
+	}
+	require.Equal(t, 4, opened, "the guard stopped the fleet-wide opening")
+	// A real outage (5xx) still opens.
+	feed(targets[11], delivery.Outcome{Class: delivery.ClassFailure}, 10)
+	g.Flush(ctx)
+	require.True(t, open(targets[11]))
 }

@@ -30,10 +30,19 @@ type Admission struct {
 	Reason  string
 	// Trial marks a half-open probe.
 	Trial bool
-	// Finish reports the attempt's classification; it must be called exactly
-	// once for an admitted delivery. An empty classification means the
-	// attempt was abandoned (shutdown) and tells the breaker nothing.
-	Finish func(ctx context.Context, c Classification, at time.Time)
+	// Finish reports the attempt's outcome; it must be called exactly once
+	// for an admitted delivery. An empty classification means the attempt
+	// was abandoned (shutdown) and tells the breaker nothing.
+	Finish func(ctx context.Context, o Outcome)
+}
+
+// Outcome is how one attempt ended, as the breaker sees it.
+type Outcome struct {
+	Class Classification
+	// ErrorClass names a transport failure (empty when a status came back).
+	ErrorClass ErrorClass
+	// At is when the attempt ended, on the database-synced clock.
+	At time.Time
 }
 
 // OpenGate admits everything: the dispatcher without breakers.
@@ -43,7 +52,7 @@ var _ Gate = OpenGate{}
 
 // Admit always admits.
 func (OpenGate) Admit(context.Context, *Target) (Admission, error) {
-	return Admission{Finish: func(context.Context, Classification, time.Time) {}}, nil
+	return Admission{Finish: func(context.Context, Outcome) {}}, nil
 }
 
 // AuthRules gives an endpoint's 401/403 auto-disable rule.
@@ -229,7 +238,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if len(payload) == 0 {
 		m, err := w.deps.Deliveries.MessagePayloads(ctx, []string{args.MessageID})
 		if err != nil || m[args.MessageID] == nil {
-			adm.Finish(ctx, "", w.deps.Now())
+			adm.Finish(ctx, Outcome{At: w.deps.Now()})
 			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.Any("error", err))
 			return river.JobSnooze(time.Second + w.jitter())
 		}
@@ -247,13 +256,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if ctx.Err() != nil && resp.Status == 0 {
 		// Shutdown (or River's job timeout) cut the attempt short: it says
 		// nothing about the endpoint. River makes the job available again.
-		adm.Finish(context.WithoutCancel(ctx), "", w.deps.Now())
+		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
 		return ctx.Err()
 	}
 	class := Classify(resp.Status, resp.ErrorClass)
 	end := start.Add(resp.Duration)
 	// The outcome must be reported even when the job's context has ended.
-	adm.Finish(context.WithoutCancel(ctx), class, end)
+	adm.Finish(context.WithoutCancel(ctx), Outcome{Class: class, ErrorClass: resp.ErrorClass, At: end})
 	w.count(t.ID, class, resp)
 
 	attemptNo := args.AttemptOffset + job.Attempt
