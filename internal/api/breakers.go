@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -28,15 +29,69 @@ type breakerResponse struct {
 	MinThroughput       int        `json:"min_throughput"`
 	Window              string     `json:"window"`
 	TrialSuccesses      int        `json:"trial_successes"`
+	HalfOpenTrials      int        `json:"half_open_trials"`
+	TrialInFlight       bool       `json:"trial_in_flight"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
 	Trips               int64      `json:"trips"`
+	TripsLast24h        int        `json:"trips_last_24h"`
+	Enforce             bool       `json:"enforce"`
 	UpdatedAt           time.Time  `json:"updated_at"`
+	// Now is the database time the figures were read at, so a client can
+	// count down to open_until without trusting its own clock.
+	Now time.Time `json:"now"`
+	// Endpoint fields, for lists and the dashboard.
+	TenantID       string  `json:"tenant_id"`
+	URL            string  `json:"url"`
+	EndpointStatus string  `json:"endpoint_status"`
+	DisabledReason *string `json:"disabled_reason"`
+	// Transitions are the latest transitions, newest first (detail only).
+	Transitions []transitionResponse `json:"transitions,omitempty"`
 }
 
-func toBreaker(st store.BreakerStatus, c breaker.Config) breakerResponse {
+// transitionResponse is one breaker transition with the window's figures
+// at that moment (seed 002's diagnostic hook) and who made it.
+type transitionResponse struct {
+	ID           int64      `json:"id"`
+	From         string     `json:"from"`
+	To           string     `json:"to"`
+	At           time.Time  `json:"at"`
+	Reason       string     `json:"reason"`
+	FailureRate  float64    `json:"failure_rate"`
+	Observations int        `json:"observations"`
+	Failures     int        `json:"failures"`
+	OpenUntil    *time.Time `json:"open_until"`
+	Actor        string     `json:"actor"`
+	Note         string     `json:"note"`
+	Shadow       bool       `json:"shadow"`
+}
+
+func toTransition(r store.TransitionRecord) transitionResponse {
+	out := transitionResponse{
+		ID: r.ID, From: r.Transition.From.String(), To: r.Transition.To.String(), At: r.Transition.At,
+		Reason: r.Transition.Reason, FailureRate: r.Transition.FailureRate, Observations: r.Transition.Observations,
+		Failures: r.Transition.Failures, Actor: r.Actor, Note: r.Note, Shadow: r.Shadow,
+	}
+	if !r.Transition.OpenUntil.IsZero() {
+		out.OpenUntil = &r.Transition.OpenUntil
+	}
+	return out
+}
+
+func toBreaker(sum store.BreakerSummary, class trafficclass.Class) breakerResponse {
+	st, c, e := sum.Status, class.Breaker, sum.Endpoint
 	b := st.Breaker
 	out := breakerResponse{
-		EndpointID: st.EndpointID,
+		TrafficClass:   class.Name,
+		HalfOpenTrials: c.HalfOpenTrials,
+		TrialInFlight:  sum.TrialInFlight,
+		TripsLast24h:   sum.TripsLast24h,
+		Enforce:        class.Enforce,
+		Now:            st.Now,
+		TenantID:       e.TenantID,
+		URL:            e.URL,
+		EndpointStatus: e.Status,
+		DisabledReason: e.DisabledReason,
+		EndpointID:     st.EndpointID,
 		// Half-open is derived from the clock: an open breaker whose
 		// open_until has passed admits a probe now.
 		State:               b.EffectiveState(st.Now).String(),
@@ -45,7 +100,7 @@ func toBreaker(st store.BreakerStatus, c breaker.Config) breakerResponse {
 		Failures:            st.Failures,
 		FailureThreshold:    c.FailureRateThreshold,
 		MinThroughput:       c.MinThroughput,
-		Window:              c.Window.String(),
+		Window:              trafficclass.FormatDuration(c.Window),
 		TrialSuccesses:      b.TrialSuccesses,
 		ConsecutiveFailures: b.Consecutive,
 		Trips:               b.Trips,
@@ -65,6 +120,120 @@ func toBreaker(st store.BreakerStatus, c breaker.Config) breakerResponse {
 
 func handleGetBreaker(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, err := breakerDetail(r.Context(), d, chi.URLParam(r, "id"))
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, out)
+	})
+}
+
+// breakerDetail loads one endpoint's breaker with its latest transitions.
+func breakerDetail(ctx context.Context, d Deps, id string) (breakerResponse, error) {
+	e, err := d.Store.GetEndpoint(ctx, id)
+	if err != nil {
+		return breakerResponse{}, err
+	}
+	class, err := d.classOf(ctx, e)
+	if err != nil {
+		return breakerResponse{}, err
+	}
+	sum, err := d.Store.BreakerDetails(ctx, e.ID, class.Breaker)
+	if err != nil {
+		return breakerResponse{}, err
+	}
+	sum.Endpoint = e
+	out := toBreaker(sum, class)
+	trs, err := d.Store.ListTransitions(ctx, e.ID, nil, 20)
+	if err != nil {
+		return breakerResponse{}, err
+	}
+	out.Transitions = make([]transitionResponse, len(trs))
+	for i, tr := range trs {
+		out.Transitions[i] = toTransition(tr)
+	}
+	return out, nil
+}
+
+var breakerStates = map[string]bool{"": true, "closed": true, "open": true, "half_open": true, "isolated": true}
+
+func handleListBreakers(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var fe fieldErrors
+		state := q.Get("state")
+		if !breakerStates[state] {
+			fe.add("state", "must be one of closed, open, half_open, isolated")
+		}
+		tenant := q.Get("tenant_id")
+		if tenant != "" {
+			validateTenantID(&fe, "tenant_id", tenant)
+		}
+		page := parsePage(&fe, q)
+		if err := fe.err(); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		classes, err := d.Store.ListClasses(r.Context())
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		byName := map[string]trafficclass.Class{}
+		for _, c := range classes {
+			byName[c.Name] = c
+		}
+		classFor := func(e store.Endpoint) trafficclass.Class {
+			if c, ok := byName[e.EffectiveClass()]; ok {
+				return c
+			}
+			if c, ok := byName[trafficclass.DefaultClass]; ok {
+				return c
+			}
+			c, _ := trafficclass.Builtin(trafficclass.DefaultClass)
+			return c
+		}
+		list, err := d.Store.ListBreakers(r.Context(), store.BreakerFilter{State: state, TenantID: tenant, Page: store.Page{After: page.After, Limit: page.Limit + 1}},
+			func(e store.Endpoint) breaker.Config { return classFor(e).Breaker })
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := listResponse[breakerResponse]{Data: []breakerResponse{}}
+		for i, sum := range list {
+			if i == page.Limit {
+				out.NextCursor = &list[i-1].Endpoint.ID
+				break
+			}
+			out.Data = append(out.Data, toBreaker(sum, classFor(sum.Endpoint)))
+		}
+		encode(w, http.StatusOK, out)
+	})
+}
+
+type operateBreakerRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (o operateBreakerRequest) validate() error {
+	if len([]rune(o.Reason)) > 500 {
+		return invalid("reason", "must be at most 500 characters")
+	}
+	return nil
+}
+
+// handleOperateBreaker resets or isolates a breaker, recording who and why.
+func handleOperateBreaker(d Deps, action string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req operateBreakerRequest
+		if r.ContentLength != 0 {
+			var err error
+			if req, err = decode[operateBreakerRequest](r, maxRequestBytes); err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+		}
 		e, err := d.Store.GetEndpoint(r.Context(), chi.URLParam(r, "id"))
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
@@ -75,16 +244,27 @@ func handleGetBreaker(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		c := class.Breaker
-		st, err := d.Store.GetBreakerStatus(r.Context(), e.ID, c)
+		actor := actorOf(r)
+		t, err := d.Store.OperateBreaker(r.Context(), e.ID, action, class.Breaker, store.TransitionMeta{Actor: actor, Note: req.Reason})
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := toBreaker(st, c)
-		out.TrafficClass = class.Name
+		d.Logger.InfoContext(r.Context(), transitionLogNames[t.To],
+			slog.String("endpoint", e.ID), slog.String("from", t.From.String()), slog.String("reason", t.Reason),
+			slog.String("actor", actor), slog.String("note", req.Reason))
+		out, err := breakerDetail(r.Context(), d, e.ID)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
 		encode(w, http.StatusOK, out)
 	})
+}
+
+var transitionLogNames = map[breaker.State]string{
+	breaker.StateClosed:   "breaker_closed",
+	breaker.StateIsolated: "breaker_isolated",
 }
 
 // classOf returns the traffic class an endpoint runs under; a class

@@ -55,3 +55,14 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	return strings.TrimSpace(token), true
 }
+
+// actorOf names who made a request, for audit records: the token's name
+// when the request carries a stored token, else "api".
+func actorOf(r *http.Request) string {
+	if a, ok := r.Context().Value(actorKey{}).(string); ok && a != "" {
+		return a
+	}
+	return "api"
+}
+
+type actorKey struct{}

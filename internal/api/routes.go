@@ -2,6 +2,8 @@ package api
 
 import (
 	"github.com/go-chi/chi/v5"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // addRoutes registers every route of the API. It is the one place to read
@@ -25,6 +27,9 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
 		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
 		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
+		r.Method("POST", "/endpoints/{id}/breaker/reset", handleOperateBreaker(d, store.OperatorReset))
+		r.Method("POST", "/endpoints/{id}/breaker/isolate", handleOperateBreaker(d, store.OperatorIsolate))
+		r.Method("GET", "/breakers", handleListBreakers(d))
 		r.Method("GET", "/endpoints/{id}/traffic", handleGetTraffic(d))
 		r.Method("POST", "/endpoints/{id}/traffic/reclassify", handleReclassify(d))
 

@@ -567,3 +567,248 @@ func (s *Store) GetBreakerStatus(ctx context.Context, endpointID string, c break
 	st.Observations, st.Failures = b.Window.Counts(st.Now)
 	return st, nil
 }
+
+// Operator actions on a breaker.
+const (
+	OperatorReset   = "reset"
+	OperatorIsolate = "isolate"
+)
+
+// OperateBreaker resets (close now, fresh window) or isolates (held open
+// until a reset) an endpoint's breaker at the database's time, recording
+// who and why with the transition.
+func (s *Store) OperateBreaker(ctx context.Context, endpointID, action string, c breaker.Config, meta TransitionMeta) (breaker.Transition, error) {
+	var t breaker.Transition
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var now time.Time
+		_, b, err := scanBreaker(tx.QueryRow(ctx, `
+			SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s
+			JOIN endpoints e ON e.id = s.endpoint_id AND e.deleted_at IS NULL
+			WHERE s.endpoint_id = $1 FOR UPDATE OF s`, endpointID), &now)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return fmt.Errorf("lock breaker: %w", err)
+		}
+		prev := b.Generation
+		switch action {
+		case OperatorReset:
+			t = b.Reset(c, now.UTC())
+		case OperatorIsolate:
+			t = b.Isolate(c, now.UTC())
+		default:
+			return fmt.Errorf("breaker action %q: want reset or isolate", action)
+		}
+		_, err = saveBreaker(ctx, tx, endpointID, prev, b, &t, meta)
+		return err
+	})
+	return t, err
+}
+
+// TransitionRecord is one row of the transition history.
+type TransitionRecord struct {
+	ID         int64
+	EndpointID string
+	Transition breaker.Transition
+	Actor      string
+	Note       string
+	Shadow     bool
+}
+
+// ListTransitions returns an endpoint's latest transitions, newest first.
+func (s *Store) ListTransitions(ctx context.Context, endpointID string, since *time.Time, limit int) ([]TransitionRecord, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, endpoint_id, from_state, to_state, generation, at, reason, failure_rate, observations, failures,
+			consecutive, open_until, actor, note, shadow
+		FROM breaker_transitions
+		WHERE endpoint_id = $1 AND ($2::timestamptz IS NULL OR at >= $2)
+		ORDER BY id DESC LIMIT $3`, endpointID, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list transitions: %w", err)
+	}
+	defer rows.Close()
+	out := []TransitionRecord{}
+	for rows.Next() {
+		var (
+			r         TransitionRecord
+			from, to  string
+			openUntil *time.Time
+		)
+		if err := rows.Scan(&r.ID, &r.EndpointID, &from, &to, &r.Transition.Generation, &r.Transition.At, &r.Transition.Reason,
+			&r.Transition.FailureRate, &r.Transition.Observations, &r.Transition.Failures, &r.Transition.Consecutive,
+			&openUntil, &r.Actor, &r.Note, &r.Shadow); err != nil {
+			return nil, fmt.Errorf("list transitions: %w", err)
+		}
+		r.Transition.From, _ = breaker.ParseState(from)
+		r.Transition.To, _ = breaker.ParseState(to)
+		if openUntil != nil {
+			r.Transition.OpenUntil = openUntil.UTC()
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// BreakerSummary is what the breaker list shows of one endpoint.
+type BreakerSummary struct {
+	Status        BreakerStatus
+	Endpoint      Endpoint
+	TrialInFlight bool
+	TripsLast24h  int
+}
+
+// trialInFlightSQL reports whether any trial slot lock of the endpoint $1
+// with $2 slots is held: pg_locks splits a bigint advisory key into classid
+// (high 32 bits) and objid (low 32 bits).
+const trialInFlightSQL = `EXISTS (
+	SELECT 1 FROM pg_locks l, generate_series(0, $2 - 1) AS slot
+	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.classid::bigint = (hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) >> 32) & 4294967295
+		AND l.objid::bigint = hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) & 4294967295)`
+
+// BreakerDetails returns an endpoint's breaker status with whether a trial
+// is in flight and its opens in the last 24 hours.
+func (s *Store) BreakerDetails(ctx context.Context, endpointID string, c breaker.Config) (BreakerSummary, error) {
+	st, err := s.GetBreakerStatus(ctx, endpointID, c)
+	if err != nil {
+		return BreakerSummary{}, err
+	}
+	out := BreakerSummary{Status: st}
+	err = s.pool.QueryRow(ctx, `SELECT `+trialInFlightSQL+`,
+		(SELECT count(*) FROM breaker_transitions WHERE endpoint_id = $1 AND to_state = 'open' AND NOT shadow AND at > now() - interval '24 hours')`,
+		endpointID, c.HalfOpenConcurrency).Scan(&out.TrialInFlight, &out.TripsLast24h)
+	if err != nil {
+		return BreakerSummary{}, fmt.Errorf("load breaker details: %w", err)
+	}
+	return out, nil
+}
+
+// BreakerFilter narrows the breaker list.
+type BreakerFilter struct {
+	// State is closed, open, half_open or isolated (effective state: an
+	// open breaker past its open_until counts as half_open), or empty.
+	State    string
+	TenantID string
+	Page     Page
+}
+
+// ListBreakers returns a page of live endpoints in id order with their
+// breakers. configFor gives each endpoint's breaker config (its class).
+func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor func(Endpoint) breaker.Config) ([]BreakerSummary, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+endpointColumnsQualified+`, `+breakerColumns+`, clock_timestamp(), s.updated_at
+		FROM endpoints e JOIN breaker_states s ON s.endpoint_id = e.id
+		WHERE e.deleted_at IS NULL AND ($1 = '' OR e.tenant_id = $1) AND e.id > $2
+			AND CASE $3
+				WHEN '' THEN true
+				WHEN 'open' THEN s.state = 'open' AND s.open_until > clock_timestamp()
+				WHEN 'half_open' THEN s.state = 'half_open' OR (s.state = 'open' AND s.open_until <= clock_timestamp())
+				ELSE s.state = $3 END
+		ORDER BY e.id LIMIT $4`, f.TenantID, f.Page.After, f.State, f.Page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list breakers: %w", err)
+	}
+	var out []BreakerSummary
+	for rows.Next() {
+		var (
+			sum     BreakerSummary
+			e       Endpoint
+			bID     string
+			bstate  string
+			b       breaker.Breaker
+			opened  *time.Time
+			until   *time.Time
+			now     time.Time
+			updated time.Time
+		)
+		dest := append(endpointDest(&e), &bID, &bstate, &b.Generation, &opened, &until, &b.TrialSuccesses, &b.OpenStreak, &b.Trips, &b.Consecutive, &now, &updated)
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list breakers: %w", err)
+		}
+		b.State, _ = breaker.ParseState(bstate)
+		if opened != nil {
+			b.OpenedAt = opened.UTC()
+		}
+		if until != nil {
+			b.OpenUntil = until.UTC()
+		}
+		sum.Endpoint = e
+		sum.Status = BreakerStatus{EndpointID: e.ID, Breaker: b, Now: now.UTC(), UpdatedAt: updated}
+		out = append(out, sum)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list breakers: %w", err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	ids := make([]string, len(out))
+	slots := make([]int32, len(out))
+	cfgs := make([]breaker.Config, len(out))
+	var longest time.Duration
+	for i, sum := range out {
+		ids[i] = sum.Endpoint.ID
+		cfgs[i] = configFor(sum.Endpoint)
+		slots[i] = int32(max(cfgs[i].HalfOpenConcurrency, 1))
+		longest = max(longest, cfgs[i].Window)
+		out[i].Status.Breaker.Window = breaker.NewWindow(cfgs[i])
+	}
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	brows, err := s.pool.Query(ctx, `
+		SELECT b.endpoint_id, b.bucket_start, b.successes, b.failures
+		FROM breaker_buckets b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
+		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10`, ids, longest)
+	if err != nil {
+		return nil, fmt.Errorf("list breaker windows: %w", err)
+	}
+	for brows.Next() {
+		var id string
+		var start time.Time
+		var su, fa int
+		if err := brows.Scan(&id, &start, &su, &fa); err != nil {
+			brows.Close()
+			return nil, fmt.Errorf("list breaker windows: %w", err)
+		}
+		out[index[id]].Status.Breaker.Window.Add(start, su, fa)
+	}
+	brows.Close()
+	if err := brows.Err(); err != nil {
+		return nil, fmt.Errorf("list breaker windows: %w", err)
+	}
+	xrows, err := s.pool.Query(ctx, `
+		SELECT i.id,
+			(SELECT count(*) FROM breaker_transitions t WHERE t.endpoint_id = i.id AND t.to_state = 'open' AND NOT t.shadow AND t.at > now() - interval '24 hours'),
+			EXISTS (
+				SELECT 1 FROM pg_locks l, generate_series(0, i.slots - 1) AS slot
+				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+					AND l.classid::bigint = (hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) >> 32) & 4294967295
+					AND l.objid::bigint = hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) & 4294967295)
+		FROM unnest($1::text[], $2::int[]) AS i(id, slots)`, ids, slots)
+	if err != nil {
+		return nil, fmt.Errorf("list breaker activity: %w", err)
+	}
+	defer xrows.Close()
+	for xrows.Next() {
+		var id string
+		var trips int
+		var trial bool
+		if err := xrows.Scan(&id, &trips, &trial); err != nil {
+			return nil, fmt.Errorf("list breaker activity: %w", err)
+		}
+		out[index[id]].TripsLast24h, out[index[id]].TrialInFlight = trips, trial
+	}
+	if err := xrows.Err(); err != nil {
+		return nil, fmt.Errorf("list breaker activity: %w", err)
+	}
+	for i := range out {
+		st := &out[i].Status
+		st.Observations, st.Failures = st.Breaker.Window.Counts(st.Now)
+	}
+	return out, nil
+}

@@ -40,11 +40,22 @@ const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
 	status, disabled_reason, created_at, updated_at`
 
+// endpointColumnsQualified is endpointColumns for a query aliasing
+// endpoints as e.
+const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.event_types, e.secret,
+	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
+	e.status, e.disabled_reason, e.created_at, e.updated_at`
+
+// endpointDest returns scan destinations for endpointColumns.
+func endpointDest(e *Endpoint) []any {
+	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
+		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
+		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
+}
+
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
-		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
-		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(endpointDest(&e)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
 	}

@@ -1,0 +1,120 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/store"
+)
+
+var testCfg = breaker.Config{
+	Trip: breaker.TripRate, FailureRateThreshold: 0.5, Window: 10 * time.Second, MinThroughput: 5,
+	ConsecutiveFailures: 5, OpenDuration: time.Minute, OpenJitter: 0, OpenBackoff: 1,
+	MaxOpenDuration: time.Minute, HalfOpenTrials: 2, HalfOpenConcurrency: 1,
+}
+
+// openBreaker trips an endpoint's breaker with an open_until in the past,
+// so the next admission is a trial.
+func (b *testBundle) openBreaker(t *testing.T, endpointID string) {
+	t.Helper()
+	past := time.Now().Add(-2 * time.Minute)
+	brk := breaker.New(testCfg)
+	brk.Window.Add(past, 0, 10)
+	res := brk.Evaluate(testCfg, past, nil)
+	require.NotNil(t, res.Transition)
+	won, err := b.store.CommitTransition(context.Background(), endpointID, 1, brk, *res.Transition, store.TransitionMeta{Actor: "test"})
+	require.NoError(t, err)
+	require.True(t, won)
+}
+
+func TestCommitTransitionIsVersioned(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	e := b.endpoint(t, "acme")
+	b.openBreaker(t, e.ID)
+	// A second process deciding the same trip from the same generation loses.
+	brk := breaker.New(testCfg)
+	brk.Window.Add(time.Now(), 0, 10)
+	res := brk.Evaluate(testCfg, time.Now(), nil)
+	won, err := s.CommitTransition(context.Background(), e.ID, 1, brk, *res.Transition, store.TransitionMeta{Actor: "other"})
+	require.NoError(t, err)
+	require.False(t, won)
+	trs, err := s.ListTransitions(context.Background(), e.ID, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, trs, 1)
+	require.Equal(t, "test", trs[0].Actor)
+}
+
+func TestTrialLockIsVisibleAndReleased(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	b.openBreaker(t, e.ID)
+	pool, err := s.OpenTrialPool(ctx, b.db.URL, 2, time.Minute, "store-test")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	tr, d, after, err := pool.Acquire(ctx, e.ID, testCfg, store.TransitionMeta{Actor: "test"})
+	require.NoError(t, err)
+	require.Equal(t, breaker.Trial, d.Admission)
+	require.Equal(t, breaker.StateHalfOpen, after.State)
+	det, err := s.BreakerDetails(ctx, e.ID, testCfg)
+	require.NoError(t, err)
+	require.True(t, det.TrialInFlight)
+	require.Equal(t, 1, det.TripsLast24h)
+
+	// The slot is taken: a second trial is refused fleet-wide.
+	tr2, d2, _, err := pool.Acquire(ctx, e.ID, testCfg, store.TransitionMeta{Actor: "test"})
+	require.NoError(t, err)
+	require.Nil(t, tr2)
+	require.Equal(t, breaker.ReasonHalfOpenBusy, d2.Reason)
+
+	res, after, err := tr.Finish(ctx, testCfg, breaker.OutcomeSuccess, nil, store.TransitionMeta{Actor: "test"})
+	require.NoError(t, err)
+	require.True(t, res.Applied)
+	require.Equal(t, 1, after.TrialSuccesses)
+	det, err = s.BreakerDetails(ctx, e.ID, testCfg)
+	require.NoError(t, err)
+	require.False(t, det.TrialInFlight)
+
+	list, err := s.ListBreakers(ctx, store.BreakerFilter{State: "half_open", Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, e.ID, list[0].Endpoint.ID)
+	list, err = s.ListBreakers(ctx, store.BreakerFilter{State: "closed", Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
+	require.NoError(t, err)
+	require.Empty(t, list)
+}
+
+func TestOperateBreaker(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	b.openBreaker(t, e.ID)
+	tr, err := s.OperateBreaker(ctx, e.ID, store.OperatorIsolate, testCfg, store.TransitionMeta{Actor: "alice", Note: "customer asked"})
+	require.NoError(t, err)
+	require.Equal(t, breaker.StateIsolated, tr.To)
+	st, err := s.GetBreakerStatus(ctx, e.ID, testCfg)
+	require.NoError(t, err)
+	require.Equal(t, breaker.StateIsolated, st.Breaker.State)
+
+	tr, err = s.OperateBreaker(ctx, e.ID, store.OperatorReset, testCfg, store.TransitionMeta{Actor: "bob", Note: "fixed"})
+	require.NoError(t, err)
+	require.Equal(t, breaker.StateClosed, tr.To)
+	trs, err := s.ListTransitions(ctx, e.ID, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, trs, 3)
+	require.Equal(t, "bob", trs[0].Actor)
+	require.Equal(t, "fixed", trs[0].Note)
+	require.Equal(t, breaker.ReasonReset, trs[0].Transition.Reason)
+	require.Equal(t, "alice", trs[1].Actor)
+
+	_, err = s.OperateBreaker(ctx, "ep_missing", store.OperatorReset, testCfg, store.TransitionMeta{Actor: "bob"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
