@@ -2,7 +2,9 @@ package delivery_test
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,4 +255,58 @@ func TestFleetGuardStopsTransportTrips(t *testing.T) {
 	feed(targets[11], delivery.Outcome{Class: delivery.ClassFailure}, 10)
 	g.Flush(ctx)
 	require.True(t, open(targets[11]))
+}
+
+// TestSuppressedTripIsLoggedOncePerWindow: two failures against a min
+// throughput of 20 do not trip; the guard's work is logged in the form seed
+// 004's grep counts, once per endpoint per window.
+func TestSuppressedTripIsLoggedOncePerWindow(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	target := &delivery.Target{Endpoint: ep}
+	trials, err := st.OpenTrialPool(ctx, db.URL, 1, 30*time.Second, "suppress-test")
+	require.NoError(t, err)
+	t.Cleanup(trials.Close)
+	clock := store.NewDBClock(db.Pool)
+	require.NoError(t, clock.Sync(ctx))
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	cfg := breaker.DefaultConfig() // rate 0.5, window 30s, min 20
+	g := delivery.NewBreakerGate(delivery.BreakerGateConfig{}, st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, logger, nil)
+	require.NoError(t, g.Load(ctx))
+	for range 3 {
+		for range 2 {
+			adm, err := g.Admit(ctx, target)
+			require.NoError(t, err)
+			require.False(t, adm.Refused)
+			adm.Finish(ctx, delivery.Outcome{Class: delivery.ClassFailure, At: clock.Now()})
+		}
+		g.Flush(ctx)
+	}
+	var state string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM breaker_states WHERE endpoint_id = $1`, ep.ID).Scan(&state))
+	require.Equal(t, "closed", state, "6 failures under a min throughput of 20 never trip")
+	lines := strings.Count(logs.String(), "msg=breaker_trip_suppressed reason=min_throughput endpoint="+ep.ID+" observations=")
+	require.Equal(t, 1, lines, "logged once per endpoint per window:\n%s", logs.String())
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

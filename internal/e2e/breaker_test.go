@@ -125,15 +125,29 @@ func TestBreakerAcrossTwoDispatchers(t *testing.T) {
 	o.mu.Lock()
 	o.failFrom, o.failUntil = start.Add(4*time.Second), start.Add(14*time.Second)
 	o.mu.Unlock()
-	var sent int
+	var sent, waitingSeen int
+	var waitingChecked bool
 	ticker := time.NewTicker(time.Second / rate)
 	for time.Since(start) < 22*time.Second {
 		<-ticker.C
 		m := api.SendMessage(t, "acme", "order.created", map[string]any{"n": sent})
 		require.Len(t, m.Deliveries, 2)
 		sent++
+		if !waitingChecked && time.Since(start) > 8*time.Second {
+			// Mid-outage: refused deliveries say they are waiting for the
+			// breaker, and a refusal uses up no attempt.
+			waitingChecked = true
+			var miscounted int
+			require.NoError(t, db.Pool.QueryRow(context.Background(), `
+				SELECT count(*) FILTER (WHERE d.status = 'waiting' AND d.breaker_open_until IS NOT NULL),
+					count(*) FILTER (WHERE d.status = 'waiting' AND d.attempt_count <>
+						(SELECT count(*) FROM delivery_attempts a WHERE a.delivery_id = d.id))
+				FROM deliveries d WHERE d.endpoint_id = $1`, sick.ID).Scan(&waitingSeen, &miscounted))
+			require.Zero(t, miscounted, "a waiting delivery's attempt count is its logged attempts: refusals are not attempts")
+		}
 	}
 	ticker.Stop()
+	require.Positive(t, waitingSeen, "deliveries refused by the open breaker are waiting")
 
 	Eventually(t, 2*time.Minute, 200*time.Millisecond, "every message delivered to both endpoints", func() bool {
 		var n int
