@@ -411,7 +411,7 @@ func TestIgnoredTrialGivesBackItsSlot(t *testing.T) {
 			require.Zero(t, b.TrialsInFlight)
 			require.Equal(t, 1, b.TrialSuccesses, "an ignored trial neither counts nor resets successes")
 
-			_, r = send(t, &b, c, now, breaker.OutcomeSuccess)
+			send(t, &b, c, now, breaker.OutcomeSuccess)
 			require.Equal(t, breaker.StateClosed, b.State)
 		})
 	}

@@ -65,7 +65,6 @@ func failing(firsts ...time.Duration) []attempt {
 	return out
 }
 
-func never(int) bool  { return false }
 func always(int) bool { return true }
 
 // baseline fails every 50th attempt: a 2% background error rate.
