@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -35,7 +36,7 @@ func (r createMessageRequest) validate() error {
 	if len(r.Payload) == 0 {
 		fe.add("payload", "is required (any JSON value)")
 	}
-	if len(r.IdempotencyKey) > maxIdempotencyKey {
+	if utf8.RuneCountInString(r.IdempotencyKey) > maxIdempotencyKey {
 		fe.add("idempotency_key", fmt.Sprintf("must be at most %d characters", maxIdempotencyKey))
 	} else if strings.IndexFunc(r.IdempotencyKey, unicode.IsControl) >= 0 {
 		fe.add("idempotency_key", "must not contain control characters")
