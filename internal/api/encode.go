@@ -10,11 +10,15 @@ import (
 	"strings"
 )
 
-// encode writes v as JSON with status.
+// encode writes v as JSON with status. HTML escaping is off: it would
+// rewrite a message payload's <, > and & inside the raw JSON, so GET would
+// not show the bytes that were accepted and are signed.
 func encode(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // validator is a request body that can check itself.
