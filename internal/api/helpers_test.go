@@ -170,7 +170,7 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 		req, err := http.NewRequest(method, b.srv.URL+path, r)
 		require.NoError(t, err)
 		req.Header = c.header.Clone()
-		if !c.noAuth && req.Header.Get("Authorization") == "" {
+		if !c.noAuth && len(req.Header.Values("Authorization")) == 0 {
 			req.Header.Set("Authorization", "Bearer "+testToken)
 		}
 		switch {
@@ -187,6 +187,13 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 	// What the document says of the request.
 	vreq := newRequest()
 	route, params, routeErr := b.router.FindRoute(vreq)
+	for _, v := range params {
+		// kin-openapi's legacy router matches GET /v1/messages to
+		// GET /v1/messages/{id} with an empty id; there is no such route.
+		if v == "" {
+			route, routeErr = nil, routers.ErrPathNotFound
+		}
+	}
 	var input *openapi3filter.RequestValidationInput
 	reqErr := routeErr
 	if routeErr == nil {
