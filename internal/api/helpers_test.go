@@ -108,9 +108,11 @@ type call struct {
 	header      http.Header
 	noAuth      bool
 	contentType *string
-	// docBlind marks a rejected request whose fault the document cannot
-	// express (a size limit), so it is not expected to reject it too.
-	docBlind bool
+	// docBlind names why a rejected request's fault cannot be caught by
+	// checking the request against the document (a size limit has no
+	// schema; kin-openapi reads only the first JSON value of a body), so the
+	// document is not expected to reject it too.
+	docBlind string
 	// lenient marks a request the server accepts although the document is
 	// stricter (a missing Content-Type, read as JSON).
 	lenient bool
@@ -123,7 +125,7 @@ func withoutAuth() callOpt           { return func(c *call) { c.noAuth = true } 
 func withContentType(ct string) callOpt {
 	return func(c *call) { c.contentType = &ct }
 }
-func docBlind() callOpt { return func(c *call) { c.docBlind = true } }
+func docBlind(why string) callOpt { return func(c *call) { c.docBlind = why } }
 func lenient() callOpt  { return func(c *call) { c.lenient = true } }
 
 // response is a server answer, read in full.
@@ -140,7 +142,7 @@ type response struct {
 //   - a request the document accepts must not be answered 400 or 415, and a
 //     request the server accepts (2xx) must be one the document accepts;
 //   - a request answered 400 or 415 must be one the document rejects too,
-//     unless its fault cannot be written in the document (docBlind).
+//     unless the check cannot see its fault (docBlind).
 //
 // body is sent as is when it is a []byte or string, as JSON otherwise; nil
 // sends no body.
@@ -226,10 +228,10 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 	switch {
 	case out.Status < 300 && !c.lenient:
 		require.NoErrorf(t, reqErr, "%s %s was accepted (%d) but the document rejects the request", method, path, out.Status)
-	case rejected && !c.docBlind:
+	case rejected && c.docBlind == "":
 		require.Errorf(t, reqErr, "%s %s was rejected (%d: %s) but the document accepts the request", method, path, out.Status, got)
 	}
-	if reqErr == nil {
+	if reqErr == nil && c.docBlind == "" {
 		require.Falsef(t, rejected, "the document accepts %s %s but the server answered %d: %s", method, path, out.Status, got)
 	}
 	b.mu.Lock()

@@ -275,7 +275,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(201, "POST", "/v1/endpoints", newEndpoint),
 			plain(400, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "ftp://acme.example"}),
 			plain(401, "POST", "/v1/endpoints", newEndpoint, withoutAuth()),
-			plain(413, "POST", "/v1/endpoints", big, docBlind()),
+			plain(413, "POST", "/v1/endpoints", big, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/endpoints", "tenant_id=acme", withContentType("application/x-www-form-urlencoded")),
 
 			plain(200, "GET", "/v1/endpoints?tenant_id=acme&limit=1", nil),
@@ -290,7 +290,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(400, "PATCH", ep, map[string]any{"event_types": []string{"inv*"}}),
 			plain(401, "PATCH", ep, patch, withoutAuth()),
 			plain(404, "PATCH", noEp, patch),
-			plain(413, "PATCH", ep, map[string]any{"description": strings.Repeat("x", 70<<10)}, docBlind()),
+			plain(413, "PATCH", ep, map[string]any{"description": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
 			plain(415, "PATCH", ep, patch, withContentType("text/plain")),
 
 			plain(200, "POST", ep+"/disable", nil),
@@ -315,7 +315,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(202, "POST", "/v1/messages", newMessage),
 			plain(400, "POST", "/v1/messages", map[string]any{"tenant_id": "acme", "event_type": "a..b", "payload": 1}),
 			plain(401, "POST", "/v1/messages", newMessage, withoutAuth()),
-			plain(413, "POST", "/v1/messages", bigMessage, docBlind()),
+			plain(413, "POST", "/v1/messages", bigMessage, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/messages", newMessage, withContentType("application/xml")),
 
 			plain(200, "GET", m, nil),
