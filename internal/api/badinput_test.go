@@ -94,6 +94,7 @@ func manyStrings(n int, s string) []string {
 const (
 	kinFirstValue = "kin-openapi decodes only the first JSON value of a body"
 	sizeLimit     = "a size limit has no schema"
+	kinUTF8       = "kin-openapi, like encoding/json, replaces invalid UTF-8 rather than rejecting it"
 )
 
 // commonBodyCases are the faults of any JSON body.
@@ -287,6 +288,7 @@ func TestCreateMessageRejectsBadInput(t *testing.T) {
 		bad("tenant is a number", 400, set(valid, "tenant_id", 7), "tenant_id"),
 		bad("event type is an array", 400, set(valid, "event_type", []string{"a"}), "event_type"),
 		bad("unknown field", 400, set(valid, "endpoint_id", "ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR"), "endpoint_id"),
+		bad("payload with invalid UTF-8", 400, "{\"tenant_id\":\"acme\",\"event_type\":\"a\",\"payload\":\"caf\xe9\"}", "payload").with(docBlind(kinUTF8)),
 		bad("payload is not JSON", 400, `{"tenant_id":"acme","event_type":"a","payload":{a:1}}`, "body"),
 		bad("every fault at once", 400, `{"tenant_id":"","event_type":"a..b","idempotency_key":"\u0007"}`, "tenant_id", "event_type", "payload", "idempotency_key"),
 		bad("payload over 1 MiB", 413, set(valid, "payload", strings.Repeat("p", 1<<20)), "payload").with(docBlind(sizeLimit)),

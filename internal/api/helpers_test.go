@@ -126,7 +126,7 @@ func withContentType(ct string) callOpt {
 	return func(c *call) { c.contentType = &ct }
 }
 func docBlind(why string) callOpt { return func(c *call) { c.docBlind = why } }
-func lenient() callOpt  { return func(c *call) { c.lenient = true } }
+func lenient() callOpt            { return func(c *call) { c.lenient = true } }
 
 // response is a server answer, read in full.
 type response struct {
