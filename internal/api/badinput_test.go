@@ -107,6 +107,8 @@ func commonBodyCases(valid string) []badCase {
 		bad("an array", 400, `[`+valid+`]`, "body"),
 		bad("a string", 400, `"`+strings.ReplaceAll(valid, `"`, `'`)+`"`, "body"),
 		bad("a number", 400, `42`, "body"),
+		bad("a field with an empty name", 400, valid[:len(valid)-1]+`,"":1}`, "body"),
+		bad("an unknown field with a quote", 400, valid[:len(valid)-1]+`,"a\"b":1}`, `a"b`),
 		bad("trailing garbage", 400, valid+` x`, "body").with(docBlind(kinFirstValue)),
 		bad("a second object", 400, valid+valid, "body").with(docBlind(kinFirstValue)),
 		bad("a trailing bracket", 400, valid+`]`, "body").with(docBlind(kinFirstValue)),

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -74,7 +75,14 @@ func decodeError(err error, limit int64) error {
 		}
 		return invalid(field, fmt.Sprintf("must be a %s", jsonKind(typeErr.Type.Kind().String())))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		quoted := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		name, uerr := strconv.Unquote(quoted)
+		if uerr != nil {
+			name = strings.Trim(quoted, `"`)
+		}
+		if name == "" {
+			return invalid("body", `has a field named "", which is not a known field`)
+		}
 		return invalid(name, "is not a known field")
 	}
 	return invalid("body", err.Error())
