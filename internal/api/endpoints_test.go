@@ -440,3 +440,36 @@ func ids(es []endpointJSON) []string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestJSONMediaTypes: bodies are read as JSON under any JSON media type,
+// and without a Content-Type at all. The document lists application/json
+// only, so the requests it does not describe are sent as lenient.
+func TestJSONMediaTypes(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	for _, tc := range []struct {
+		contentType string
+		documented  bool
+	}{
+		{"application/json", true},
+		{"application/json; charset=utf-8", true},
+		{"Application/JSON", true},
+		{"application/merge-patch+json", false},
+		{"application/vnd.hookd+json; version=1", false},
+		{"", false},
+	} {
+		t.Run(tc.contentType, func(t *testing.T) {
+			t.Parallel()
+			opts := []callOpt{withContentType(tc.contentType)}
+			if !tc.documented {
+				opts = append(opts, lenient())
+			}
+			r := b.do(t, "POST", "/v1/endpoints", `{"tenant_id":"acme","url":"https://acme.example/hook"}`, opts...)
+			requireStatus(t, http.StatusCreated, r)
+			e := decodeJSON[endpointJSON](t, r)
+			r = b.do(t, "PATCH", "/v1/endpoints/"+e.ID, `{"description":"patched"}`, opts...)
+			requireStatus(t, http.StatusOK, r)
+			require.Equal(t, "patched", decodeJSON[endpointJSON](t, r).Description)
+		})
+	}
+}
