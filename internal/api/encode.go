@@ -7,14 +7,19 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
-// encode writes v as JSON with status.
+// encode writes v as JSON with status. HTML escaping is off: it would
+// rewrite a message payload's <, > and & inside the raw JSON, so GET would
+// not show the bytes that were accepted and are signed.
 func encode(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // validator is a request body that can check itself.
@@ -78,7 +83,14 @@ func decodeError(err error, limit int64) error {
 		}
 		return invalid(field, fmt.Sprintf("must be a %s", jsonKind(typeErr.Type.Kind().String())))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		quoted := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		name, uerr := strconv.Unquote(quoted)
+		if uerr != nil {
+			name = strings.Trim(quoted, `"`)
+		}
+		if name == "" {
+			return invalid("body", `has a field named "", which is not a known field`)
+		}
 		return invalid(name, "is not a known field")
 	}
 	return invalid("body", err.Error())

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -34,8 +35,12 @@ func (r createMessageRequest) validate() error {
 	validateEventType(&fe, "event_type", r.EventType)
 	if len(r.Payload) == 0 {
 		fe.add("payload", "is required (any JSON value)")
+	} else if !utf8.Valid(r.Payload) {
+		// encoding/json keeps a RawMessage's bytes as sent; Postgres would
+		// refuse them.
+		fe.add("payload", "must be UTF-8")
 	}
-	if len(r.IdempotencyKey) > maxIdempotencyKey {
+	if utf8.RuneCountInString(r.IdempotencyKey) > maxIdempotencyKey {
 		fe.add("idempotency_key", fmt.Sprintf("must be at most %d characters", maxIdempotencyKey))
 	} else if strings.IndexFunc(r.IdempotencyKey, unicode.IsControl) >= 0 {
 		fe.add("idempotency_key", "must not contain control characters")

@@ -6,7 +6,10 @@ import (
 )
 
 // openAPIDocument is the OpenAPI 3.1 description of every route, kept true by
-// TestOpenAPICoversRoutes.
+// the TestOpenAPI* tests: every registered route is documented and every
+// documented one registered, examples match their schemas, field schemas
+// agree with validate.go, and every request and response of the API tests
+// is checked against it, every documented status included.
 //
 //go:embed openapi.json
 var openAPIDocument []byte

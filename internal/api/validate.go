@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
-// Input limits.
+// Input limits. Lengths of free text count characters (code points), as
+// the OpenAPI document's maxLength does, not bytes.
 const (
 	maxURLLength         = 2048
 	maxDescriptionLength = 1024
@@ -48,7 +50,7 @@ func validateEndpointURL(fe *fieldErrors, field, raw string) {
 		fe.add(field, "is required")
 		return
 	}
-	if len(raw) > maxURLLength {
+	if utf8.RuneCountInString(raw) > maxURLLength {
 		fe.add(field, fmt.Sprintf("must be at most %d characters", maxURLLength))
 		return
 	}
@@ -97,7 +99,7 @@ func validateEventFilters(fe *fieldErrors, field string, vs []string) {
 }
 
 func validateDescription(fe *fieldErrors, field, v string) {
-	if len(v) > maxDescriptionLength {
+	if utf8.RuneCountInString(v) > maxDescriptionLength {
 		fe.add(field, fmt.Sprintf("must be at most %d characters", maxDescriptionLength))
 	}
 }
@@ -121,7 +123,7 @@ func validateMetadata(fe *fieldErrors, field string, m map[string]string) {
 		switch {
 		case len(k) > maxMetadataKey || !metadataKeyPattern.MatchString(k):
 			fe.add(field, fmt.Sprintf("key %q must be 1-%d characters of letters, digits, _ . -", k, maxMetadataKey))
-		case len(v) > maxMetadataValue:
+		case utf8.RuneCountInString(v) > maxMetadataValue:
 			fe.add(f, fmt.Sprintf("must be at most %d characters", maxMetadataValue))
 		case strings.IndexFunc(v, unicode.IsControl) >= 0:
 			fe.add(f, "must not contain control characters")

@@ -1,0 +1,4 @@
+package api
+
+// NewRouter exposes newRouter to the external tests, which walk its routes.
+var NewRouter = newRouter

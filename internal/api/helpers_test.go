@@ -1,0 +1,454 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+const testToken = "hookd-test-token-5f1c0e"
+
+// testBundle holds a test's server and the helpers to drive and inspect it.
+type testBundle struct {
+	db    *storetest.DB
+	store *store.Store
+	srv   *httptest.Server
+	doc   *openapi3.T
+	// router finds the documented operation of a request.
+	router routers.Router
+
+	mu sync.Mutex
+	// seen records every (operationId, status) answered, for the coverage
+	// check of the OpenAPI document.
+	seen map[string]bool
+}
+
+// setup starts the API on a fresh database, with a real River insert-only
+// client as its enqueuer. opts adjust the dependencies before the server is
+// built.
+func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle) {
+	t.Helper()
+	db := storetest.New(t)
+	s := store.New(db.Pool, nil)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	require.NoError(t, err)
+	deps := api.Deps{
+		Store:    s,
+		Enqueuer: &delivery.Enqueuer{Client: rc},
+		Token:    testToken,
+		Rand:     rand.Reader,
+	}
+	for _, o := range opts {
+		o(&deps)
+	}
+	srv := httptest.NewServer(api.NewServer(deps))
+	t.Cleanup(srv.Close)
+	doc, router := loadDocument(t)
+	return srv, &testBundle{db: db, store: s, srv: srv, doc: doc, router: router, seen: map[string]bool{}}
+}
+
+// loadDocument loads and validates the embedded OpenAPI document.
+func loadDocument(t *testing.T) (*openapi3.T, routers.Router) {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPIDocument())
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(loader.Context))
+	router, err := legacy.NewRouter(doc)
+	require.NoError(t, err)
+	return doc, router
+}
+
+// filterOptions are the openapi3filter options every check uses: an
+// undocumented status is an error, and the security requirement is met by
+// any well-formed bearer token (the document cannot know the real one).
+func filterOptions() *openapi3filter.Options {
+	return &openapi3filter.Options{
+		IncludeResponseStatus: true,
+		MultiError:            false,
+		AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+			if in.SecuritySchemeName != "bearerAuth" {
+				return fmt.Errorf("unknown security scheme %q", in.SecuritySchemeName)
+			}
+			scheme, token, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+				return errors.New("no bearer token")
+			}
+			return nil
+		},
+	}
+}
+
+// call is how one request deviates from a well-formed authorized JSON one.
+type call struct {
+	header      http.Header
+	noAuth      bool
+	contentType *string
+	// docBlind names why a rejected request's fault cannot be caught by
+	// checking the request against the document (a size limit has no
+	// schema; kin-openapi reads only the first JSON value of a body), so the
+	// document is not expected to reject it too.
+	docBlind string
+	// lenient marks a request the server accepts although the document is
+	// stricter (a missing Content-Type, read as JSON).
+	lenient bool
+}
+
+type callOpt func(*call)
+
+func withHeader(k, v string) callOpt { return func(c *call) { c.header.Add(k, v) } }
+func withoutAuth() callOpt           { return func(c *call) { c.noAuth = true } }
+func withContentType(ct string) callOpt {
+	return func(c *call) { c.contentType = &ct }
+}
+func docBlind(why string) callOpt { return func(c *call) { c.docBlind = why } }
+func lenient() callOpt            { return func(c *call) { c.lenient = true } }
+
+// response is a server answer, read in full.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// do sends one request to the server and checks it against the OpenAPI
+// document both ways:
+//   - the response must be documented for the operation (status, headers,
+//     content type, body schema), whatever it is;
+//   - a request the document accepts must not be answered 400 or 415, and a
+//     request the server accepts (2xx) must be one the document accepts;
+//   - a request answered 400 or 415 must be one the document rejects too,
+//     unless the check cannot see its fault (docBlind).
+//
+// body is sent as is when it is a []byte or string, as JSON otherwise; nil
+// sends no body.
+func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...callOpt) *response {
+	t.Helper()
+	c := call{header: http.Header{}}
+	for _, o := range opts {
+		o(&c)
+	}
+	var raw []byte
+	switch v := body.(type) {
+	case nil:
+	case []byte:
+		raw = v
+	case string:
+		raw = []byte(v)
+	default:
+		var err error
+		raw, err = json.Marshal(v)
+		require.NoError(t, err)
+	}
+	newRequest := func() *http.Request {
+		var r io.Reader = http.NoBody
+		if body != nil {
+			r = bytes.NewReader(raw)
+		}
+		req, err := http.NewRequest(method, b.srv.URL+path, r)
+		require.NoError(t, err)
+		req.Header = c.header.Clone()
+		if !c.noAuth && len(req.Header.Values("Authorization")) == 0 {
+			req.Header.Set("Authorization", "Bearer "+testToken)
+		}
+		switch {
+		case c.contentType != nil:
+			if *c.contentType != "" {
+				req.Header.Set("Content-Type", *c.contentType)
+			}
+		case body != nil:
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return req
+	}
+
+	// What the document says of the request.
+	vreq := newRequest()
+	route, params, routeErr := b.router.FindRoute(vreq)
+	for _, v := range params {
+		// kin-openapi's legacy router matches GET /v1/messages to
+		// GET /v1/messages/{id} with an empty id; there is no such route.
+		if v == "" {
+			route, routeErr = nil, routers.ErrPathNotFound
+		}
+	}
+	var input *openapi3filter.RequestValidationInput
+	reqErr := routeErr
+	if routeErr == nil {
+		input = &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: filterOptions()}
+		reqErr = openapi3filter.ValidateRequest(context.Background(), input)
+	}
+
+	res, err := b.srv.Client().Do(newRequest())
+	require.NoError(t, err)
+	defer res.Body.Close()
+	got, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	out := &response{Status: res.StatusCode, Header: res.Header, Body: got}
+
+	if routeErr != nil {
+		// No such operation: the answer is a problem all the same.
+		require.Containsf(t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, out.Status,
+			"%s %s is not in the document but was answered %d: %s", method, path, out.Status, got)
+		b.requireSchema(t, "Problem", out.Body)
+		return out
+	}
+	rin := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: input, Status: out.Status, Header: out.Header, Options: filterOptions(),
+	}
+	rin.SetBodyBytes(got)
+	require.NoErrorf(t, openapi3filter.ValidateResponse(context.Background(), rin),
+		"%s %s: the %d response does not match the document: %s", method, path, out.Status, got)
+
+	rejected := out.Status == http.StatusBadRequest || out.Status == http.StatusUnsupportedMediaType
+	switch {
+	case out.Status < 300 && !c.lenient:
+		require.NoErrorf(t, reqErr, "%s %s was accepted (%d) but the document rejects the request", method, path, out.Status)
+	case rejected && c.docBlind == "":
+		require.Errorf(t, reqErr, "%s %s was rejected (%d: %s) but the document accepts the request", method, path, out.Status, got)
+	}
+	if reqErr == nil && c.docBlind == "" {
+		require.Falsef(t, rejected, "the document accepts %s %s but the server answered %d: %s", method, path, out.Status, got)
+	}
+	b.mu.Lock()
+	b.seen[fmt.Sprintf("%s %d", route.Operation.OperationID, out.Status)] = true
+	b.mu.Unlock()
+	return out
+}
+
+// requireSchema checks body against a component schema of the document.
+func (b *testBundle) requireSchema(t *testing.T, name string, body []byte) {
+	t.Helper()
+	ref := b.doc.Components.Schemas[name]
+	require.NotNilf(t, ref, "no schema %s", name)
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v))
+	require.NoErrorf(t, ref.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), "%s: %s", name, body)
+}
+
+// decodeJSON decodes a response body strictly into T.
+func decodeJSON[T any](t *testing.T, r *response) T {
+	t.Helper()
+	var v T
+	dec := json.NewDecoder(bytes.NewReader(r.Body))
+	dec.DisallowUnknownFields()
+	require.NoErrorf(t, dec.Decode(&v), "decode %T from %s", v, r.Body)
+	return v
+}
+
+// requireStatus fails unless r has the status.
+func requireStatus(t *testing.T, want int, r *response) {
+	t.Helper()
+	require.Equalf(t, want, r.Status, "body: %s", r.Body)
+}
+
+// requireProblem checks r is a problem+json answer of status and returns it.
+func requireProblem(t *testing.T, status int, r *response) api.Problem {
+	t.Helper()
+	requireStatus(t, status, r)
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
+	p := decodeJSON[api.Problem](t, r)
+	require.Equal(t, status, p.Status)
+	return p
+}
+
+// requireFieldError checks r is a 4xx problem naming field.
+func requireFieldError(t *testing.T, status int, r *response, field string) api.Problem {
+	t.Helper()
+	p := requireProblem(t, status, r)
+	var fields []string
+	for _, f := range p.Errors {
+		fields = append(fields, f.Field)
+	}
+	require.Containsf(t, fields, field, "problem: %s", r.Body)
+	return p
+}
+
+// Response shapes, mirrored from the handlers' JSON.
+type (
+	endpointJSON struct {
+		ID             string            `json:"id"`
+		TenantID       string            `json:"tenant_id"`
+		URL            string            `json:"url"`
+		Description    string            `json:"description"`
+		EventTypes     []string          `json:"event_types"`
+		TrafficClass   string            `json:"traffic_class"`
+		Metadata       map[string]string `json:"metadata"`
+		Status         string            `json:"status"`
+		DisabledReason *string           `json:"disabled_reason"`
+		CreatedAt      time.Time         `json:"created_at"`
+		UpdatedAt      time.Time         `json:"updated_at"`
+	}
+	listJSON[T any] struct {
+		Data       []T     `json:"data"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	secretJSON struct {
+		Secret                  string     `json:"secret"`
+		PreviousSecret          *string    `json:"previous_secret"`
+		PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
+	}
+	deliveryJSON struct {
+		ID               string     `json:"id"`
+		MessageID        string     `json:"message_id"`
+		EndpointID       string     `json:"endpoint_id"`
+		TenantID         string     `json:"tenant_id"`
+		Status           string     `json:"status"`
+		AttemptCount     int        `json:"attempt_count"`
+		Series           int        `json:"series"`
+		LastAttemptAt    *time.Time `json:"last_attempt_at"`
+		NextAttemptAt    *time.Time `json:"next_attempt_at"`
+		LastStatusCode   *int       `json:"last_status_code"`
+		LastError        *string    `json:"last_error"`
+		BreakerOpenUntil *time.Time `json:"breaker_open_until"`
+		DeliveredAt      *time.Time `json:"delivered_at"`
+		CreatedAt        time.Time  `json:"created_at"`
+		UpdatedAt        time.Time  `json:"updated_at"`
+	}
+	messageJSON struct {
+		ID             string          `json:"id"`
+		TenantID       string          `json:"tenant_id"`
+		EventType      string          `json:"event_type"`
+		Payload        json.RawMessage `json:"payload"`
+		IdempotencyKey *string         `json:"idempotency_key"`
+		CreatedAt      time.Time       `json:"created_at"`
+		Deliveries     []deliveryJSON  `json:"deliveries"`
+	}
+	attemptJSON struct {
+		ID              int64     `json:"id"`
+		DeliveryID      string    `json:"delivery_id"`
+		MessageID       string    `json:"message_id"`
+		EndpointID      string    `json:"endpoint_id"`
+		AttemptNumber   int       `json:"attempt_number"`
+		AttemptedAt     time.Time `json:"attempted_at"`
+		DurationMS      float64   `json:"duration_ms"`
+		StatusCode      *int      `json:"status_code"`
+		ErrorClass      *string   `json:"error_class"`
+		Classification  string    `json:"classification"`
+		ResponseExcerpt string    `json:"response_excerpt"`
+		Trial           bool      `json:"trial"`
+	}
+)
+
+// createEndpoint registers an endpoint through the API.
+func (b *testBundle) createEndpoint(t *testing.T, tenant string, eventTypes ...string) endpointJSON {
+	t.Helper()
+	req := map[string]any{"tenant_id": tenant, "url": "https://" + tenant + ".example/hook"}
+	if eventTypes != nil {
+		req["event_types"] = eventTypes
+	}
+	r := b.do(t, "POST", "/v1/endpoints", req)
+	requireStatus(t, http.StatusCreated, r)
+	return decodeJSON[endpointJSON](t, r)
+}
+
+// sendMessage posts a message through the API.
+func (b *testBundle) sendMessage(t *testing.T, tenant, eventType string) messageJSON {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/messages", map[string]any{
+		"tenant_id": tenant, "event_type": eventType, "payload": map[string]any{"n": 1},
+	})
+	requireStatus(t, http.StatusAccepted, r)
+	return decodeJSON[messageJSON](t, r)
+}
+
+// tables are the tables a write can touch.
+var tables = []string{"endpoints", "messages", "deliveries", "idempotency_keys", "river_job", "delivery_attempts"}
+
+// counts returns the row count of every table in tables.
+func (b *testBundle) counts(t *testing.T) map[string]int {
+	t.Helper()
+	out := make(map[string]int, len(tables))
+	for _, table := range tables {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+		out[table] = n
+	}
+	return out
+}
+
+// riverJob is one row of river_job.
+type riverJob struct {
+	ID    int64
+	Kind  string
+	Queue string
+	State string
+	Args  delivery.DeliverArgs
+}
+
+// jobs returns every River job, oldest first.
+func (b *testBundle) jobs(t *testing.T) []riverJob {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT id, kind, queue, state::text, args FROM river_job ORDER BY id`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (riverJob, error) {
+		var j riverJob
+		var args []byte
+		if err := row.Scan(&j.ID, &j.Kind, &j.Queue, &j.State, &args); err != nil {
+			return j, err
+		}
+		return j, json.Unmarshal(args, &j.Args)
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// jobIDOf returns the job id stored on a delivery.
+func (b *testBundle) jobIDOf(t *testing.T, deliveryID string) *int64 {
+	t.Helper()
+	var id *int64
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT job_id FROM deliveries WHERE id = $1`, deliveryID).Scan(&id))
+	return id
+}
+
+// seedAttempts records attempts of a delivery through the ledger, in order.
+func (b *testBundle) seedAttempts(t *testing.T, d deliveryJSON, attempts ...store.Attempt) {
+	t.Helper()
+	for i := range attempts {
+		attempts[i].DeliveryID, attempts[i].MessageID, attempts[i].EndpointID = d.ID, d.MessageID, d.EndpointID
+		if attempts[i].Classification == "" {
+			attempts[i].Classification = "failure"
+		}
+	}
+	require.NoError(t, b.store.RecordLedger(context.Background(), attempts, nil))
+}
+
+// markFailed ends a delivery's current series as failed, as the worker does
+// when the retry schedule is exhausted.
+func (b *testBundle) markFailed(t *testing.T, d deliveryJSON, series, attempts int) {
+	t.Helper()
+	now := time.Now()
+	code := 503
+	msg := "HTTP 503"
+	require.NoError(t, b.store.RecordLedger(context.Background(), nil, []store.StatusUpdate{{
+		DeliveryID: d.ID, Series: series, Status: store.DeliveryFailed, AttemptCount: attempts,
+		LastAttemptAt: &now, LastStatusCode: &code, LastError: &msg,
+	}}))
+}
+
+// missingID returns a well-formed id that names nothing.
+func missingID(prefix string) string { return store.NewID(prefix, time.Now()) }

@@ -1,0 +1,484 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// operations returns "METHOD /path" -> operation for every documented operation.
+func operations(doc *openapi3.T) map[string]*openapi3.Operation {
+	out := map[string]*openapi3.Operation{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			out[method+" "+path] = op
+		}
+	}
+	return out
+}
+
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	t.Parallel()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPIDocument())
+	require.NoError(t, err)
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+	require.True(t, doc.IsOpenAPI31OrLater())
+	// Validate picks the 3.1 rules (JSON Schema 2020-12) from the version;
+	// examples and defaults are validated against their schemas too.
+	require.NoError(t, doc.Validate(loader.Context, openapi3.EnableExamplesValidation(), openapi3.EnableSchemaDefaultsValidation()))
+
+	ids := map[string]bool{}
+	for key, op := range operations(doc) {
+		t.Run(key, func(t *testing.T) {
+			require.NotEmpty(t, op.OperationID)
+			require.False(t, ids[op.OperationID], "duplicate operationId")
+			ids[op.OperationID] = true
+			require.NotEmpty(t, op.Summary)
+			require.Len(t, op.Tags, 1)
+			require.NotNil(t, op.Security, "every operation states its security")
+			_, path, _ := strings.Cut(key, " ")
+			has401 := op.Responses.Status(http.StatusUnauthorized) != nil
+			if strings.HasPrefix(path, "/v1/") {
+				require.Equal(t, openapi3.SecurityRequirements{{"bearerAuth": {}}}, *op.Security)
+				require.True(t, has401, "a /v1 route documents 401")
+				require.NotNil(t, op.Responses.Status(http.StatusServiceUnavailable), "a /v1 route documents 503")
+				require.NotNil(t, op.Responses.Status(http.StatusInternalServerError), "a /v1 route documents 500")
+			} else {
+				require.Empty(t, *op.Security, "%s needs no token", path)
+				require.False(t, has401)
+			}
+			for code, ref := range op.Responses.Map() {
+				status, err := strconv.Atoi(code)
+				require.NoError(t, err, "no default or range responses: every status is spelled out")
+				if status >= 400 {
+					require.Contains(t, ref.Value.Content, "application/problem+json", "%d is a problem", status)
+					require.Len(t, ref.Value.Content, 1)
+				}
+			}
+			if op.RequestBody != nil {
+				require.True(t, op.RequestBody.Value.Required)
+				for _, code := range []int{400, 413, 415} {
+					require.NotNil(t, op.Responses.Status(code), "an operation with a body documents %d", code)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenAPICoversRoutes(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadDocument(t)
+	registered := map[string]bool{}
+	err := chi.Walk(api.NewRouter(api.Deps{}), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		registered[method+" "+route] = true
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, registered)
+	documented := map[string]bool{}
+	for key := range operations(doc) {
+		documented[key] = true
+	}
+	for key := range registered {
+		require.True(t, documented[key], "route %s is registered but not in openapi.json", key)
+	}
+	for key := range documented {
+		require.True(t, registered[key], "openapi.json documents %s, which is not registered", key)
+	}
+}
+
+// example is one example value of the document and the schema it illustrates.
+type example struct {
+	where  string
+	value  any
+	schema *openapi3.Schema
+	opts   []openapi3.SchemaValidationOption
+}
+
+// examples collects every example of the document: of request bodies, of
+// responses (in operations and components) and of schemas.
+func examples(doc *openapi3.T) []example {
+	var out []example
+	media := func(where string, content openapi3.Content, direction openapi3.SchemaValidationOption) {
+		for ct, mt := range content {
+			if mt.Example != nil {
+				out = append(out, example{where + " " + ct, mt.Example, mt.Schema.Value, []openapi3.SchemaValidationOption{direction}})
+			}
+			for name, ex := range mt.Examples {
+				out = append(out, example{where + " " + ct + " " + name, ex.Value.Value, mt.Schema.Value, []openapi3.SchemaValidationOption{direction}})
+			}
+		}
+	}
+	for key, op := range operations(doc) {
+		if op.RequestBody != nil {
+			media(key+" request", op.RequestBody.Value.Content, openapi3.VisitAsRequest())
+		}
+		for code, ref := range op.Responses.Map() {
+			media(key+" "+code, ref.Value.Content, openapi3.VisitAsResponse())
+		}
+	}
+	for name, ref := range doc.Components.Responses {
+		media("components.responses."+name, ref.Value.Content, openapi3.VisitAsResponse())
+	}
+	for name, ref := range doc.Components.Schemas {
+		for i, v := range ref.Value.Examples {
+			out = append(out, example{fmt.Sprintf("components.schemas.%s.examples[%d]", name, i), v, ref.Value, nil})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].where < out[j].where })
+	return out
+}
+
+func TestOpenAPIExamplesMatchSchemas(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadDocument(t)
+	all := examples(doc)
+	for _, ex := range all {
+		t.Run(ex.where, func(t *testing.T) {
+			t.Parallel()
+			opts := append([]openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020(), openapi3.MultiErrors()}, ex.opts...)
+			require.NoError(t, ex.schema.VisitJSON(ex.value, opts...))
+		})
+	}
+
+	// Every request body, every JSON response and every error response has
+	// at least one example.
+	has := map[string]bool{}
+	for _, ex := range all {
+		if i := strings.LastIndex(ex.where, " "); i > 0 {
+			has[ex.where[:i]] = true
+		}
+	}
+	for key, op := range operations(doc) {
+		if op.RequestBody != nil {
+			require.True(t, has[key+" request application/json"], "%s: no request example", key)
+		}
+		for code, ref := range op.Responses.Map() {
+			for ct := range ref.Value.Content {
+				if ref.Ref == "" {
+					require.True(t, has[key+" "+code+" "+ct], "%s %s: no example", key, code)
+				}
+			}
+		}
+	}
+	for name := range doc.Components.Responses {
+		require.True(t, has["components.responses."+name+" application/problem+json"], "response %s: no example", name)
+	}
+
+	// A deliberately wrong example is caught: the check is not vacuous.
+	bad := doc.Components.Schemas["Endpoint"].Value
+	require.Error(t, bad.VisitJSON(map[string]any{"id": "ep_nope"}, openapi3.EnableJSONSchema2020()))
+}
+
+// TestOpenAPIRequestExamplesAreAccepted sends every request example of the
+// document to the server: an example the server refuses would mislead.
+func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	for key, op := range operations(b.doc) {
+		if op.RequestBody == nil {
+			continue
+		}
+		method, path, _ := strings.Cut(key, " ")
+		for name, ex := range op.RequestBody.Value.Content["application/json"].Examples {
+			t.Run(key+" "+name, func(t *testing.T) {
+				p := path
+				if strings.Contains(p, "{id}") {
+					require.True(t, strings.HasPrefix(p, "/v1/endpoints/"), "no fixture for %s", p)
+					p = strings.ReplaceAll(p, "{id}", b.createEndpoint(t, "acme").ID)
+				}
+				r := b.do(t, method, p, ex.Value.Value)
+				require.Less(t, r.Status, 300, "%s", r.Body)
+			})
+		}
+	}
+}
+
+// TestOpenAPIDescribesEveryResponse drives every operation of the document
+// through the real server into every status it documents (the server's
+// requests and responses are checked against the document on the way, by
+// testBundle.do), then checks that no documented status went unseen: the
+// document promises nothing the handlers do not do, and the handlers answer
+// nothing the document does not promise.
+func TestOpenAPIDescribesEveryResponse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	// ok is a healthy server with fixtures.
+	_, ok := setup(t)
+	acme := ok.createEndpoint(t, "acme")
+	gone := ok.createEndpoint(t, "acme")
+	msg := ok.sendMessage(t, "acme", "invoice.paid")
+	require.Len(t, msg.Deliveries, 2)
+	pending, failed := msg.Deliveries[0], msg.Deliveries[1]
+	ok.markFailed(t, failed, 1, 8)
+	ok.seedAttempts(t, pending, store.Attempt{AttemptNumber: 1, Classification: "failure"})
+
+	// broken answers 500 from every route that reads the database (its tables
+	// are gone), and its readiness check fails.
+	_, broken := setup(t, func(d *api.Deps) {
+		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
+	})
+	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts CASCADE`)
+	require.NoError(t, err)
+
+	// noRand cannot generate secrets.
+	_, noRand := setup(t, func(d *api.Deps) { d.Rand = failingReader{} })
+
+	// down has no database at all: nothing listens on its port.
+	downPool, err := pgxpool.New(ctx, "postgres://hookd@127.0.0.1:1/hookd?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(downPool.Close)
+	_, down := setup(t, func(d *api.Deps) { d.Store = store.New(downPool, nil) })
+
+	newEndpoint := map[string]any{"tenant_id": "acme", "url": "https://acme.example/new"}
+	newMessage := map[string]any{"tenant_id": "acme", "event_type": "invoice.paid", "payload": map[string]any{}}
+	patch := map[string]any{"description": "patched"}
+	big := map[string]any{"tenant_id": "acme", "url": "https://acme.example/big", "description": strings.Repeat("x", 70<<10)}
+	bigMessage := map[string]any{"tenant_id": "acme", "event_type": "a", "payload": strings.Repeat("x", 1<<20)}
+	ep, dlv, m := "/v1/endpoints/"+acme.ID, "/v1/deliveries/"+pending.ID, "/v1/messages/"+msg.ID
+	noEp, noDlv, noMsg := "/v1/endpoints/"+missingID("ep"), "/v1/deliveries/"+missingID("dlv"), "/v1/messages/"+missingID("msg")
+
+	type req struct {
+		method, path string
+		body         any
+		want         int
+		opts         []callOpt
+	}
+	plain := func(want int, method, path string, body any, opts ...callOpt) req {
+		return req{method, path, body, want, opts}
+	}
+	calls := map[*testBundle][]req{
+		ok: {
+			plain(200, "GET", "/healthz", nil, withoutAuth()),
+			plain(200, "GET", "/readyz", nil, withoutAuth()),
+			plain(200, "GET", "/openapi.json", nil, withoutAuth()),
+
+			plain(201, "POST", "/v1/endpoints", newEndpoint),
+			plain(400, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "ftp://acme.example"}),
+			plain(401, "POST", "/v1/endpoints", newEndpoint, withoutAuth()),
+			plain(413, "POST", "/v1/endpoints", big, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/endpoints", "tenant_id=acme", withContentType("application/x-www-form-urlencoded")),
+
+			plain(200, "GET", "/v1/endpoints?tenant_id=acme&limit=1", nil),
+			plain(400, "GET", "/v1/endpoints?limit=251", nil),
+			plain(401, "GET", "/v1/endpoints", nil, withoutAuth()),
+
+			plain(200, "GET", ep, nil),
+			plain(401, "GET", ep, nil, withoutAuth()),
+			plain(404, "GET", noEp, nil),
+
+			plain(200, "PATCH", ep, patch),
+			plain(400, "PATCH", ep, map[string]any{"event_types": []string{"inv*"}}),
+			plain(401, "PATCH", ep, patch, withoutAuth()),
+			plain(404, "PATCH", noEp, patch),
+			plain(413, "PATCH", ep, map[string]any{"description": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "PATCH", ep, patch, withContentType("text/plain")),
+
+			plain(200, "POST", ep+"/disable", nil),
+			plain(401, "POST", ep+"/disable", nil, withoutAuth()),
+			plain(404, "POST", noEp+"/disable", nil),
+			plain(200, "POST", ep+"/enable", nil),
+			plain(401, "POST", ep+"/enable", nil, withoutAuth()),
+			plain(404, "POST", noEp+"/enable", nil),
+
+			plain(200, "GET", ep+"/secret", nil),
+			plain(401, "GET", ep+"/secret", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/secret", nil),
+			plain(200, "POST", ep+"/secret/rotate", nil),
+			plain(401, "POST", ep+"/secret/rotate", nil, withoutAuth()),
+			plain(404, "POST", noEp+"/secret/rotate", nil),
+
+			plain(200, "GET", ep+"/attempts?outcome=failure", nil),
+			plain(400, "GET", ep+"/attempts?outcome=teapot", nil),
+			plain(401, "GET", ep+"/attempts", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/attempts", nil),
+
+			plain(202, "POST", "/v1/messages", newMessage),
+			plain(400, "POST", "/v1/messages", map[string]any{"tenant_id": "acme", "event_type": "a..b", "payload": 1}),
+			plain(401, "POST", "/v1/messages", newMessage, withoutAuth()),
+			plain(413, "POST", "/v1/messages", bigMessage, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/messages", newMessage, withContentType("application/xml")),
+
+			plain(200, "GET", m, nil),
+			plain(401, "GET", m, nil, withoutAuth()),
+			plain(404, "GET", noMsg, nil),
+
+			plain(200, "GET", dlv, nil),
+			plain(401, "GET", dlv, nil, withoutAuth()),
+			plain(404, "GET", noDlv, nil),
+			plain(200, "GET", dlv+"/attempts?limit=1", nil),
+			plain(400, "GET", dlv+"/attempts?since=yesterday", nil),
+			plain(401, "GET", dlv+"/attempts", nil, withoutAuth()),
+			plain(404, "GET", noDlv+"/attempts", nil),
+
+			plain(202, "POST", "/v1/deliveries/"+failed.ID+"/retry", nil),
+			plain(401, "POST", dlv+"/retry", nil, withoutAuth()),
+			plain(404, "POST", noDlv+"/retry", nil),
+			plain(409, "POST", dlv+"/retry", nil),
+
+			plain(204, "DELETE", "/v1/endpoints/"+gone.ID, nil),
+			plain(401, "DELETE", ep, nil, withoutAuth()),
+			plain(404, "DELETE", "/v1/endpoints/"+gone.ID, nil),
+		},
+		broken: {
+			plain(503, "GET", "/readyz", nil, withoutAuth()),
+		},
+		noRand: {
+			plain(500, "POST", "/v1/endpoints", newEndpoint),
+		},
+	}
+	// Every /v1 operation answers 500 when its query fails and 503 when the
+	// database cannot be reached.
+	for _, bad := range []struct {
+		b    *testBundle
+		want int
+	}{{broken, 500}, {down, 503}} {
+		for _, r := range []req{
+			plain(bad.want, "GET", "/v1/endpoints", nil),
+			plain(bad.want, "GET", noEp, nil),
+			plain(bad.want, "PATCH", noEp, patch),
+			plain(bad.want, "DELETE", noEp, nil),
+			plain(bad.want, "POST", noEp+"/disable", nil),
+			plain(bad.want, "POST", noEp+"/enable", nil),
+			plain(bad.want, "GET", noEp+"/secret", nil),
+			plain(bad.want, "POST", noEp+"/secret/rotate", nil),
+			plain(bad.want, "GET", noEp+"/attempts", nil),
+			plain(bad.want, "POST", "/v1/messages", newMessage),
+			plain(bad.want, "GET", noMsg, nil),
+			plain(bad.want, "GET", noDlv, nil),
+			plain(bad.want, "GET", noDlv+"/attempts", nil),
+			plain(bad.want, "POST", noDlv+"/retry", nil),
+		} {
+			calls[bad.b] = append(calls[bad.b], r)
+		}
+	}
+	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))
+	calls[down] = append(calls[down],
+		plain(503, "POST", "/v1/endpoints", newEndpoint),
+		plain(503, "GET", "/readyz", nil, withoutAuth()),
+		plain(200, "GET", "/healthz", nil, withoutAuth()),
+	)
+
+	seen := map[string]bool{}
+	for b, reqs := range calls {
+		for _, r := range reqs {
+			res := b.do(t, r.method, r.path, r.body, r.opts...)
+			require.Equalf(t, r.want, res.Status, "%s %s: %s", r.method, r.path, res.Body)
+			if res.Status == http.StatusServiceUnavailable && strings.HasPrefix(r.path, "/v1/") {
+				require.Equal(t, "1", res.Header.Get("Retry-After"))
+			}
+		}
+		maps.Copy(seen, b.seen)
+	}
+
+	var missing []string
+	for _, op := range operations(ok.doc) {
+		for code := range op.Responses.Map() {
+			if key := op.OperationID + " " + code; !seen[key] {
+				missing = append(missing, key)
+			}
+		}
+	}
+	slices.Sort(missing)
+	require.Empty(t, missing, "documented responses never produced")
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("entropy exhausted") }
+
+// TestOpenAPIValidationCatchesDrift makes sure the document and kin-openapi
+// together do reject drifted responses (an extra or missing field, a null
+// where none is allowed, a wrong type, enum or format, an undocumented
+// status or content type, a missing required header), so the checks in
+// testBundle.do are not vacuous under OpenAPI 3.1.
+func TestOpenAPIValidationCatchesDrift(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	created := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook"})
+	requireStatus(t, http.StatusCreated, created)
+	var good map[string]any
+	require.NoError(t, json.Unmarshal(created.Body, &good))
+
+	vreq, err := http.NewRequest("POST", "/v1/endpoints", nil)
+	require.NoError(t, err)
+	route, params, err := b.router.FindRoute(vreq)
+	require.NoError(t, err)
+	validate := func(status int, header http.Header, body any) error {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route},
+			Status:                 status, Header: header, Options: filterOptions(),
+		}
+		in.SetBodyBytes(raw)
+		return openapi3filter.ValidateResponse(context.Background(), in)
+	}
+	header := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/endpoints/" + good["id"].(string)}}
+	require.NoError(t, validate(201, header, good))
+
+	with := func(k string, v any) map[string]any {
+		m := maps.Clone(good)
+		m[k] = v
+		return m
+	}
+	without := func(k string) map[string]any {
+		m := maps.Clone(good)
+		delete(m, k)
+		return m
+	}
+	for name, body := range map[string]map[string]any{
+		"extra field":               with("secret", "whsec_x"),
+		"missing field":             without("metadata"),
+		"missing nullable field":    without("disabled_reason"),
+		"null array":                with("event_types", nil),
+		"null string":               with("url", nil),
+		"wrong type":                with("disabled_reason", 5),
+		"not in enum":               with("status", "paused"),
+		"bad date-time":             with("created_at", "yesterday"),
+		"bad id":                    with("id", "ep_1"),
+		"non-string metadata value": with("metadata", map[string]any{"a": 1}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Error(t, validate(201, header, body))
+		})
+	}
+	require.NoError(t, validate(201, header, with("disabled_reason", "manual")), "a nullable field takes a string")
+	require.Error(t, validate(http.StatusTeapot, header, good), "undocumented status")
+	require.Error(t, validate(201, http.Header{"Content-Type": {"application/json"}}, good), "missing Location")
+	require.Error(t, validate(201, http.Header{"Content-Type": {"text/plain"}, "Location": {"/x"}}, good), "wrong content type")
+	problem := map[string]any{"type": "https://hookd.dev/problems/validation", "title": "Bad Request", "status": 400}
+	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "a 400 names its fields")
+	problem["errors"] = []any{map[string]any{"field": "url", "message": "bad"}}
+	require.NoError(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem))
+	problem["status"] = 422
+	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "status matches")
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	r := b.do(t, "GET", "/openapi.json", nil, withoutAuth())
+	requireStatus(t, http.StatusOK, r)
+	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	require.Equal(t, api.OpenAPIDocument(), r.Body)
+}
