@@ -221,11 +221,27 @@ func (g *BreakerGate) refuse(id string, enforce bool, cfg breaker.Config, d brea
 	if g.metrics != nil {
 		g.metrics.Rejected.WithLabelValues(g.metrics.Labels.Label(id)).Inc()
 	}
-	retry := d.RetryAt
-	if retry.IsZero() || retry.Before(now) {
-		retry = now.Add(g.cfg.BusyRetry)
+	return Admission{Refused: true, RetryAt: g.retryAt(cfg, d, now), Reason: d.Reason}
+}
+
+// retryAt spreads the wake-ups of refused deliveries. A dead endpoint can
+// have thousands of jobs waiting: were they all to wake at open_until, all
+// but one would be refused again (the trial slot is taken) and re-snoozed,
+// churning the queue. So they wake over the half open duration after
+// open_until (the first to wake becomes the probe; the rest mostly find
+// the breaker closed again), and those refused while a trial is in flight
+// or while isolated come back over a similar spread.
+func (g *BreakerGate) retryAt(cfg breaker.Config, d breaker.Decision, now time.Time) time.Time {
+	spread := time.Duration(g.rnd() * float64(cfg.OpenDuration/2))
+	switch d.Reason {
+	case breaker.ReasonOpen:
+		if d.RetryAt.After(now) {
+			return d.RetryAt.Add(spread)
+		}
+	case breaker.ReasonIsolated:
+		return now.Add(cfg.OpenDuration + spread)
 	}
-	return Admission{Refused: true, RetryAt: retry, Reason: d.Reason}
+	return now.Add(g.cfg.BusyRetry + spread)
 }
 
 // trial asks the fleet for a trial slot.
