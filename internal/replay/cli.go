@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -303,9 +304,10 @@ func (c command) replay(ctx context.Context, args []string) error {
 		events      = fs.Bool("events", "", false, "also print every transition as it happens")
 		sweep       = fs.Bool("sweep", "", false, "rank a grid of rate configs instead of replaying one")
 		quietPath   = fs.String("quiet", "", "", "sweep: CSV trace of normal traffic, where every open is a false trip")
-		incPath     = fs.String("incident", "", "", "sweep: CSV trace of an incident, starting when it started")
+		incPath     = fs.String("incident", "", "", "sweep: CSV trace of an incident, perhaps after a lead-in (see --incident-phase)")
+		incPhase    = fs.String("incident-phase", "", "", "sweep: phase of the --incident trace where the incident starts; earlier rows are a lead-in (default: the whole trace)")
 		quietRange  = rangeFlags{since: timeFlag(fs, "quiet-since", "sweep --from-db: start of the quiet range"), until: timeFlag(fs, "quiet-until", "sweep --from-db: end of the quiet range"), sinceName: "quiet-since", untilName: "quiet-until"}
-		incRange    = rangeFlags{since: timeFlag(fs, "incident-since", "sweep --from-db: start of the incident"), until: timeFlag(fs, "incident-until", "sweep --from-db: end of the incident range"), sinceName: "incident-since", untilName: "incident-until"}
+		incRange    = rangeFlags{since: timeFlag(fs, "incident-since", "sweep --from-db: start of the incident (the window is filled from the log before it)"), until: timeFlag(fs, "incident-until", "sweep --from-db: end of the incident range"), sinceName: "incident-since", untilName: "incident-until"}
 		def         = DefaultGrid()
 		rates       = fs.String("rates", "", joinFloats(def.Rates), "sweep: failure_rate_threshold values, comma-separated")
 		windows     = fs.String("windows", "", joinDurations(def.Windows), "sweep: window values, comma-separated Go durations (or seconds)")
@@ -349,7 +351,7 @@ func (c command) replay(ctx context.Context, args []string) error {
 		}
 	} else {
 		switch {
-		case *quietPath != "" || *incPath != "" || quietRange.since.set || quietRange.until.set || incRange.since.set || incRange.until.set:
+		case *quietPath != "" || *incPath != "" || *incPhase != "" || quietRange.since.set || quietRange.until.set || incRange.since.set || incRange.until.set:
 			return &config.UsageError{Msg: "--quiet, --incident and their ranges need --sweep"}
 		case *fromDB && *tracePath != "":
 			return &config.UsageError{Msg: "give --trace or --from-db, not both"}
@@ -389,7 +391,7 @@ func (c command) replay(ctx context.Context, args []string) error {
 	out := bufio.NewWriterSize(c.stdout, 64<<10)
 	if *sweep {
 		err = c.runSweep(ctx, out, st, sweepInput{
-			fromDB: *fromDB, endpoint: *endpoint, quietPath: *quietPath, incidentPath: *incPath,
+			fromDB: *fromDB, endpoint: *endpoint, quietPath: *quietPath, incidentPath: *incPath, incidentPhase: *incPhase,
 			quietRange: quietRange, incidentRange: incRange,
 		}, grid.Configs(cfg), seed.v, *asJSON, *name)
 	} else {
@@ -448,34 +450,60 @@ type sweepInput struct {
 	fromDB                    bool
 	endpoint                  string
 	quietPath, incidentPath   string
+	incidentPhase             string
 	quietRange, incidentRange rangeFlags
 }
 
+// Phases of an incident read from the delivery log.
+const (
+	// PhaseLeadIn labels the rows before --incident-since, read so that the
+	// window is as full at the incident's start as it was in production.
+	PhaseLeadIn = "lead-in"
+	// PhaseIncident labels the rows from --incident-since on.
+	PhaseIncident = "incident"
+)
+
 func (c command) runSweep(ctx context.Context, out *bufio.Writer, st *store.Store, in sweepInput, configs []breaker.Config, seed uint64, asJSON bool, name string) error {
 	var quiet, incident []Row
+	incidentPhase := in.incidentPhase
 	if in.fromDB {
-		if in.quietPath != "" || in.incidentPath != "" {
-			return &config.UsageError{Msg: "--sweep --from-db takes time ranges, not --quiet or --incident files"}
+		if in.quietPath != "" || in.incidentPath != "" || in.incidentPhase != "" {
+			return &config.UsageError{Msg: "--sweep --from-db takes time ranges, not --quiet, --incident or --incident-phase"}
 		}
 		if in.endpoint == "" {
 			return &config.UsageError{Msg: "--sweep --from-db needs --endpoint"}
 		}
-		for _, r := range []struct {
-			rng  rangeFlags
-			rows *[]Row
-		}{{in.quietRange, &quiet}, {in.incidentRange, &incident}} {
-			since, until, ok, err := r.rng.get()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
+		since, until, ok, err := in.quietRange.get()
+		if err != nil {
+			return err
+		}
+		if ok {
 			rows, err := LoadAttempts(ctx, st, in.endpoint, since, until)
 			if err != nil {
 				return err
 			}
-			*r.rows = nonNil(rows)
+			quiet = nonNil(rows)
+		}
+		if since, until, ok, err = in.incidentRange.get(); err != nil {
+			return err
+		}
+		if ok {
+			var lead time.Duration
+			for _, c := range configs {
+				lead = max(lead, c.Window)
+			}
+			rows, err := LoadAttempts(ctx, st, in.endpoint, since.Add(-lead), until)
+			if err != nil {
+				return err
+			}
+			start := time.Duration(since.UnixNano())
+			for i := range rows {
+				rows[i].Phase = PhaseIncident
+				if rows[i].TS < start {
+					rows[i].Phase = PhaseLeadIn
+				}
+			}
+			incident, incidentPhase = nonNil(rows), PhaseIncident
 		}
 	} else {
 		if in.quietRange.since.set || in.quietRange.until.set || in.incidentRange.since.set || in.incidentRange.until.set {
@@ -498,8 +526,11 @@ func (c command) runSweep(ctx context.Context, out *bufio.Writer, st *store.Stor
 	if quiet == nil && incident == nil {
 		return &config.UsageError{Msg: "--sweep needs --quiet FILE and/or --incident FILE (or their --from-db ranges)"}
 	}
+	if in.incidentPhase != "" && !slices.ContainsFunc(incident, func(r Row) bool { return r.Phase == in.incidentPhase }) {
+		return &config.UsageError{Msg: fmt.Sprintf("--incident-phase: the --incident trace has no phase %q", in.incidentPhase)}
+	}
 	bar := newProgressBar(c.stderr, c.terminal, c.now, "sweep", int64(len(configs))*int64(len(quiet)+len(incident)))
-	ranked, err := Sweep(configs, quiet, incident, SweepOptions{Seed: seed, Progress: bar.Add})
+	ranked, err := Sweep(configs, quiet, incident, SweepOptions{Seed: seed, IncidentPhase: incidentPhase, Progress: bar.Add})
 	bar.Finish()
 	if err != nil {
 		return err

@@ -344,7 +344,11 @@ func WriteSweepText(w io.Writer, ranked []Candidate, name string, seed uint64) e
 	}
 	hasQuiet, hasIncident := ranked[0].Quiet != nil, ranked[0].Incident != nil
 	fmt.Fprintf(&buf, "sweep: %d configs (seed %d); fixed: %s\n", len(ranked), seed, describeFixed(ranked[0].Config))
-	fmt.Fprintf(&buf, "ranked by zero false trips on the quiet trace, then fastest detection of the incident, then fewest sent during it\n\n")
+	fmt.Fprintf(&buf, "ranked by zero false trips on the quiet trace, then fastest detection of the incident, then fewest sent during it\n")
+	if hasIncident && ranked[0].IncidentPhase != "" {
+		fmt.Fprintf(&buf, "the incident starts at the first row of phase %q; earlier rows are a lead-in\n", ranked[0].IncidentPhase)
+	}
+	buf.WriteByte('\n')
 	t := table{header: []string{"rank", "failure_rate", "window", "min_throughput"}}
 	if hasQuiet {
 		t.header = append(t.header, "false_trips", "quiet_blocked_healthy")

@@ -60,6 +60,22 @@ type Candidate struct {
 	Quiet *Report
 	// Incident is its replay of the incident trace, nil without one.
 	Incident *Report
+	// IncidentPhase is the phase of the incident trace where the incident
+	// starts, after a lead-in that fills the window as production traffic
+	// would; empty when the incident starts with the trace.
+	IncidentPhase string
+}
+
+// incident returns the stats of the incident itself: its phase, or the
+// whole incident trace.
+func (c Candidate) incident() (Stats, bool) {
+	if c.Incident == nil {
+		return Stats{}, false
+	}
+	if c.IncidentPhase == "" {
+		return c.Incident.Total, true
+	}
+	return c.Incident.Phase(c.IncidentPhase)
 }
 
 // FalseTrips returns the opens on the quiet trace: each one is a trip on
@@ -71,29 +87,33 @@ func (c Candidate) FalseTrips() int {
 	return c.Quiet.Total.Opens
 }
 
-// Detection returns the time from the incident trace's first row to the
-// first open, and false when the breaker never opened on it or there is no
-// incident trace.
+// Detection returns the time from the start of the incident (the first row
+// of IncidentPhase, or of the incident trace) to the breaker's first open
+// during it, and false when it never opened then or there is no incident
+// trace.
 func (c Candidate) Detection() (time.Duration, bool) {
-	if c.Incident == nil || c.Incident.Total.FirstOpen == nil {
+	s, ok := c.incident()
+	if !ok || s.FirstOpen == nil {
 		return 0, false
 	}
-	return *c.Incident.Total.FirstOpen, true
+	return *s.FirstOpen, true
 }
 
-// IncidentSent returns the requests sent during the incident trace, trials
-// included, or 0 without one.
+// IncidentSent returns the requests sent during the incident, trials
+// included, or 0 without an incident trace.
 func (c Candidate) IncidentSent() int {
-	if c.Incident == nil {
-		return 0
-	}
-	return c.Incident.Total.Sent
+	s, _ := c.incident()
+	return s.Sent
 }
 
 // SweepOptions tune a sweep.
 type SweepOptions struct {
 	// Seed seeds every replay's jitter source.
 	Seed uint64
+	// IncidentPhase names the phase of the incident trace where the
+	// incident starts; the phases before it are a lead-in. Empty means the
+	// incident starts with the trace.
+	IncidentPhase string
 	// Workers is how many replays run at once; 0 means GOMAXPROCS.
 	Workers int
 	// Progress, when set, is called from any worker with the number of rows
@@ -110,6 +130,9 @@ func Sweep(configs []breaker.Config, quiet, incident []Row, opts SweepOptions) (
 	if len(configs) == 0 {
 		return nil, errors.New("sweep: the grid is empty")
 	}
+	if opts.IncidentPhase != "" && !slices.ContainsFunc(incident, func(r Row) bool { return r.Phase == opts.IncidentPhase }) {
+		return nil, fmt.Errorf("sweep: the incident trace has no phase %q", opts.IncidentPhase)
+	}
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -121,6 +144,7 @@ func Sweep(configs []breaker.Config, quiet, incident []Row, opts SweepOptions) (
 	candidates := make([]Candidate, len(configs))
 	for i, c := range configs {
 		candidates[i].Config = c
+		candidates[i].IncidentPhase = opts.IncidentPhase
 	}
 	jobs := make(chan job)
 	errs := make([]error, len(configs)*2)
