@@ -77,6 +77,7 @@ type value[T any] struct {
 	show  func(T) string
 }
 
+// Set parses s into the value and marks it set.
 func (x *value[T]) Set(s string) error {
 	v, err := x.parse(s)
 	if err != nil {
@@ -86,6 +87,7 @@ func (x *value[T]) Set(s string) error {
 	return nil
 }
 
+// String formats the value for help text.
 func (x *value[T]) String() string {
 	if x == nil || x.show == nil {
 		return ""
@@ -648,6 +650,7 @@ func joinInts(ns []int) string {
 // phaseList is the repeatable --phase flag.
 type phaseList []Phase
 
+// Set parses one --phase and appends it.
 func (l *phaseList) Set(s string) error {
 	p, err := ParsePhase(s)
 	if err != nil {
@@ -657,6 +660,7 @@ func (l *phaseList) Set(s string) error {
 	return nil
 }
 
+// String lists the phases in the form ParsePhase reads.
 func (l *phaseList) String() string {
 	if l == nil {
 		return ""

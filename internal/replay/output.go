@@ -110,18 +110,18 @@ func newEventJSON(e Event) eventJSON {
 	return w
 }
 
-// WriteJSON writes r as one indented JSON object, {"config": ...,
-// "total": ..., "phases": {...}}, with the phases in first-appearance order,
-// and an "events" array when events is not nil.
-func WriteJSON(w io.Writer, r Report, events []Event) error {
+// MarshalJSON encodes r as {"config": ..., "total": ..., "phases": {...}}:
+// the config under a traffic class's JSON names, and the phases as one
+// object whose members keep their first-appearance order.
+func (r Report) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteString(`{"config":`)
 	if err := appendJSON(&buf, newConfigJSON(r.Config)); err != nil {
-		return err
+		return nil, err
 	}
 	buf.WriteString(`,"total":`)
 	if err := appendJSON(&buf, r.Total); err != nil {
-		return err
+		return nil, err
 	}
 	buf.WriteString(`,"phases":{`)
 	for i, p := range r.Phases {
@@ -129,26 +129,38 @@ func WriteJSON(w io.Writer, r Report, events []Event) error {
 			buf.WriteByte(',')
 		}
 		if err := appendJSON(&buf, p.Name); err != nil {
-			return err
+			return nil, err
 		}
 		buf.WriteByte(':')
 		if err := appendJSON(&buf, p.Stats); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	buf.WriteByte('}')
+	buf.WriteString(`}}`)
+	return buf.Bytes(), nil
+}
+
+// WriteJSON writes r as one indented JSON object, as Report.MarshalJSON
+// encodes it, with an "events" array last when events is not nil.
+func WriteJSON(w io.Writer, r Report, events []Event) error {
+	data, err := r.MarshalJSON()
+	if err != nil {
+		return err
+	}
 	if events != nil {
 		list := make([]eventJSON, len(events))
 		for i, e := range events {
 			list[i] = newEventJSON(e)
 		}
+		buf := bytes.NewBuffer(data[:len(data)-1])
 		buf.WriteString(`,"events":`)
-		if err := appendJSON(&buf, list); err != nil {
+		if err := appendJSON(buf, list); err != nil {
 			return err
 		}
+		buf.WriteByte('}')
+		data = buf.Bytes()
 	}
-	buf.WriteByte('}')
-	return writeIndented(w, buf.Bytes())
+	return writeIndented(w, data)
 }
 
 func appendJSON(buf *bytes.Buffer, v any) error {

@@ -1,7 +1,9 @@
 package replay_test
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,4 +239,24 @@ func TestReplayProgressCountsEveryRow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, calls)
 	require.Equal(t, len(rows), total)
+}
+
+// TestReportMarshalsToTheCommandsJSON: a Report encodes as the command's
+// --json output does, phases in first-appearance order.
+func TestReportMarshalsToTheCommandsJSON(t *testing.T) {
+	t.Parallel()
+	r, err := replay.Replay(rateConfig(), []replay.Row{row(0, S, "zeta"), row(1, F, "alpha")}, replay.Options{})
+	require.NoError(t, err)
+	data, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.JSONEq(t, `{
+		"config": {"trip": "rate", "failure_rate_threshold": 0.5, "window": "30s", "min_throughput": 5, "consecutive_failures": 5,
+			"open_duration": "5s", "open_jitter": 0, "open_backoff": 1, "max_open_duration": "1m", "half_open_trials": 2, "half_open_concurrency": 1},
+		"total": {"requests": 2, "sent": 2, "rejected": 0, "blocked_healthy": 0, "wasted": 1, "opens": 0, "first_open_s": null, "time_open_s": 0, "suppressed": 1},
+		"phases": {
+			"zeta": {"requests": 1, "sent": 1, "rejected": 0, "blocked_healthy": 0, "wasted": 0, "opens": 0, "first_open_s": null, "time_open_s": 0, "suppressed": 0},
+			"alpha": {"requests": 1, "sent": 1, "rejected": 0, "blocked_healthy": 0, "wasted": 1, "opens": 0, "first_open_s": null, "time_open_s": 0, "suppressed": 1}
+		}
+	}`, string(data))
+	require.Less(t, strings.Index(string(data), `"zeta"`), strings.Index(string(data), `"alpha"`))
 }
