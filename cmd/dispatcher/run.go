@@ -20,14 +20,20 @@ import (
 
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 const synopsis = `usage: dispatcher [run|migrate] [flags]
+       dispatcher replay [flags]
+       dispatcher trace synth [flags]
 
   run      deliver queued webhooks (the default); migrates first unless --no-migrate
-  migrate  apply hookd's and River's migrations, then exit`
+  migrate  apply hookd's and River's migrations, then exit
+  replay   replay recorded or synthetic outcomes through the breaker offline,
+           or sweep configs over them (dispatcher replay --help)
+  trace    write a synthetic trace for replay (dispatcher trace synth --help)`
 
 // settings are the dispatcher's flags, each with an environment twin.
 type settings struct {
@@ -88,6 +94,14 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "replay":
+			return replay.Main(ctx, args[1:], getenv, stdout, stderr)
+		case "trace":
+			return replay.TraceMain(ctx, args[1:], getenv, stdout, stderr)
+		}
+	}
 	cmd := "run"
 	if len(args) > 0 && (args[0] == "run" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]

@@ -1,0 +1,117 @@
+package replay_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
+)
+
+func TestDefaultGridIsSeed004s(t *testing.T) {
+	t.Parallel()
+	configs := replay.DefaultGrid().Configs(breaker.DefaultConfig())
+	require.Len(t, configs, 27)
+	require.Equal(t, 0.3, configs[0].FailureRateThreshold)
+	require.Equal(t, 30*time.Second, configs[0].Window)
+	require.Equal(t, 10, configs[0].MinThroughput)
+	require.Equal(t, 0.7, configs[26].FailureRateThreshold)
+	require.Equal(t, 120*time.Second, configs[26].Window)
+	require.Equal(t, 50, configs[26].MinThroughput)
+	for _, c := range configs {
+		require.Equal(t, breaker.TripRate, c.Trip)
+		require.NoError(t, c.Validate())
+	}
+}
+
+func TestRank(t *testing.T) {
+	t.Parallel()
+	cand := func(name int, falseTrips int, detect *time.Duration, sent int) replay.Candidate {
+		c := breaker.DefaultConfig()
+		c.MinThroughput = name
+		return replay.Candidate{
+			Config:   c,
+			Quiet:    &replay.Report{Total: replay.Stats{Opens: falseTrips}},
+			Incident: &replay.Report{Total: replay.Stats{FirstOpen: detect, Sent: sent}},
+		}
+	}
+	cands := []replay.Candidate{
+		cand(1, 1, secs(1), 10),  // fastest but a false trip
+		cand(2, 0, nil, 0),       // never detects
+		cand(3, 0, secs(5), 500), // slow
+		cand(4, 0, secs(2), 300), // fast, sends more
+		cand(5, 0, secs(2), 200), // fast, sends least
+		cand(6, 2, secs(1), 10),  // two false trips
+		cand(7, 0, secs(2), 200), // ties with 5: keeps its place
+	}
+	replay.Rank(cands)
+	var order []int
+	for _, c := range cands {
+		order = append(order, c.Config.MinThroughput)
+	}
+	require.Equal(t, []int{5, 7, 4, 3, 2, 1, 6}, order)
+}
+
+// TestSweepFindsTheConfigThatSeparatesDegradedFromDown: over a quiet trace
+// at 20% errors and an outage after a healthy lead-in, every 10% config and
+// the 30% ones with a minimum of 10 (small samples after each close)
+// false-trip, and the winner is the fastest config that stays closed on the
+// quiet trace: 30% over 10 s with a minimum of 50.
+func TestSweepFindsTheConfigThatSeparatesDegradedFromDown(t *testing.T) {
+	t.Parallel()
+	quiet, err := replay.Synth(replay.SynthConfig{RPS: 20, Phases: []replay.Phase{{Name: "quiet", Duration: 10 * time.Minute, FailureRate: 0.2}}, Spacing: replay.SpacingPoisson, Seed: 1})
+	require.NoError(t, err)
+	incident, err := replay.Synth(replay.SynthConfig{RPS: 20, Phases: []replay.Phase{
+		{Name: "lead-in", Duration: 2 * time.Minute, FailureRate: 0.02},
+		{Name: "down", Duration: 5 * time.Minute, FailureRate: 1},
+	}, Spacing: replay.SpacingPoisson, Seed: 2})
+	require.NoError(t, err)
+	grid := replay.Grid{Rates: []float64{0.1, 0.3, 0.5}, Windows: []time.Duration{10 * time.Second, 60 * time.Second}, Mins: []int{10, 50}}
+	var progressed int64
+	ranked, err := replay.Sweep(grid.Configs(breaker.DefaultConfig()), quiet, incident, replay.SweepOptions{Seed: 1, IncidentPhase: "down", Workers: 3, Progress: func(n int) {
+		// Called from several workers; the test only checks the sum.
+		addInt64(&progressed, int64(n))
+	}})
+	require.NoError(t, err)
+	require.Len(t, ranked, 12)
+	require.Equal(t, int64(12*(len(quiet)+len(incident))), loadInt64(&progressed))
+	best := ranked[0]
+	require.Zero(t, best.FalseTrips())
+	// Every 10% config trips on the quiet trace: they rank last.
+	for _, c := range ranked[len(ranked)-4:] {
+		require.Equal(t, 0.1, c.Config.FailureRateThreshold)
+		require.Positive(t, c.FalseTrips())
+	}
+	// Seed 002's formula: 10 s x (0.3 - 0.02) / 0.98 = 2.9 s after the
+	// outage starts (Poisson arrivals make it a little earlier or later).
+	d, ok := best.Detection()
+	require.True(t, ok)
+	require.Equal(t, 0.3, best.Config.FailureRateThreshold)
+	require.Equal(t, 10*time.Second, best.Config.Window)
+	require.Equal(t, 50, best.Config.MinThroughput)
+	require.InDelta(t, 2.9, d.Seconds(), 0.8)
+	for i := 1; i < len(ranked); i++ {
+		require.LessOrEqual(t, ranked[i-1].FalseTrips(), ranked[i].FalseTrips())
+	}
+
+	again, err := replay.Sweep(grid.Configs(breaker.DefaultConfig()), quiet, incident, replay.SweepOptions{Seed: 1, IncidentPhase: "down", Workers: 1})
+	require.NoError(t, err)
+	require.Equal(t, ranked, again, "a sweep is deterministic whatever the number of workers")
+}
+
+func TestSweepNeedsATrace(t *testing.T) {
+	t.Parallel()
+	_, err := replay.Sweep(replay.DefaultGrid().Configs(breaker.DefaultConfig()), nil, nil, replay.SweepOptions{})
+	require.EqualError(t, err, "sweep: a quiet or an incident trace is required")
+	_, err = replay.Sweep(nil, []replay.Row{}, nil, replay.SweepOptions{})
+	require.EqualError(t, err, "sweep: the grid is empty")
+	_, err = replay.Sweep(replay.DefaultGrid().Configs(breaker.DefaultConfig()), nil, []replay.Row{row(0, F, "x")}, replay.SweepOptions{IncidentPhase: "down"})
+	require.EqualError(t, err, `sweep: the incident trace has no phase "down"`)
+}
+
+func addInt64(p *int64, n int64) { atomic.AddInt64(p, n) }
+
+func loadInt64(p *int64) int64 { return atomic.LoadInt64(p) }
