@@ -3,8 +3,10 @@
 // and retries on a schedule, behind a per-endpoint circuit breaker shared
 // through Postgres.
 //
-//	dispatcher [run] [flags]   deliver (migrating first unless --no-migrate)
-//	dispatcher migrate [flags] apply migrations and exit
+//	dispatcher [run] [flags]      deliver (migrating first unless --no-migrate)
+//	dispatcher migrate [flags]    apply migrations and exit
+//	dispatcher replay [flags]     replay outcomes through the breaker (docs/tuning.md)
+//	dispatcher trace synth [...]  write a synthetic outcome trace
 package main
 
 import (

@@ -127,7 +127,7 @@ func TestReplayAgreesWithTheLiveBreaker(t *testing.T) {
 			if adm.Trial {
 				trials++
 			}
-			adm.Finish(ctx, class, at)
+			adm.Finish(ctx, delivery.Outcome{Class: class, At: at})
 		}
 		b.gate.Flush(ctx)
 		maxLag = max(maxLag, b.clock.Now().Sub(at))
