@@ -26,6 +26,7 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method("GET", "/endpoints/{id}/secret", handleGetEndpointSecret(d))
 		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
 		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
+		r.Method("GET", "/endpoints/{id}/stats", handleGetEndpointStats(d))
 		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
 		r.Method("POST", "/endpoints/{id}/breaker/reset", handleOperateBreaker(d, store.OperatorReset))
 		r.Method("POST", "/endpoints/{id}/breaker/isolate", handleOperateBreaker(d, store.OperatorIsolate))
