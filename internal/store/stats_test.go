@@ -33,7 +33,7 @@ func TestEndpointStatsCountsPerMinute(t *testing.T) {
 	seed(e.ID, minute.Add(time.Minute), "blocked", 1)
 	seed(e.ID, minute.Add(time.Minute+30*time.Second), "auth_failure", 4)
 	seed(e.ID, minute.Add(time.Minute+31*time.Second), "ignore", 5)
-	seed(e.ID, minute.Add(-90*time.Minute), "failure", 7)   // before the range
+	seed(e.ID, minute.Add(-90*time.Minute), "failure", 7)    // before the range
 	seed(other.ID, minute.Add(10*time.Second), "failure", 9) // another endpoint
 
 	// Transitions: one before the range, a reset and an isolate in it.
