@@ -328,12 +328,15 @@
       $('.ids', tr).textContent = `${b.tenant_id} · ${b.endpoint_id}`;
       const state = $('td.state', tr);
       const parts = [badge(b.state)];
+      if (b.state !== 'closed' && b.opened_at) {
+        parts.push(el('span', { class: 'reason', title: localTime(b.opened_at), text: 'opened ' + ago(b.opened_at) }));
+      }
       if (b.endpoint_status === 'disabled') {
         parts.push(badge('disabled', 'disabled'));
         parts.push(el('span', { class: 'reason', text: 'reason: ' + (b.disabled_reason || 'unknown') }));
       }
       if (!b.enforce) parts.push(badge('shadow', 'shadow'));
-      state.replaceChildren(...parts);
+      state.replaceChildren(el('div', { class: 'stack' }, ...parts));
       $('td.rate', tr).replaceChildren(rateMeter(b));
       $('td.obs', tr).replaceChildren(obsMeter(b));
       $('td.cls', tr).textContent = classText(b);
