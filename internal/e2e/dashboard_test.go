@@ -345,9 +345,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	eval[chromedp.Void](h, `(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); })()`)
 	require.True(t, visible(sick.ID))
 
-	h.docScreenshot("breakers-desktop", 1280, 720, false)
-	h.docScreenshot("breakers-desktop", 1280, 720, true)
-	h.docScreenshot("breakers-phone", 390, 844, false)
+	h.docScreenshot("breakers-desktop", 1280, 640, false)
 	h.docScreenshot("breakers-phone", 390, 844, true)
 
 	// The receiver recovers; reset from the page, confirming.
@@ -407,8 +405,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		return eval[int](h, `document.querySelectorAll('#chart rect.o-success').length`) > 0
 	})
 	require.Contains(t, h.text("#transitions tbody"), "reset from the dashboard")
-	h.docScreenshot("endpoint-desktop", 1280, 1000, false)
-	h.docScreenshot("endpoint-phone", 390, 844, true)
+	h.docScreenshot("endpoint-desktop", 1280, 1000, true)
+	h.docScreenshot("endpoint-phone", 390, 844, false)
 
 	h.requireNoErrors()
+
+	// The capture is not vacuous: a console error and an uncaught exception
+	// of the page are both seen.
+	eval[chromedp.Void](h, `console.error('probe: console'); setTimeout(() => { throw new Error('probe: exception'); })`)
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "the probes recorded", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		all := strings.Join(h.errors, "\n")
+		return strings.Contains(all, "probe: console") && strings.Contains(all, "probe: exception")
+	})
 }
