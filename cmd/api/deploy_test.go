@@ -110,4 +110,16 @@ func TestCheckArgsStopsAtParsing(t *testing.T) {
 	require.ErrorContains(t, checkArgs([]string{"serv"}, noEnv), `unexpected argument "serv"`)
 	require.ErrorContains(t, checkArgs([]string{"--db-max-conns", "many"}, noEnv), "must be an integer")
 	require.ErrorContains(t, checkArgs(nil, func(k string) string { return map[string]string{"SHUTDOWN_TIMEOUT": "10"}[k] }), "SHUTDOWN_TIMEOUT")
+	require.NoError(t, checkArgs([]string{"--session-key", strings.Repeat("k", 32)}, noEnv))
+}
+
+func TestShortSessionKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	env := map[string]string{"API_TOKEN": "t", "SESSION_KEY": strings.Repeat("k", 31)}
+	err := run(ctx, nil, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+	var ue *config.UsageError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, "--session-key (SESSION_KEY): must be at least 32 bytes (or empty for a random key)", err.Error())
 }

@@ -29,6 +29,7 @@ const synopsis = `usage: api [serve|migrate] [flags]
 type settings struct {
 	databaseURL     *string
 	apiToken        *string
+	sessionKey      *string
 	listenAddr      *string
 	maxPayloadBytes *int64
 	noMigrate       *bool
@@ -45,6 +46,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 	return fs, &settings{
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (required to serve)"),
+		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
 		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
 	case cmd == "serve" && *set.apiToken == "":
 		return config.Invalid("api-token", "API_TOKEN", "is required to serve")
+	case *set.sessionKey != "" && len(*set.sessionKey) < api.MinSessionKeyBytes:
+		return config.Invalid("session-key", "SESSION_KEY", "must be at least %d bytes (or empty for a random key)", api.MinSessionKeyBytes)
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -107,6 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Enqueuer:        &delivery.Enqueuer{Client: riverClient},
 		Logger:          logger,
 		Token:           *set.apiToken,
+		SessionKey:      []byte(*set.sessionKey),
 		MaxPayloadBytes: *set.maxPayloadBytes,
 		Now:             time.Now,
 		Rand:            rand.Reader,
@@ -121,6 +126,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return nil
 		},
 	})
+
+	if *set.sessionKey == "" {
+		logger.Info("dashboard_session_key_random", slog.String("effect", "dashboard sessions end on restart and are not shared between replicas; set SESSION_KEY to keep them"))
+	}
 
 	ln, err := net.Listen("tcp", *set.listenAddr)
 	if err != nil {

@@ -29,7 +29,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 15)
+	require.Len(t, out, 16)
 	return out
 }
 

@@ -86,6 +86,7 @@ type problemKind struct {
 // problemKinds is the one table from error kinds to HTTP statuses.
 var problemKinds = []problemKind{
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	{errCSRF, http.StatusForbidden, "csrf", "Forbidden"},
 	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed"},

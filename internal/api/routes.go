@@ -13,8 +13,22 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Method("GET", "/readyz", handleReadyz(d))
 	r.Method("GET", "/openapi.json", handleOpenAPI())
 
+	// The operator dashboard: pages and assets for browsers and the cookie
+	// login (dashboard.go, session.go); its data comes from /v1.
+	r.Group(func(r chi.Router) {
+		r.Use(dashboardHeaders)
+		r.Method("GET", "/dashboard", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/endpoints/{id}", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/assets/{name}", handleDashboardAsset(d))
+		r.Method("GET", "/dashboard/login", handleLoginPage(d))
+		r.Method("POST", "/dashboard/login", handleLogin(d))
+		r.Method("POST", "/dashboard/logout", handleLogout(d))
+	})
+
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(requireToken(d))
+		// The dashboard's session cookie is an alternative to the bearer
+		// token (session.go).
+		r.Use(sessionOrToken(d, requireToken(d)))
 
 		r.Method("POST", "/endpoints", handleCreateEndpoint(d))
 		r.Method("GET", "/endpoints", handleListEndpoints(d))
@@ -26,6 +40,7 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method("GET", "/endpoints/{id}/secret", handleGetEndpointSecret(d))
 		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
 		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
+		r.Method("GET", "/endpoints/{id}/stats", handleGetEndpointStats(d))
 		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
 		r.Method("POST", "/endpoints/{id}/breaker/reset", handleOperateBreaker(d, store.OperatorReset))
 		r.Method("POST", "/endpoints/{id}/breaker/isolate", handleOperateBreaker(d, store.OperatorIsolate))

@@ -32,6 +32,14 @@ type Deps struct {
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
+	// Auth checks the token of a dashboard login; nil means
+	// BootstrapToken(Token).
+	Auth Authenticator
+	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
+	// random key per process.
+	SessionKey []byte
+
+	sessions *sessions
 }
 
 // NewServer returns the API's handler.
@@ -51,6 +59,10 @@ func newRouter(d Deps) chi.Router {
 	if d.MaxPayloadBytes <= 0 {
 		d.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
+	if d.Auth == nil {
+		d.Auth = BootstrapToken(d.Token)
+	}
+	d.sessions = newSessions(d.SessionKey, d.Now)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {

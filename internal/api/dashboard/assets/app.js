@@ -1,0 +1,534 @@
+// hookd operator dashboard: the breaker list (/dashboard) and one
+// endpoint's page (/dashboard/endpoints/{id}). Data comes from the /v1 API
+// with the session cookie; changes send the page's CSRF token. Polls every
+// 2 s. Text from the API is only ever set as textContent.
+'use strict';
+(() => {
+  const POLL_MS = 2000;
+  const DETAIL_SLOW_MS = 5000;
+  const csrf = document.querySelector('meta[name="hookd-csrf"]').content;
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const STATE_LABEL = { closed: 'closed', open: 'open', half_open: 'half-open', isolated: 'isolated' };
+  const SEVERITY = { open: 0, half_open: 1, isolated: 2, closed: 3 };
+
+  // ---- HTTP -------------------------------------------------------------
+
+  class Unauthorized extends Error {}
+
+  function toLogin() {
+    location.assign('/dashboard/login?next=' + encodeURIComponent(location.pathname));
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    const opts = { method, headers, credentials: 'same-origin', cache: 'no-store' };
+    if (method !== 'GET') headers['X-CSRF-Token'] = csrf;
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    const res = await fetch(path, opts);
+    if (res.status === 401) {
+      toLogin();
+      throw new Unauthorized('session expired');
+    }
+    const text = await res.text();
+    let data = null;
+    if (text) {
+      try { data = JSON.parse(text); } catch (e) { throw new Error(`HTTP ${res.status}: not JSON`); }
+    }
+    if (!res.ok) throw new Error((data && (data.detail || data.title)) || `HTTP ${res.status}`);
+    return data;
+  }
+
+  // listAll follows next_cursor through every page.
+  async function listAll(path) {
+    const out = [];
+    let after = '';
+    for (;;) {
+      const sep = path.includes('?') ? '&' : '?';
+      const page = await api('GET', path + sep + 'limit=250' + (after ? '&after=' + encodeURIComponent(after) : ''));
+      out.push(...page.data);
+      if (!page.next_cursor) return out;
+      after = page.next_cursor;
+    }
+  }
+
+  // ---- Time ---------------------------------------------------------------
+
+  // The server's clock: the `now` of the last answer plus the local
+  // monotonic time since it arrived. Countdowns never use the browser's
+  // wall clock, which may be off.
+  const clock = {
+    base: null,
+    at: 0,
+    set(nowISO) { this.base = Date.parse(nowISO); this.at = performance.now(); },
+    now() { return this.base === null ? null : this.base + (performance.now() - this.at); },
+  };
+
+  function fmtDuration(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return `${s}s`;
+    const m = Math.floor(s / 60);
+    if (m < 60) return `${m}m ${String(s % 60).padStart(2, '0')}s`;
+    const h = Math.floor(m / 60);
+    if (h < 48) return `${h}h ${String(m % 60).padStart(2, '0')}m`;
+    return `${Math.floor(h / 24)}d ${h % 24}h`;
+  }
+  function ago(iso) {
+    const now = clock.now();
+    if (now === null || !iso) return '';
+    const d = now - Date.parse(iso);
+    return d < 1500 ? 'just now' : fmtDuration(d) + ' ago';
+  }
+  function localTime(iso) {
+    return iso ? new Date(iso).toLocaleString() : '';
+  }
+  function pct(x) {
+    const v = x * 100;
+    return (v > 0 && v < 10 ? v.toFixed(1) : Math.round(v)) + '%';
+  }
+
+  // ---- DOM helpers --------------------------------------------------------
+
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (k === 'dataset') Object.assign(e.dataset, v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+  function badge(state, text) {
+    return el('span', { class: 'badge st-' + state, dataset: { state }, text: text || STATE_LABEL[state] || state });
+  }
+
+  let toastTimer = 0;
+  function toast(msg, isError) {
+    const t = $('#toast');
+    t.textContent = msg;
+    t.className = 'toast' + (isError ? ' error' : '');
+    t.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { t.hidden = true; }, isError ? 8000 : 3500);
+  }
+
+  function setLive(ok, why) {
+    const l = $('#live');
+    l.className = 'live ' + (ok ? 'ok' : 'down');
+    l.textContent = ok ? 'live' : 'reconnecting…';
+    l.title = ok ? 'Updated every 2 s' : (why || '');
+  }
+
+  // poll runs fn now and then every ms after it settles; calling the
+  // function it returns runs fn again at once (after a run in flight). It
+  // stops after a 401: the page is leaving for the login form.
+  function poll(fn, ms) {
+    let timer = 0;
+    let running = false;
+    let again = false;
+    const run = async () => {
+      if (running) {
+        again = true;
+        return;
+      }
+      running = true;
+      clearTimeout(timer);
+      try {
+        await fn();
+        setLive(true);
+      } catch (e) {
+        if (e instanceof Unauthorized) return;
+        setLive(false, e.message);
+      } finally {
+        running = false;
+      }
+      if (again) {
+        again = false;
+        run();
+        return;
+      }
+      timer = setTimeout(run, ms);
+    };
+    run();
+    return run;
+  }
+
+  // ---- Actions ------------------------------------------------------------
+
+  const ACTIONS = {
+    reset: {
+      label: 'Reset', cls: 'go',
+      confirm: (b) => `Reset the breaker of ${b.url}?\n\nIt closes now with a fresh window; deliveries resume at once.`,
+      path: (id) => `/v1/endpoints/${id}/breaker/reset`, body: { reason: 'reset from the dashboard' },
+      done: 'Breaker reset: closed',
+      shown: (b) => b.state !== 'closed',
+    },
+    isolate: {
+      label: 'Isolate', cls: 'warn',
+      confirm: (b) => `Isolate the breaker of ${b.url}?\n\nIt stays open, refusing every delivery, until someone resets it.`,
+      path: (id) => `/v1/endpoints/${id}/breaker/isolate`, body: { reason: 'isolated from the dashboard' },
+      done: 'Breaker isolated',
+      shown: (b) => b.state !== 'isolated',
+    },
+    enable: {
+      label: 'Enable', cls: 'go',
+      confirm: (b) => `Enable ${b.url}?\n\nIts held deliveries are released in order.`,
+      path: (id) => `/v1/endpoints/${id}/enable`, body: undefined,
+      done: 'Endpoint enabled',
+      shown: (b) => b.endpoint_status === 'disabled',
+    },
+  };
+
+  function actionButtons(container, b, refresh) {
+    for (const [name, a] of Object.entries(ACTIONS)) {
+      let btn = container.querySelector(`button[data-action="${name}"]`);
+      if (!btn) {
+        btn = el('button', { type: 'button', class: a.cls, dataset: { action: name }, text: a.label });
+        btn.addEventListener('click', async () => {
+          const cur = btn._breaker;
+          const done = btn._refresh;
+          if (!window.confirm(a.confirm(cur))) return;
+          btn.disabled = true;
+          try {
+            await api('POST', a.path(cur.endpoint_id), a.body);
+            toast(a.done);
+          } catch (e) {
+            if (!(e instanceof Unauthorized)) toast(`${a.label} failed: ${e.message}`, true);
+          } finally {
+            btn.disabled = false;
+            done();
+          }
+        });
+        container.appendChild(btn);
+      }
+      btn._breaker = b;
+      btn._refresh = refresh;
+      btn.hidden = !a.shown(b);
+      btn.setAttribute('aria-label', `${a.label} ${b.url}`);
+    }
+  }
+
+  // ---- Figures ------------------------------------------------------------
+
+  function meter(value, limit, text, limitText, over) {
+    const bar = el('div', { class: 'bar' + (over ? ' over' : '') });
+    const fill = el('i');
+    const frac = limit > 0 ? Math.min(1, value / limit) : 0;
+    fill.style.width = (frac * 100).toFixed(1) + '%';
+    bar.append(fill);
+    return el('div', { class: 'meter' }, el('span', { class: 'v' }, text, el('small', { text: limitText })), bar);
+  }
+  function rateMeter(b) {
+    // The bar spans 0-100%; the tick marks the threshold.
+    const bar = el('div', { class: 'bar' + (b.failure_rate >= b.failure_rate_threshold && b.observations > 0 ? ' over' : b.failure_rate >= b.failure_rate_threshold * 0.75 && b.observations > 0 ? ' near' : '') });
+    const fill = el('i');
+    fill.style.width = (Math.min(1, b.failure_rate) * 100).toFixed(1) + '%';
+    const tick = el('b');
+    tick.style.left = `calc(${(b.failure_rate_threshold * 100).toFixed(1)}% - 1px)`;
+    bar.append(fill, tick);
+    return el('div', { class: 'meter', title: `${b.failures} failures of ${b.observations} in the last ${b.window}` },
+      el('span', { class: 'v' }, pct(b.failure_rate), el('small', { text: '/ ' + pct(b.failure_rate_threshold) })), bar);
+  }
+  function obsMeter(b) {
+    const m = meter(b.observations, b.min_throughput, String(b.observations), '/ ' + b.min_throughput, false);
+    m.title = `${b.observations} observations in the last ${b.window}; the breaker may trip from ${b.min_throughput}`;
+    return m;
+  }
+
+  // nextProbe says when the breaker next lets a delivery through to probe.
+  function nextProbe(b) {
+    switch (b.state) {
+      case 'open': {
+        const now = clock.now();
+        const left = Date.parse(b.open_until) - (now === null ? Date.parse(b.now) : now);
+        if (left <= 0) return { text: 'due now', soon: true };
+        return { text: 'in ' + fmtDuration(left), soon: left < 10000 };
+      }
+      case 'half_open':
+        return { text: b.trial_in_flight ? 'probing now' : 'next delivery', soon: true };
+      case 'isolated':
+        return { text: 'held until reset', soon: false };
+      default:
+        return { text: '—', soon: false };
+    }
+  }
+
+  function classText(b) {
+    return b.traffic_class + (b.enforce ? '' : ' (shadow)');
+  }
+
+  // ---- List view ------------------------------------------------------------
+
+  function listView() {
+    $('#list-view').hidden = false;
+    document.title = 'hookd · breakers';
+    const tbody = $('#breakers tbody');
+    const rows = new Map();
+    const params = new URLSearchParams(location.search);
+    const filter = { state: params.get('state') || 'all', cls: params.get('class') || '', q: params.get('q') || '' };
+    let items = [];
+    let refresh = () => {};
+
+    const search = $('#search');
+    const classSel = $('#class-filter');
+    search.value = filter.q;
+
+    function saveFilter() {
+      const p = new URLSearchParams();
+      if (filter.state !== 'all') p.set('state', filter.state);
+      if (filter.cls) p.set('class', filter.cls);
+      if (filter.q) p.set('q', filter.q);
+      const qs = p.toString();
+      history.replaceState(null, '', location.pathname + (qs ? '?' + qs : ''));
+    }
+    function matches(b) {
+      switch (filter.state) {
+        case 'all': break;
+        case 'disabled': if (b.endpoint_status !== 'disabled') return false; break;
+        default: if (b.state !== filter.state) return false;
+      }
+      if (filter.cls && b.traffic_class !== filter.cls) return false;
+      if (filter.q && !b.url.toLowerCase().includes(filter.q.toLowerCase())) return false;
+      return true;
+    }
+    for (const btn of document.querySelectorAll('#state-filter button')) {
+      btn.addEventListener('click', () => {
+        filter.state = btn.dataset.filter;
+        saveFilter();
+        render();
+      });
+    }
+    classSel.addEventListener('change', () => { filter.cls = classSel.value; saveFilter(); render(); });
+    search.addEventListener('input', () => { filter.q = search.value.trim(); saveFilter(); render(); });
+
+    function newRow(b) {
+      const link = el('a', { class: 'url', href: '/dashboard/endpoints/' + encodeURIComponent(b.endpoint_id) });
+      const tr = el('tr', { dataset: { endpointId: b.endpoint_id } },
+        el('td', { class: 'ep' }, link, el('div', { class: 'ids' })),
+        el('td', { class: 'state', 'data-label': 'State' }),
+        el('td', { class: 'rate', 'data-label': 'Failure rate' }),
+        el('td', { class: 'obs', 'data-label': 'Observations' }),
+        el('td', { class: 'cls', 'data-label': 'Class' }),
+        el('td', { class: 'probe', 'data-label': 'Next probe' }, el('span', { class: 'countdown' })),
+        el('td', { class: 'trips num', 'data-label': 'Trips 24 h' }),
+        el('td', { class: 'acts' }, el('div', { class: 'actions' })));
+      return tr;
+    }
+    function fillRow(tr, b) {
+      tr.dataset.state = b.state;
+      tr.dataset.endpointStatus = b.endpoint_status;
+      const link = $('a.url', tr);
+      link.textContent = b.url;
+      $('.ids', tr).textContent = `${b.tenant_id} · ${b.endpoint_id}`;
+      const state = $('td.state', tr);
+      const parts = [badge(b.state)];
+      if (b.state !== 'closed' && b.opened_at) {
+        parts.push(el('span', { class: 'reason', title: localTime(b.opened_at), text: 'opened ' + ago(b.opened_at) }));
+      }
+      if (b.endpoint_status === 'disabled') {
+        parts.push(badge('disabled', 'disabled'));
+        parts.push(el('span', { class: 'reason', text: 'reason: ' + (b.disabled_reason || 'unknown') }));
+      }
+      if (!b.enforce) parts.push(badge('shadow', 'shadow'));
+      state.replaceChildren(el('div', { class: 'stack' }, ...parts));
+      $('td.rate', tr).replaceChildren(rateMeter(b));
+      $('td.obs', tr).replaceChildren(obsMeter(b));
+      $('td.cls', tr).textContent = classText(b);
+      $('td.trips', tr).textContent = String(b.trips_last_24h);
+      tickRow(tr, b);
+      actionButtons($('.actions', tr), b, () => refresh());
+    }
+    function tickRow(tr, b) {
+      const p = nextProbe(b);
+      const c = $('.countdown', tr);
+      c.textContent = p.text;
+      c.classList.toggle('soon', p.soon);
+      if (b.open_until && b.state === 'open') c.title = 'until ' + localTime(b.open_until);
+      else c.removeAttribute('title');
+    }
+
+    function render() {
+      const counts = { all: items.length, open: 0, half_open: 0, isolated: 0, disabled: 0 };
+      const classes = new Set();
+      for (const b of items) {
+        if (b.state in counts) counts[b.state]++;
+        if (b.endpoint_status === 'disabled') counts.disabled++;
+        classes.add(b.traffic_class);
+      }
+      for (const [k, v] of Object.entries(counts)) {
+        $(`[data-count="${k}"]`).textContent = String(v);
+      }
+      for (const btn of document.querySelectorAll('#state-filter button')) {
+        btn.setAttribute('aria-pressed', String(btn.dataset.filter === filter.state));
+      }
+      if (filter.cls) classes.add(filter.cls);
+      const have = new Set([...classSel.options].map((o) => o.value));
+      for (const c of [...classes].sort()) {
+        if (!have.has(c)) classSel.append(el('option', { value: c, text: c }));
+      }
+      classSel.value = filter.cls;
+
+      const seen = new Set();
+      const sorted = [...items].sort((a, b) =>
+        (SEVERITY[a.state] - SEVERITY[b.state]) ||
+        ((a.endpoint_status === 'disabled' ? 0 : 1) - (b.endpoint_status === 'disabled' ? 0 : 1)) ||
+        a.url.localeCompare(b.url) || a.endpoint_id.localeCompare(b.endpoint_id));
+      let shown = 0;
+      for (const b of sorted) {
+        seen.add(b.endpoint_id);
+        let tr = rows.get(b.endpoint_id);
+        if (!tr) {
+          tr = newRow(b);
+          rows.set(b.endpoint_id, tr);
+        }
+        tr._breaker = b;
+        fillRow(tr, b);
+        tr.hidden = !matches(b);
+        if (!tr.hidden) shown++;
+        tbody.appendChild(tr); // keeps the sorted order
+      }
+      for (const [id, tr] of rows) {
+        if (!seen.has(id)) {
+          tr.remove();
+          rows.delete(id);
+        }
+      }
+      $('#list-empty').hidden = shown > 0;
+      $('#list-empty').textContent = items.length ? 'No endpoint matches.' : 'No endpoints yet.';
+    }
+
+    refresh = poll(async () => {
+      items = await listAll('/v1/breakers');
+      if (items.length) clock.set(items[0].now);
+      render();
+    }, POLL_MS);
+    setInterval(() => {
+      for (const tr of rows.values()) tickRow(tr, tr._breaker);
+    }, 1000);
+  }
+
+  // ---- Endpoint view ------------------------------------------------------
+
+  function figure(label, value, title) {
+    return el('div', { title }, el('dt', { text: label }), el('dd', {}, value));
+  }
+
+  function endpointView(id) {
+    $('#detail-view').hidden = false;
+    const crumbs = $('#crumbs');
+    const here = el('span', { class: 'here', text: id });
+    crumbs.append(' / ', here);
+    const chart = $('#chart');
+    window.hookdChart.legend($('#legend'));
+    let breaker = null;
+    let stats = null;
+    let refresh = () => {};
+
+    function renderHead(b) {
+      document.title = 'hookd · ' + b.url;
+      here.textContent = b.url;
+      $('#d-url').textContent = b.url;
+      $('#d-sub').textContent = `${b.tenant_id} · ${b.endpoint_id}`;
+      const badges = [badge(b.state)];
+      badges.push(b.endpoint_status === 'disabled'
+        ? badge('disabled', 'disabled: ' + (b.disabled_reason || 'unknown'))
+        : badge('closed', 'enabled'));
+      if (!b.enforce) badges.push(badge('shadow', 'shadow mode'));
+      const box = $('#d-badges');
+      box.replaceChildren(...badges);
+      box.dataset.state = b.state;
+      box.dataset.endpointStatus = b.endpoint_status;
+      actionButtons($('#d-actions'), b, () => refresh());
+    }
+    function renderFigures(b) {
+      const p = nextProbe(b);
+      $('#d-figures').replaceChildren(
+        figure('Failure rate / threshold', rateMeter(b)),
+        figure('Observations / min throughput', obsMeter(b)),
+        figure('Window', b.window),
+        figure('Class', classText(b)),
+        figure('Next probe', el('span', { class: 'countdown' + (p.soon ? ' soon' : ''), text: p.text })),
+        figure('Opened', b.opened_at ? ago(b.opened_at) : '—', localTime(b.opened_at)),
+        figure('Trips 24 h / total', `${b.trips_last_24h} / ${b.trips}`),
+        figure('Half-open trials', `${b.trial_successes} / ${b.half_open_trials}` + (b.trial_in_flight ? ' (one in flight)' : '')),
+        figure('Consecutive failures', String(b.consecutive_failures)),
+      );
+    }
+    function renderTransitions(list) {
+      const tbody = $('#transitions tbody');
+      tbody.replaceChildren(...list.map((t) => el('tr', {},
+        el('td', { title: localTime(t.at), text: ago(t.at) }),
+        el('td', {}, badge(t.from), ' → ', badge(t.to)),
+        el('td', { text: t.reason + (t.shadow ? ' (shadow)' : '') }),
+        el('td', { text: t.observations ? `${pct(t.failure_rate)} of ${t.observations}` : '' }),
+        el('td', { text: t.actor }),
+        el('td', { text: t.note }))));
+      $('#transitions-empty').hidden = list.length > 0;
+    }
+    function renderAttempts(list) {
+      const tbody = $('#attempts tbody');
+      tbody.replaceChildren(...list.map((a) => {
+        const outcome = a.classification === 'success' ? 'closed' : a.classification === 'failure' ? 'open' : 'disabled';
+        return el('tr', {},
+          el('td', { title: localTime(a.attempted_at), text: ago(a.attempted_at) }),
+          el('td', {}, badge(outcome, a.classification.replace('_', ' ')), a.trial ? badge('half_open', 'trial') : null),
+          el('td', { class: 'mono', text: a.status_code !== null ? 'HTTP ' + a.status_code : (a.error_class || '') }),
+          el('td', { class: 'num', text: Math.round(a.duration_ms) + ' ms' }),
+          el('td', { class: 'mono', text: `${a.delivery_id} #${a.attempt_number}` }),
+          el('td', { class: 'excerpt mono', title: a.response_excerpt, text: a.response_excerpt }));
+      }));
+      $('#attempts-empty').hidden = list.length > 0;
+    }
+    function drawChart() {
+      if (stats) window.hookdChart.draw(chart, stats);
+    }
+
+    let slowAt = 0;
+    refresh = poll(async () => {
+      const b = await api('GET', `/v1/endpoints/${encodeURIComponent(id)}/breaker`);
+      clock.set(b.now);
+      breaker = b;
+      renderHead(b);
+      renderFigures(b);
+      renderTransitions(b.transitions || []);
+      if (performance.now() - slowAt >= DETAIL_SLOW_MS) {
+        slowAt = performance.now();
+        const [st, at] = await Promise.all([
+          api('GET', `/v1/endpoints/${encodeURIComponent(id)}/stats?minutes=60`),
+          api('GET', `/v1/endpoints/${encodeURIComponent(id)}/attempts?limit=50`),
+        ]);
+        stats = st;
+        drawChart();
+        renderAttempts(at.data);
+      }
+    }, POLL_MS);
+    const forceSlow = refresh;
+    refresh = () => { slowAt = 0; forceSlow(); };
+    setInterval(() => { if (breaker) renderFigures(breaker); }, 1000);
+    let resizeTimer = 0;
+    window.addEventListener('resize', () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(drawChart, 150);
+    });
+  }
+
+  // ---- Start --------------------------------------------------------------
+
+  $('#logout').addEventListener('click', async () => {
+    try {
+      await fetch('/dashboard/logout', { method: 'POST', credentials: 'same-origin', headers: { 'X-CSRF-Token': csrf } });
+    } finally {
+      location.assign('/dashboard/login');
+    }
+  });
+
+  const m = location.pathname.match(/^\/dashboard\/endpoints\/([A-Za-z0-9_]+)$/);
+  if (m) endpointView(m[1]);
+  else listView();
+})();

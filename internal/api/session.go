@@ -1,0 +1,188 @@
+package api
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Authenticator checks an API token and names it. The dashboard's login
+// uses it; sessions carry the name, never the token.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (name string, ok bool)
+}
+
+// BootstrapTokenName is the name BootstrapToken gives the API_TOKEN.
+const BootstrapTokenName = "bootstrap"
+
+// BootstrapToken is the Authenticator of the bootstrap admin token
+// (API_TOKEN), compared in constant time. An empty one admits nobody.
+type BootstrapToken string
+
+// Authenticate implements Authenticator.
+func (b BootstrapToken) Authenticate(_ context.Context, token string) (string, bool) {
+	if b == "" || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(b)) != 1 {
+		return "", false
+	}
+	return BootstrapTokenName, true
+}
+
+// Session cookie and CSRF header names.
+const (
+	SessionCookie = "hookd_session"
+	CSRFHeader    = "X-CSRF-Token"
+	// SessionTTL is how long a dashboard session lasts.
+	SessionTTL = 12 * time.Hour
+	// MinSessionKeyBytes is the shortest accepted configured session key.
+	MinSessionKeyBytes = 32
+)
+
+// errCSRF is a cookie-authenticated change without the session's CSRF
+// token, or a login posted from another origin.
+var errCSRF = errors.New("cross-site request check failed: a change made with the session cookie needs the X-CSRF-Token header of the dashboard page, and a login must come from this origin")
+
+// sessions signs and checks dashboard sessions: stateless, an HMAC-SHA256
+// over the token's name, the expiry and a random session id, with a key
+// per process or configured (SESSION_KEY) so replicas share sessions.
+type sessions struct {
+	key []byte
+	now func() time.Time
+}
+
+// session is a signed cookie's payload.
+type session struct {
+	Name    string `json:"n"`
+	Expires int64  `json:"e"` // Unix seconds
+	ID      string `json:"i"` // 128 random bits, base64url
+}
+
+// newSessions signs with key, or with a random key (sessions then last
+// as long as the process) when key is empty.
+func newSessions(key []byte, now func() time.Time) *sessions {
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key) // never fails (crypto/rand, Go 1.24+)
+	}
+	return &sessions{key: key, now: now}
+}
+
+func (s *sessions) mac(purpose, msg string) []byte {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(purpose))
+	h.Write([]byte{0})
+	h.Write([]byte(msg))
+	return h.Sum(nil)
+}
+
+var b64 = base64.RawURLEncoding
+
+// issue returns a signed cookie value for name, expiring SessionTTL from
+// now.
+func (s *sessions) issue(name string) (string, session, error) {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	sess := session{Name: name, Expires: s.now().Add(SessionTTL).Unix(), ID: b64.EncodeToString(id)}
+	raw, err := json.Marshal(sess)
+	if err != nil {
+		return "", session{}, fmt.Errorf("session: %w", err)
+	}
+	payload := b64.EncodeToString(raw)
+	return payload + "." + b64.EncodeToString(s.mac("hookd-session", payload)), sess, nil
+}
+
+// parse checks a cookie value's signature and expiry.
+func (s *sessions) parse(value string) (session, bool) {
+	payload, sig, ok := strings.Cut(value, ".")
+	if !ok {
+		return session{}, false
+	}
+	got, err := b64.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, s.mac("hookd-session", payload)) {
+		return session{}, false
+	}
+	raw, err := b64.DecodeString(payload)
+	if err != nil {
+		return session{}, false
+	}
+	var sess session
+	if err := json.Unmarshal(raw, &sess); err != nil || sess.Name == "" || sess.ID == "" {
+		return session{}, false
+	}
+	if !s.now().Before(time.Unix(sess.Expires, 0)) {
+		return session{}, false
+	}
+	return sess, true
+}
+
+// fromRequest returns the request's valid session, if any.
+func (s *sessions) fromRequest(r *http.Request) (session, bool) {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil {
+		return session{}, false
+	}
+	return s.parse(c.Value)
+}
+
+// csrfToken is the session's CSRF token: derived from the session id, so
+// nothing is stored, and useless without the session cookie it belongs to.
+func (s *sessions) csrfToken(sess session) string {
+	return b64.EncodeToString(s.mac("hookd-csrf", sess.ID))
+}
+
+func (s *sessions) validCSRF(sess session, token string) bool {
+	got, err := b64.DecodeString(token)
+	return err == nil && token != "" && hmac.Equal(got, s.mac("hookd-csrf", sess.ID))
+}
+
+// cookie returns the session cookie: HttpOnly, SameSite=Strict, Secure
+// when the request came over TLS (directly, or per a proxy's
+// X-Forwarded-Proto: trusting it can only add Secure).
+func sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name: SessionCookie, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
+	}
+}
+
+// safeMethod reports whether a method changes nothing.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// sessionOrToken admits a /v1 request by the dashboard's session cookie,
+// or else hands it to token, the bearer token check. A request with an
+// Authorization header always goes to token (and needs no CSRF token:
+// a browser never adds that header on its own); one admitted by the cookie
+// must carry the session's CSRF token in X-CSRF-Token unless its method
+// is safe. The session's name becomes the request's actor.
+func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		byToken := token(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if len(r.Header.Values("Authorization")) > 0 {
+				byToken.ServeHTTP(w, r)
+				return
+			}
+			sess, ok := d.sessions.fromRequest(r)
+			if !ok {
+				byToken.ServeHTTP(w, r)
+				return
+			}
+			if !safeMethod(r.Method) && !d.sessions.validCSRF(sess, r.Header.Get(CSRFHeader)) {
+				writeProblem(w, r, d.Logger, errCSRF)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, sess.Name)))
+		})
+	}
+}
