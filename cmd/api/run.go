@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 )
 
 const synopsis = `usage: api [serve|migrate] [flags]
@@ -30,6 +32,7 @@ type settings struct {
 	databaseURL     *string
 	apiToken        *string
 	listenAddr      *string
+	metricsAddr     *string
 	maxPayloadBytes *int64
 	noMigrate       *bool
 	dbMaxConns      *int
@@ -46,6 +49,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (required to serve)"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
+		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
 		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
 		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 20, "Postgres pool size"),
@@ -122,6 +126,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		},
 	})
 
+	// /metrics has a listener of its own: it needs no token, and the
+	// API's listener is the one exposed to clients.
+	reg := prometheus.NewRegistry()
+	telemetry.RegisterRuntime(reg)
+	handler = telemetry.NewHTTPMetrics(reg).Wrap(handler)
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("GET /metrics", telemetry.Handler(reg))
+	metricsSrv, metricsLn, err := telemetry.Serve(*set.metricsAddr, metricsMux, logger)
+	if err != nil {
+		return err
+	}
+	defer metricsSrv.Close()
+	fmt.Fprintf(stdout, "api metrics on http://%s/metrics\n", metricsLn.Addr())
+
 	ln, err := net.Listen("tcp", *set.listenAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -149,5 +167,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	_ = metricsSrv.Shutdown(sctx)
 	return nil
 }
