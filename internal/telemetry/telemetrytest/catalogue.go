@@ -69,8 +69,9 @@ var (
 )
 
 // Catalogue describes every recorded collector. The names and labels come
-// from the collectors' descriptions; the type from the collector's own type
-// (a CounterVec holds counters) or else from a series.
+// from the collectors' descriptions; the type from a vector's own type (a
+// CounterVec holds counters, even before its first series) or else from a
+// series (a plain metric always has one).
 func (r *Recorder) Catalogue() (Catalogue, error) {
 	cat := Catalogue{}
 	for _, c := range r.collectors {
@@ -97,9 +98,9 @@ func (r *Recorder) Catalogue() (Catalogue, error) {
 				f.Type = "counter"
 			case *prometheus.GaugeVec:
 				f.Type = "gauge"
-			case prometheus.Histogram, *prometheus.HistogramVec:
+			case *prometheus.HistogramVec:
 				f.Type = "histogram"
-			case prometheus.Summary, *prometheus.SummaryVec:
+			case *prometheus.SummaryVec:
 				f.Type = "summary"
 			}
 			cat[f.Name] = f
