@@ -507,7 +507,7 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		if g.metrics != nil {
 			g.metrics.TripSuppressed.WithLabelValues(SuppressedFleetSuspect).Inc()
 		}
-		g.logger.Warn("breaker_trip_suppressed", slog.String("reason", "fleet_suspect"), slog.String("endpoint", ev.EndpointID),
+		g.logger.Warn("breaker_trip_suppressed", slog.String("reason", SuppressedFleetSuspect), slog.String("endpoint", ev.EndpointID),
 			slog.Int("observations", res.Transition.Observations), slog.Float64("failure_rate", res.Transition.FailureRate))
 		return
 	}
@@ -590,7 +590,7 @@ func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Sup
 	g.suppressed[id] = now
 	g.mu.Unlock()
 	g.logger.Info("breaker_trip_suppressed",
-		slog.String("reason", "min_throughput"),
+		slog.String("reason", SuppressedMinThroughput),
 		slog.String("endpoint", id),
 		slog.Int("observations", s.Observations),
 		slog.Int("failures", s.Failures),
