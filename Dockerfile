@@ -12,5 +12,5 @@ RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/dispatcher
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/api /out/dispatcher /usr/local/bin/
 USER nonroot:nonroot
-EXPOSE 8080 9090
+EXPOSE 8080 9090 9091
 CMD ["api", "serve"]

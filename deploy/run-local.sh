@@ -14,9 +14,11 @@
 #      server binaries are installed (/usr/lib/postgresql/*/bin/initdb).
 #
 # Other settings: API_TOKEN (default: generated and printed), LISTEN_ADDR
-# (default 127.0.0.1:8080), METRICS_ADDR (default 127.0.0.1:9090),
-# HOOKD_BIN_DIR (where the binaries are built, default ./bin). Every other
-# flag's environment twin (see `bin/api --help`) passes through.
+# (default 127.0.0.1:8080), METRICS_ADDR (the dispatcher's, default
+# 127.0.0.1:9090), API_METRICS_ADDR (the api's METRICS_ADDR, default
+# 127.0.0.1:9091), HOOKD_BIN_DIR (where the binaries are built, default
+# ./bin). Every other flag's environment twin (see `bin/api --help`) passes
+# through.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +37,7 @@ data_dir=${HOOKD_DATA_DIR:-$root/.data}
 pg_port=${HOOKD_PG_PORT:-55432}
 listen_addr=${LISTEN_ADDR:-127.0.0.1:8080}
 metrics_addr=${METRICS_ADDR:-127.0.0.1:9090}
+api_metrics_addr=${API_METRICS_ADDR:-127.0.0.1:9091}
 
 [[ $db_name =~ ^[a-z_][a-z0-9_]{0,62}$ ]] || die "HOOKD_DB=$db_name: use lower-case letters, digits and _"
 [[ $pg_port =~ ^[0-9]+$ ]] || die "HOOKD_PG_PORT=$pg_port is not a port number"
@@ -203,8 +206,8 @@ if [[ -z ${API_TOKEN:-} ]]; then
 	token_note="  (generated; set API_TOKEN to choose one)"
 fi
 
-DATABASE_URL=$db_url API_TOKEN=$API_TOKEN LISTEN_ADDR=$listen_addr NO_MIGRATE=true \
-	ALLOW_PRIVATE_TARGETS=true "$bin_dir/api" serve &
+DATABASE_URL=$db_url API_TOKEN=$API_TOKEN LISTEN_ADDR=$listen_addr METRICS_ADDR=$api_metrics_addr \
+	NO_MIGRATE=true ALLOW_PRIVATE_TARGETS=true "$bin_dir/api" serve &
 api_pid=$!
 DATABASE_URL=$db_url METRICS_ADDR=$metrics_addr NO_MIGRATE=true \
 	ALLOW_PRIVATE_TARGETS=true "$bin_dir/dispatcher" run &
@@ -220,6 +223,7 @@ client_addr() {
 }
 api_url="http://$(client_addr "$listen_addr")"
 metrics_url="http://$(client_addr "$metrics_addr")"
+api_metrics_url="http://$(client_addr "$api_metrics_addr")"
 
 # http_ok URL: GET URL answers 200.
 http_ok() {
@@ -237,7 +241,7 @@ http_ok() {
 }
 
 deadline=$((SECONDS + 60))
-until http_ok "$api_url/readyz" && http_ok "$metrics_url/readyz"; do
+until http_ok "$api_url/readyz" && http_ok "$metrics_url/readyz" && http_ok "$api_metrics_url/metrics"; do
 	kill -0 "$api_pid" 2>/dev/null || die "the api exited; its log is above"
 	kill -0 "$disp_pid" 2>/dev/null || die "the dispatcher exited; its log is above"
 	((SECONDS < deadline)) || die "the api or the dispatcher was not ready within 60s"
@@ -250,6 +254,7 @@ run-local: hookd is up
   API          $api_url
   API token    $API_TOKEN$token_note
   metrics      $metrics_url/metrics
+  api metrics  $api_metrics_url/metrics
   database     $db_url ($db_source)
   processes    api pid $api_pid, dispatcher pid $disp_pid
   private/loopback targets allowed for local development (ALLOW_PRIVATE_TARGETS=true)

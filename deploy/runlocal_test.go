@@ -91,29 +91,31 @@ func TestRunLocal(t *testing.T) {
 
 // runLocal is one running run-local.sh.
 type runLocal struct {
-	cmd      *exec.Cmd
-	done     chan error
-	outFile  string
-	api      string
-	token    string
-	metrics  string
-	database string
-	apiPID   int
-	dispPID  int
+	cmd        *exec.Cmd
+	done       chan error
+	outFile    string
+	api        string
+	token      string
+	metrics    string
+	apiMetrics string
+	database   string
+	apiPID     int
+	dispPID    int
 }
 
 var (
-	apiLine       = regexp.MustCompile(`(?m)^\s+API\s+(http://\S+)$`)
-	tokenLine     = regexp.MustCompile(`(?m)^\s+API token\s+(\S+)`)
-	metricsLine   = regexp.MustCompile(`(?m)^\s+metrics\s+(http://\S+)$`)
-	databaseLine  = regexp.MustCompile(`(?m)^\s+database\s+(.+)$`)
-	processesLine = regexp.MustCompile(`(?m)^\s+processes\s+api pid (\d+), dispatcher pid (\d+)$`)
+	apiLine        = regexp.MustCompile(`(?m)^\s+API\s+(http://\S+)$`)
+	tokenLine      = regexp.MustCompile(`(?m)^\s+API token\s+(\S+)`)
+	metricsLine    = regexp.MustCompile(`(?m)^\s+metrics\s+(http://\S+)$`)
+	apiMetricsLine = regexp.MustCompile(`(?m)^\s+api metrics\s+(http://\S+)$`)
+	databaseLine   = regexp.MustCompile(`(?m)^\s+database\s+(.+)$`)
+	processesLine  = regexp.MustCompile(`(?m)^\s+processes\s+api pid (\d+), dispatcher pid (\d+)$`)
 )
 
 // scriptEnv are the variables run-local.sh reads; the test sets each itself.
 var scriptEnv = []string{
 	"DATABASE_URL", "LOCAL_PG_URL", "HOOKD_DB", "HOOKD_DATA_DIR", "HOOKD_PG_PORT", "HOOKD_BIN_DIR",
-	"API_TOKEN", "LISTEN_ADDR", "METRICS_ADDR", "NO_MIGRATE",
+	"API_TOKEN", "LISTEN_ADDR", "METRICS_ADDR", "API_METRICS_ADDR", "NO_MIGRATE",
 }
 
 // startRunLocal starts run-local.sh with its own ports and binary directory
@@ -139,6 +141,8 @@ func startRunLocal(t *testing.T, extra map[string]string) *runLocal {
 		"API_TOKEN":     rl.token,
 		"LISTEN_ADDR":   "127.0.0.1:" + freePort(t),
 		"METRICS_ADDR":  "127.0.0.1:" + freePort(t),
+		// The api's METRICS_ADDR.
+		"API_METRICS_ADDR": "127.0.0.1:" + freePort(t),
 	}
 	for k, v := range extra {
 		vars[k] = v
@@ -185,6 +189,8 @@ func startRunLocal(t *testing.T, extra map[string]string) *runLocal {
 	require.Equal(t, rl.token, submatch(t, tokenLine, text)[1])
 	rl.metrics = submatch(t, metricsLine, text)[1]
 	require.Equal(t, "http://"+vars["METRICS_ADDR"]+"/metrics", rl.metrics)
+	rl.apiMetrics = submatch(t, apiMetricsLine, text)[1]
+	require.Equal(t, "http://"+vars["API_METRICS_ADDR"]+"/metrics", rl.apiMetrics)
 	rl.database = submatch(t, databaseLine, text)[1]
 	pids := submatch(t, processesLine, text)
 	rl.apiPID, err = strconv.Atoi(pids[1])
@@ -274,6 +280,10 @@ func exercise(t *testing.T, rl *runLocal) {
 	require.Equal(t, 1, stats.DistinctDelivered)
 	require.Zero(t, stats.BadSignatures)
 	require.Equal(t, 1, rc.DeliveredIDs("/hooks")[msg.ID])
+
+	resp, body = call(t, client, http.MethodGet, rl.apiMetrics, "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `http_requests_total{method="POST",route="/v1/messages",status="202"} 1`)
 }
 
 // get is call for polling: it fails nothing.

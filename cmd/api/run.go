@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 )
 
 const synopsis = `usage: api [serve|migrate] [flags]
@@ -31,6 +33,7 @@ type settings struct {
 	apiToken        *string
 	sessionKey      *string
 	listenAddr      *string
+	metricsAddr     *string
 	maxPayloadBytes *int64
 	noMigrate       *bool
 	dbMaxConns      *int
@@ -48,6 +51,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (required to serve)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
+		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
 		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
 		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 20, "Postgres pool size"),
@@ -131,6 +135,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logger.Info("dashboard_session_key_random", slog.String("effect", "dashboard sessions end on restart and are not shared between replicas; set SESSION_KEY to keep them"))
 	}
 
+	// /metrics has a listener of its own: it needs no token, and the
+	// API's listener is the one exposed to clients.
+	reg := prometheus.NewRegistry()
+	telemetry.RegisterRuntime(reg)
+	handler = telemetry.NewHTTPMetrics(reg).Wrap(handler)
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("GET /metrics", telemetry.Handler(reg))
+	metricsSrv, metricsLn, err := telemetry.Serve(*set.metricsAddr, metricsMux, logger)
+	if err != nil {
+		return err
+	}
+	defer metricsSrv.Close()
+	fmt.Fprintf(stdout, "api metrics on http://%s/metrics\n", metricsLn.Addr())
+
 	ln, err := net.Listen("tcp", *set.listenAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -158,5 +176,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	_ = metricsSrv.Shutdown(sctx)
 	return nil
 }

@@ -67,8 +67,8 @@ func TestManifestCheckFailsOnRenames(t *testing.T) {
 
 	t.Run("environment variable renamed in the manifest", func(t *testing.T) {
 		t.Parallel()
-		require.Contains(t, compose, "METRICS_ADDR:")
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, "METRICS_ADDR:", "METRICS_LISTEN:", 1)))
+		require.Contains(t, compose, "METRICS_ADDR: 0.0.0.0:9090")
+		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, "METRICS_ADDR: 0.0.0.0:9090", "METRICS_LISTEN: 0.0.0.0:9090", 1)))
 		require.NoError(t, err)
 		_, errs := deploy.CheckCompose(c, df, binary())
 		require.ErrorContains(t, errors.Join(errs...), "service dispatcher: environment variable METRICS_LISTEN is not the twin of any dispatcher flag")

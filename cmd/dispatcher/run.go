@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
@@ -51,6 +50,7 @@ type settings struct {
 	jobRetention      *time.Duration
 	rescueAfter       *time.Duration
 	metricsEndpoints  *int
+	queueMetricsEvery *time.Duration
 	breakers          *bool
 	breakerFlush      *time.Duration
 	trialPoolSize     *int
@@ -81,6 +81,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", time.Hour, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
 		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", 0, "when a running job of a dead process is retried; 0 = request timeout + 60s"),
 		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", 1000, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
+		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", 15*time.Second, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),
 		breakers:          fs.Bool("breakers", "BREAKERS", true, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", 100*time.Millisecond, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 8, "connections for half-open trials (each trial holds one for its request)"),
@@ -138,6 +139,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rescue-stuck-after", "RESCUE_STUCK_AFTER", "must not be negative")
 	case *set.metricsEndpoints < 0:
 		return config.Invalid("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", "must not be negative")
+	case *set.queueMetricsEvery < time.Second:
+		return config.Invalid("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", "must be at least 1s")
 	case *set.breakerFlush < 10*time.Millisecond || *set.breakerFlush > 10*time.Second:
 		return config.Invalid("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", "must be from 10ms to 10s")
 	case *set.fleetShare < 0 || *set.fleetShare >= 1:
@@ -191,9 +194,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	go clock.Run(bg, 10*time.Second)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	labels := &delivery.EndpointLabels{Max: *set.metricsEndpoints}
-	metrics := delivery.NewMetrics(reg, labels)
+	telemetry.RegisterRuntime(reg)
+	metrics := delivery.NewDispatcherMetrics(reg, &delivery.EndpointLabels{Max: *set.metricsEndpoints})
+	go metrics.Queue.Poll(bg, st, *set.queueMetricsEvery, logger)
 
 	cache := delivery.NewEndpointCache(st, 30*time.Second, clock.Now)
 	listener := store.NewListener(*set.databaseURL, logger)
@@ -201,12 +204,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	listener.OnReconnect(cache.InvalidateAll)
 
 	classes := delivery.NewClassBook(st, logger)
+	classes.OpenDurations = metrics.Breaker.ClassOpenDuration
 	if err := classes.Load(ctx); err != nil {
 		return err
 	}
 	listener.Handle(store.ClassChannel, classes.HandleNotice)
 
-	autoDisables := &delivery.AutoDisables{Logger: logger, Disabled: delivery.NewAutoDisabledCounter(reg)}
+	autoDisables := &delivery.AutoDisables{Logger: logger, Disabled: metrics.AutoDisabled}
 	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{AfterDisable: autoDisables.InTx, OnDisabled: autoDisables.After})
 	go ledger.Run(bg)
 
@@ -224,8 +228,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			FlushInterval:     *set.breakerFlush,
 			Actor:             actor(),
 			FleetSuspectShare: *set.fleetShare,
-		}, st, trials, classes, clock.Now, rand.Float64, logger,
-			delivery.NewBreakerMetrics(reg, labels))
+		}, st, trials, classes, clock.Now, rand.Float64, logger, metrics.Breaker)
 		listener.Handle(store.BreakerChannel, bgate.HandleNotice)
 		listener.OnReconnect(func() {
 			if err := bgate.Load(gateCtx); err != nil {
@@ -265,7 +268,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Gate:       gate,
 		AuthRules:  classes,
 		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
-		Metrics:    metrics,
+		Metrics:    metrics.Delivery,
 		Logger:     logger,
 		Now:        clock.Now,
 		Rand:       rand.Float64,
@@ -336,7 +339,7 @@ func actor() string {
 // reachable).
 func serveMetrics(addr string, reg *prometheus.Registry, st *store.Store, logger *slog.Logger) (*http.Server, net.Listener, error) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", telemetry.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
@@ -353,17 +356,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, st *store.Store, logger
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ready"}`+"\n")
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listen for metrics: %w", err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics_server", slog.String("error", err.Error()))
-		}
-	}()
-	return srv, ln, nil
+	return telemetry.Serve(addr, mux, logger)
 }
 
 // minLevel raises a handler's threshold: River logs every retry at info,

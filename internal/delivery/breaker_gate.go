@@ -18,6 +18,7 @@ type BreakerStore interface {
 	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want []store.EvidenceRequest) ([]store.Evidence, error)
 	CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta store.TransitionMeta) (bool, error)
 	PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error)
+	EpisodeStart(ctx context.Context, endpointID string, shadow bool) (time.Time, error)
 }
 
 var _ BreakerStore = (*store.Store)(nil)
@@ -200,7 +201,7 @@ func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
 		if busy {
 			return g.refuse(t.ID, enforce, cfg, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, now), nil
 		}
-		return g.trial(ctx, t.ID, cfg, enforce, now)
+		return g.trial(ctx, t.ID, g.className(t), cfg, enforce, now)
 	default:
 		return g.refuse(t.ID, enforce, cfg, d, now), nil
 	}
@@ -244,8 +245,16 @@ func (g *BreakerGate) retryAt(cfg breaker.Config, d breaker.Decision, now time.T
 	return now.Add(g.cfg.BusyRetry + spread)
 }
 
+// className names t's traffic class for the metrics.
+func (g *BreakerGate) className(t *Target) string {
+	if n, ok := g.configs.(interface{ ClassName(*Target) string }); ok {
+		return n.ClassName(t)
+	}
+	return t.EffectiveClass()
+}
+
 // trial asks the fleet for a trial slot.
-func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
+func (g *BreakerGate) trial(ctx context.Context, id, class string, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
 	meta := store.TransitionMeta{Actor: g.cfg.Actor, Shadow: !enforce}
 	tr, d, after, err := g.trials.Acquire(ctx, id, cfg, meta)
 	if err != nil {
@@ -267,6 +276,9 @@ func (g *BreakerGate) trial(ctx context.Context, id string, cfg breaker.Config, 
 				return
 			}
 			g.observe(id, after, res.Transition)
+			if res.Transition != nil && res.Transition.To == breaker.StateClosed {
+				g.observeEpisode(ctx, id, class, !enforce, res.Transition.At)
+			}
 		}}, nil
 	case breaker.Admitted:
 		return g.admitted(id, d.Ticket.Generation, cfg, enforce), nil
@@ -322,6 +334,26 @@ func (g *BreakerGate) observe(id string, after breaker.Breaker, t *breaker.Trans
 			g.mu.Unlock()
 		}
 		g.logTransition(id, *t)
+	}
+}
+
+// observeEpisode records, in breaker_open_duration_seconds, how long the
+// episode a trial just closed kept the endpoint's breaker away from closed:
+// from the open that left closed to now, re-opens after failed trials
+// included. Only the process whose trial closed the breaker records it, so
+// the fleet observes every close once; an operator's reset is not a
+// recovery and is not observed.
+func (g *BreakerGate) observeEpisode(ctx context.Context, id, class string, shadow bool, closedAt time.Time) {
+	if g.metrics == nil {
+		return
+	}
+	start, err := g.store.EpisodeStart(ctx, id, shadow)
+	if err != nil {
+		g.logger.Warn("breaker_episode_unknown", slog.String("endpoint", id), slog.String("error", err.Error()))
+		return
+	}
+	if d := closedAt.Sub(start); d >= 0 {
+		g.metrics.OpenDuration.WithLabelValues(class).Observe(d.Seconds())
 	}
 }
 
@@ -489,9 +521,9 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		// Our own egress is the likelier culprit: do not take a customer
 		// offline for it.
 		if g.metrics != nil {
-			g.metrics.TripSuppressed.WithLabelValues("fleet_suspect").Inc()
+			g.metrics.TripSuppressed.WithLabelValues(SuppressedFleetSuspect).Inc()
 		}
-		g.logger.Warn("breaker_trip_suppressed", slog.String("reason", "fleet_suspect"), slog.String("endpoint", ev.EndpointID),
+		g.logger.Warn("breaker_trip_suppressed", slog.String("reason", SuppressedFleetSuspect), slog.String("endpoint", ev.EndpointID),
 			slog.Int("observations", res.Transition.Observations), slog.Float64("failure_rate", res.Transition.FailureRate))
 		return
 	}
@@ -563,7 +595,7 @@ func (g *BreakerGate) CheckFleet() {
 // endpoint per window, in the form seed 004's grep looks for.
 func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Suppression, now time.Time) {
 	if g.metrics != nil {
-		g.metrics.TripSuppressed.WithLabelValues("min_throughput").Inc()
+		g.metrics.TripSuppressed.WithLabelValues(SuppressedMinThroughput).Inc()
 	}
 	g.mu.Lock()
 	last, ok := g.suppressed[id]
@@ -574,7 +606,7 @@ func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Sup
 	g.suppressed[id] = now
 	g.mu.Unlock()
 	g.logger.Info("breaker_trip_suppressed",
-		slog.String("reason", "min_throughput"),
+		slog.String("reason", SuppressedMinThroughput),
 		slog.String("endpoint", id),
 		slog.Int("observations", s.Observations),
 		slog.Int("failures", s.Failures),
@@ -626,7 +658,19 @@ type BreakerMetrics struct {
 	TripSuppressed *prometheus.CounterVec
 	Rejected       *prometheus.CounterVec
 	FleetSuspect   prometheus.Gauge
+	// OpenDuration is observed when a trial closes a breaker, by traffic
+	// class: seed 004's time in open, to compare with ClassOpenDuration.
+	OpenDuration *prometheus.HistogramVec
+	// ClassOpenDuration is each traffic class's configured open_duration
+	// (the ClassBook sets it).
+	ClassOpenDuration *prometheus.GaugeVec
 }
+
+// Reasons a trip is held back, as breaker_trip_suppressed_total labels them.
+const (
+	SuppressedMinThroughput = "min_throughput"
+	SuppressedFleetSuspect  = "fleet_suspect"
+)
 
 // NewBreakerMetrics creates and registers the breaker metrics on reg.
 func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *BreakerMetrics {
@@ -642,7 +686,7 @@ func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Break
 		}, []string{"endpoint", "state"}),
 		TripSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "breaker_trip_suppressed_total",
-			Help: "Trips held back by a guard, by reason (min_throughput).",
+			Help: "Trips held back by a guard, by reason (min_throughput: too few observations in the window; fleet_suspect: our own egress is suspect).",
 		}, []string{"reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "breaker_rejected_total",
@@ -652,9 +696,22 @@ func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Break
 			Name: "breaker_fleet_suspect",
 			Help: "1 while so many breakers opened within a minute that the dispatcher suspects its own egress and opens none on transport errors.",
 		}),
+		OpenDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "breaker_open_duration_seconds",
+			Help: "Time from a breaker leaving closed to a trial closing it again (re-opens after failed trials included), observed by the dispatcher whose trial closed it, by traffic class. Operator resets are not observed.",
+			// Around 1x and 3x of the classes' open durations (15s, 30s,
+			// and 2s in tests), up to the backoff cap and beyond.
+			Buckets: []float64{1, 2, 3, 5, 7.5, 10, 15, 20, 30, 40, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1800, 3600, 7200},
+		}, []string{"class"}),
+		ClassOpenDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "breaker_class_open_duration_seconds",
+			Help: "Each traffic class's configured open_duration (before jitter and backoff), by class.",
+		}, []string{"class"}),
 	}
+	m.TripSuppressed.WithLabelValues(SuppressedMinThroughput)
+	m.TripSuppressed.WithLabelValues(SuppressedFleetSuspect)
 	if reg != nil {
-		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected, m.FleetSuspect)
+		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected, m.FleetSuspect, m.OpenDuration, m.ClassOpenDuration)
 	}
 	return m
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -21,10 +24,11 @@ import (
 // gateFleet is several BreakerGates over one database, each with its own
 // trial pool: dispatcher processes in miniature.
 type gateFleet struct {
-	db     *storetest.DB
-	store  *store.Store
-	gates  []*delivery.BreakerGate
-	target *delivery.Target
+	db      *storetest.DB
+	store   *store.Store
+	gates   []*delivery.BreakerGate
+	metrics []*delivery.BreakerMetrics // each gate's
+	target  *delivery.Target
 }
 
 func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
@@ -41,8 +45,10 @@ func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
 	for i := range n {
 		trials, err := st.OpenTrialPool(context.Background(), db.URL, 4, 30*time.Second, "gate-test")
 		require.NoError(t, err)
+		m := delivery.NewBreakerMetrics(prometheus.NewRegistry(), &delivery.EndpointLabels{})
 		g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: 20 * time.Millisecond, BusyRetry: 20 * time.Millisecond, Actor: "gate-" + string(rune('a'+i))},
-			st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, nil)
+			st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, m)
+		f.metrics = append(f.metrics, m)
 		require.NoError(t, g.Load(context.Background()))
 		wg.Add(1)
 		go func() {
@@ -179,6 +185,23 @@ func TestGateFleetHammersOneBreaker(t *testing.T) {
 	}
 	require.Equal(t, 2, closes, "one close per outage")
 	require.GreaterOrEqual(t, opens, 2)
+
+	// Metrics, summed over the processes as Prometheus would: every open
+	// counted once, every close observed once with its whole episode (each
+	// outage failed probes for 700 ms after the first open).
+	var opened float64
+	var episodes uint64
+	var inOpen float64
+	for _, m := range f.metrics {
+		opened += testutil.ToFloat64(m.Opened.WithLabelValues(f.target.ID))
+		var h dto.Metric
+		require.NoError(t, m.OpenDuration.WithLabelValues(f.target.EffectiveClass()).(prometheus.Histogram).Write(&h))
+		episodes += h.GetHistogram().GetSampleCount()
+		inOpen += h.GetHistogram().GetSampleSum()
+	}
+	require.Equal(t, float64(opens), opened, "breaker_open_total summed over the processes")
+	require.EqualValues(t, 2, episodes, "breaker_open_duration_seconds observed once per close")
+	require.GreaterOrEqual(t, inOpen, 2*0.7, "an episode runs from the first open to the close")
 	t.Logf("transitions=%d opens=%d closes=%d trials=%d refused=%d", len(history), opens, closes, trials.Load(), refused.Load())
 }
 

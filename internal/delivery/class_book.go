@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
@@ -24,6 +26,10 @@ var _ ClassLoader = (*store.Store)(nil)
 // the next decision of every dispatcher; the breaker's own state is not
 // touched by a class change.
 type ClassBook struct {
+	// OpenDurations, when set before Load, gets each class's open_duration
+	// in seconds (breaker_class_open_duration_seconds).
+	OpenDurations *prometheus.GaugeVec
+
 	loader ClassLoader
 	logger *slog.Logger
 
@@ -53,6 +59,13 @@ func (b *ClassBook) Load(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	b.classes = m
+	if b.OpenDurations != nil {
+		// Under the lock, so two reloads cannot interleave their writes.
+		b.OpenDurations.Reset()
+		for name, c := range m {
+			b.OpenDurations.WithLabelValues(name).Set(c.Breaker.OpenDuration.Seconds())
+		}
+	}
 	b.mu.Unlock()
 	return nil
 }
@@ -91,6 +104,11 @@ var fallbackClass = func() trafficclass.Class {
 	}
 	return trafficclass.Class{Name: trafficclass.DefaultClass, Breaker: breaker.DefaultConfig(), Enforce: true, AuthDisableAfter: 10, AuthDisableMinDuration: 5 * time.Minute}
 }()
+
+// ClassName returns the name of the class t runs under (see Class).
+func (b *ClassBook) ClassName(t *Target) string {
+	return b.Class(t).Name
+}
 
 // BreakerConfig returns t's class's breaker config and enforce flag.
 func (b *ClassBook) BreakerConfig(t *Target) (breaker.Config, bool) {

@@ -92,3 +92,23 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 	}
 	return m
 }
+
+// DispatcherMetrics are every series a dispatcher exports besides the Go
+// and process collectors (telemetry.RegisterRuntime).
+type DispatcherMetrics struct {
+	Delivery     *Metrics
+	Breaker      *BreakerMetrics
+	AutoDisabled *prometheus.CounterVec
+	Queue        *QueueMetrics
+}
+
+// NewDispatcherMetrics creates and registers the dispatcher's metrics on
+// reg, endpoint-labelled series capped by labels.
+func NewDispatcherMetrics(reg prometheus.Registerer, labels *EndpointLabels) *DispatcherMetrics {
+	return &DispatcherMetrics{
+		Delivery:     NewMetrics(reg, labels),
+		Breaker:      NewBreakerMetrics(reg, labels),
+		AutoDisabled: NewAutoDisabledCounter(reg),
+		Queue:        NewQueueMetrics(reg),
+	}
+}

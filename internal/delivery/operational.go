@@ -71,12 +71,18 @@ type AutoDisables struct {
 	Disabled *prometheus.CounterVec
 }
 
-// NewAutoDisabledCounter creates and registers endpoint_auto_disabled_total.
+// DisabledAuthFailures is the reason an endpoint is disabled after a
+// streak of 401/403 answers.
+const DisabledAuthFailures = "auth_failures"
+
+// NewAutoDisabledCounter creates and registers endpoint_auto_disabled_total;
+// its auth_failures series exists from the start, at 0.
 func NewAutoDisabledCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "endpoint_auto_disabled_total",
 		Help: "Endpoints disabled automatically, by reason (auth_failures).",
 	}, []string{"reason"})
+	c.WithLabelValues(DisabledAuthFailures)
 	if reg != nil {
 		reg.MustRegister(c)
 	}
@@ -109,13 +115,13 @@ func (a *AutoDisables) InTx(ctx context.Context, tx pgx.Tx, disabled []store.Aut
 func (a *AutoDisables) After(disabled []store.AutoDisable) {
 	for _, d := range disabled {
 		if a.Disabled != nil {
-			a.Disabled.WithLabelValues("auth_failures").Inc()
+			a.Disabled.WithLabelValues(DisabledAuthFailures).Inc()
 		}
 		if a.Logger != nil {
 			a.Logger.Warn("endpoint_auto_disabled",
 				slog.String("endpoint", d.EndpointID),
 				slog.String("tenant", d.TenantID),
-				slog.String("reason", "auth_failures"),
+				slog.String("reason", DisabledAuthFailures),
 				slog.Int("failures", d.Failures),
 				slog.Time("first_failure_at", d.FirstAt),
 				slog.Time("last_failure_at", d.LastAt))

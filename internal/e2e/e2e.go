@@ -169,27 +169,35 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-var listenRE = regexp.MustCompile(`api listening on (http://\S+)`)
+var (
+	listenRE     = regexp.MustCompile(`api listening on (http://\S+)`)
+	apiMetricsRE = regexp.MustCompile(`api metrics on (http://\S+)/metrics`)
+)
 
 // API is a running api process and a client for it.
 type API struct {
 	*Proc
-	URL   string
-	Token string
-	HTTP  *http.Client
+	URL        string
+	MetricsURL string
+	Token      string
+	HTTP       *http.Client
 }
 
 // StartAPI starts the api on a free port against databaseURL.
 func StartAPI(t testing.TB, databaseURL string, env map[string]string) *API {
 	t.Helper()
 	apiBin, _ := Binaries(t)
-	e := map[string]string{"DATABASE_URL": databaseURL, "API_TOKEN": "e2e-token", "LISTEN_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "8"}
+	e := map[string]string{"DATABASE_URL": databaseURL, "API_TOKEN": "e2e-token", "LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "8"}
 	for k, v := range env {
 		e[k] = v
 	}
 	p := Start(t, "api", apiBin, e, listenRE)
-	m := listenRE.FindStringSubmatch(p.Output())
-	return &API{Proc: p, URL: m[1], Token: e["API_TOKEN"], HTTP: &http.Client{Timeout: 30 * time.Second}}
+	out := p.Output()
+	a := &API{Proc: p, URL: listenRE.FindStringSubmatch(out)[1], Token: e["API_TOKEN"], HTTP: &http.Client{Timeout: 30 * time.Second}}
+	if m := apiMetricsRE.FindStringSubmatch(out); m != nil {
+		a.MetricsURL = m[1]
+	}
+	return a
 }
 
 var metricsRE = regexp.MustCompile(`dispatcher metrics on (http://\S+)/metrics`)

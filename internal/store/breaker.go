@@ -650,6 +650,26 @@ func (s *Store) ListTransitions(ctx context.Context, endpointID string, since *t
 	return out, rows.Err()
 }
 
+// EpisodeStart returns when the endpoint's breaker last left the closed
+// state (to open or isolated): the start of the episode a close ends,
+// re-opens after failed trials included. Shadow picks the would-be history
+// of a class in shadow mode or the enforced one. ErrNotFound when the
+// breaker never left closed.
+func (s *Store) EpisodeStart(ctx context.Context, endpointID string, shadow bool) (time.Time, error) {
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `
+		SELECT at FROM breaker_transitions
+		WHERE endpoint_id = $1 AND from_state = 'closed' AND to_state <> 'closed' AND shadow = $2
+		ORDER BY id DESC LIMIT 1`, endpointID, shadow).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, ErrNotFound
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("breaker episode start: %w", err)
+	}
+	return at, nil
+}
+
 // BreakerSummary is what the breaker list shows of one endpoint.
 type BreakerSummary struct {
 	Status        BreakerStatus

@@ -118,3 +118,35 @@ func TestOperateBreaker(t *testing.T) {
 	_, err = s.OperateBreaker(ctx, "ep_missing", store.OperatorReset, testCfg, store.TransitionMeta{Actor: "bob"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+func TestEpisodeStartIsTheLastExitFromClosed(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	_, err := s.EpisodeStart(ctx, e.ID, false)
+	require.ErrorIs(t, err, store.ErrNotFound, "a breaker that never opened has no episode")
+
+	b.openBreaker(t, e.ID)
+	trs, err := s.ListTransitions(ctx, e.ID, nil, 1)
+	require.NoError(t, err)
+	opened := trs[0].Transition.At
+	// Moves within the episode (open -> isolated) do not start a new one.
+	_, err = s.OperateBreaker(ctx, e.ID, store.OperatorIsolate, testCfg, store.TransitionMeta{Actor: "alice"})
+	require.NoError(t, err)
+	at, err := s.EpisodeStart(ctx, e.ID, false)
+	require.NoError(t, err)
+	require.WithinDuration(t, opened, at, time.Millisecond)
+
+	_, err = s.EpisodeStart(ctx, e.ID, true)
+	require.ErrorIs(t, err, store.ErrNotFound, "the shadow history is apart")
+
+	// Closed again, then isolated: the isolation starts the next episode.
+	_, err = s.OperateBreaker(ctx, e.ID, store.OperatorReset, testCfg, store.TransitionMeta{Actor: "bob"})
+	require.NoError(t, err)
+	tr, err := s.OperateBreaker(ctx, e.ID, store.OperatorIsolate, testCfg, store.TransitionMeta{Actor: "carol"})
+	require.NoError(t, err)
+	at, err = s.EpisodeStart(ctx, e.ID, false)
+	require.NoError(t, err)
+	require.WithinDuration(t, tr.At, at, time.Millisecond)
+}

@@ -1,0 +1,82 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// QueueStatter measures a River queue.
+type QueueStatter interface {
+	QueueStats(ctx context.Context, queue string) (store.QueueStats, error)
+}
+
+var _ QueueStatter = (*store.Store)(nil)
+
+// QueueMetrics are the deliver queue's backlog: fleet-wide figures that
+// every dispatcher measures and exports alike, so dashboards and alerts
+// take max() over the dispatchers rather than a sum.
+type QueueMetrics struct {
+	Depth         *prometheus.GaugeVec
+	OldestPending prometheus.Gauge
+}
+
+// NewQueueMetrics creates and registers webhook_queue_depth and
+// webhook_oldest_pending_seconds on reg. Every state's series exists from
+// the start, at 0.
+func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
+	m := &QueueMetrics{
+		Depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "webhook_queue_depth",
+			Help: "Unfinished delivery jobs in the deliver queue by River state (available: due and waiting for a worker; scheduled: retries, breaker and concurrency snoozes; running; retryable; pending). Fleet-wide: every dispatcher exports the same value.",
+		}, []string{"state"}),
+		OldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "webhook_oldest_pending_seconds",
+			Help: "How long the longest-waiting due delivery (an available job of the deliver queue) has waited for a worker: the backlog's age, 0 when there is none. Fleet-wide: every dispatcher exports the same value.",
+		}),
+	}
+	for _, s := range store.QueueStates {
+		m.Depth.WithLabelValues(s)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Depth, m.OldestPending)
+	}
+	return m
+}
+
+// Update measures the deliver queue once.
+func (m *QueueMetrics) Update(ctx context.Context, st QueueStatter) error {
+	s, err := st.QueueStats(ctx, QueueDeliver)
+	if err != nil {
+		return err
+	}
+	for state, n := range s.Depth {
+		m.Depth.WithLabelValues(state).Set(float64(n))
+	}
+	m.OldestPending.Set(s.OldestAvailable.Seconds())
+	return nil
+}
+
+// Poll updates the metrics at once and then every interval until ctx ends.
+// A failed measurement keeps the last values and is logged.
+func (m *QueueMetrics) Poll(ctx context.Context, st QueueStatter, interval time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, interval)
+		err := m.Update(qctx, st)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("queue_metrics", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
