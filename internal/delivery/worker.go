@@ -98,6 +98,9 @@ type WorkerDeps struct {
 	Logger    *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
+	// LocalNow is this process's clock, the one River schedules by.
+	// Default time.Now.
+	LocalNow func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.
 	Rand func() float64
 }
@@ -134,6 +137,9 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Rand == nil {
 		deps.Rand = rand.Float64
 	}
+	if deps.LocalNow == nil {
+		deps.LocalNow = time.Now
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -152,16 +158,27 @@ func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 
 // NextRetry returns the time Work chose for the next attempt. A job River
 // itself retries (one rescued from a dead process) follows the schedule.
+//
+// River compares the answer with its own (local) clock and falls back to
+// its default policy, which waits minutes, for a time already past; a
+// jittered delay near zero after a slow attempt would be. So the chosen
+// time, on the database-synced clock, is turned into a delay from now and
+// then into a local time at least minRetryDelay ahead.
 func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	var d time.Duration
 	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
-		return v.(time.Time)
+		d = v.(time.Time).Sub(w.deps.Now())
+	} else {
+		var ok bool
+		if d, ok = w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand); !ok {
+			d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+		}
 	}
-	d, ok := w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand)
-	if !ok {
-		d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
-	}
-	return w.deps.Now().Add(d)
+	return w.deps.LocalNow().Add(max(d, minRetryDelay))
 }
+
+// minRetryDelay keeps NextRetry's answer in River's future.
+const minRetryDelay = 20 * time.Millisecond
 
 // attemptError is returned for an attempt that will be retried; River
 // records its text in the job's errors.
