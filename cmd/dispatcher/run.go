@@ -58,6 +58,7 @@ type settings struct {
 	reclassifyEvery   *time.Duration
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
+	allowPrivate      *bool
 	logFormat         *string
 	logLevel          *string
 }
@@ -89,6 +90,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", trafficclass.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", "", "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", "", "whsec_ secret signing operational webhooks (required with the URL)"),
+		allowPrivate:      fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also deliver to loopback, private, link-local and other non-public addresses (development and tests; by default every dialed address is checked)"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -258,6 +260,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		close(gateDone)
 	}
 
+	// The SSRF guard vets every address a delivery dials, after DNS.
+	senderCfg := delivery.SenderConfig{Timeout: *set.requestTimeout, DialControl: delivery.GuardDial}
+	if *set.allowPrivate {
+		senderCfg.DialControl = nil
+		logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: deliveries may reach loopback and private addresses"))
+	}
 	worker := delivery.NewWorker(delivery.WorkerConfig{
 		Schedule:       schedule,
 		MaxPerEndpoint: *set.maxPerEndpoint,
@@ -267,7 +275,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Ledger:     ledger,
 		Gate:       gate,
 		AuthRules:  classes,
-		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),
+		Sender:     delivery.NewSender(senderCfg),
 		Metrics:    metrics.Delivery,
 		Logger:     logger,
 		Now:        clock.Now,
@@ -276,6 +284,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	river.AddWorker(workers, &delivery.ReclassifyWorker{Store: st, Logger: logger})
+	// The operational webhook URL is the operator's own setting, often an
+	// internal service, so its sender is not guarded.
 	river.AddWorker(workers, &delivery.OperationalWorker{
 		URL: *set.opsWebhookURL, Secret: opsSecret, Now: clock.Now,
 		Sender: delivery.NewSender(delivery.SenderConfig{Timeout: *set.requestTimeout}),

@@ -183,11 +183,14 @@ type API struct {
 	HTTP       *http.Client
 }
 
-// StartAPI starts the api on a free port against databaseURL.
+// StartAPI starts the api on a free port against databaseURL. Receivers in
+// these tests listen on 127.0.0.1, so ALLOW_PRIVATE_TARGETS is true unless
+// env says otherwise.
 func StartAPI(t testing.TB, databaseURL string, env map[string]string) *API {
 	t.Helper()
 	apiBin, _ := Binaries(t)
-	e := map[string]string{"DATABASE_URL": databaseURL, "API_TOKEN": "e2e-token", "LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "8"}
+	e := map[string]string{"DATABASE_URL": databaseURL, "API_TOKEN": "e2e-token", "LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "8",
+		"ALLOW_PRIVATE_TARGETS": "true"}
 	for k, v := range env {
 		e[k] = v
 	}
@@ -209,11 +212,13 @@ type Dispatcher struct {
 }
 
 // StartDispatcher starts a dispatcher against databaseURL; it is ready once
-// River has started.
+// River has started. Like StartAPI, it allows private targets unless env
+// sets ALLOW_PRIVATE_TARGETS.
 func StartDispatcher(t testing.TB, name, databaseURL string, env map[string]string) *Dispatcher {
 	t.Helper()
 	_, bin := Binaries(t)
-	e := map[string]string{"DATABASE_URL": databaseURL, "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "10", "NO_MIGRATE": "true"}
+	e := map[string]string{"DATABASE_URL": databaseURL, "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "10", "NO_MIGRATE": "true",
+		"ALLOW_PRIVATE_TARGETS": "true"}
 	for k, v := range env {
 		e[k] = v
 	}

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// TestGuardedDispatcherBlocksLoopback: a dispatcher without
+// ALLOW_PRIVATE_TARGETS never connects to a receiver on 127.0.0.1 (which an
+// api with the guard lifted let through at registration). Every attempt is
+// recorded as blocked, retried on the schedule, the delivery ends failed,
+// the receiver saw nothing and the breaker was told nothing, even under a
+// class that would open after a handful of failures.
+func TestGuardedDispatcherBlocksLoopback(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}})
+	api := StartAPI(t, db.URL, nil)
+	code, err := api.Do(context.Background(), "POST", "/v1/traffic-classes", map[string]any{
+		"name": "touchy", "trip": "rate", "failure_rate_threshold": 0.5, "window": "5s", "min_throughput": 3,
+		"open_duration": "10s", "half_open_trials": 1, "half_open_concurrency": 1,
+	}, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{
+		"ALLOW_PRIVATE_TARGETS": "false",
+		"RETRY_SCHEDULE":        "0s,50ms,50ms",
+	})
+	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/internal"), "secret": testSecret, "traffic_class": "touchy"})
+	const messages = 5
+	var ids []string
+	for i := range messages {
+		m := api.SendMessage(t, "acme", "invoice.paid", map[string]any{"n": i})
+		ids = append(ids, m.Deliveries[0].ID)
+	}
+	count := func(query string, args ...any) int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), query, args...).Scan(&n))
+		return n
+	}
+	Eventually(t, 30*time.Second, 50*time.Millisecond, "every delivery failed after its three attempts", func() bool {
+		return count(`SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'failed'`, e.ID) == messages
+	})
+	require.Equal(t, 3*messages, count(`SELECT count(*) FROM delivery_attempts WHERE endpoint_id = $1`, e.ID))
+	require.Equal(t, 3*messages, count(`SELECT count(*) FROM delivery_attempts
+		WHERE endpoint_id = $1 AND classification = 'blocked' AND error_class = 'blocked' AND status_code IS NULL`, e.ID),
+		"every attempt is blocked")
+
+	var del struct {
+		Status    string `json:"status"`
+		LastError string `json:"last_error"`
+	}
+	code, err = api.Do(context.Background(), "GET", "/v1/deliveries/"+ids[0], nil, &del)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "failed", del.Status)
+	require.Contains(t, del.LastError, "blocked: ")
+	require.Contains(t, del.LastError, "127.0.0.1 is a loopback address")
+
+	require.Zero(t, rc.Stats("/internal").Requests, "nothing reached the receiver")
+
+	// Let a breaker flush pass, then: no outcome counted, no transition,
+	// still closed in its first generation.
+	time.Sleep(500 * time.Millisecond)
+	require.Zero(t, count(`SELECT count(*) FROM breaker_buckets WHERE endpoint_id = $1`, e.ID), "no outcome reached the breaker window")
+	require.Zero(t, count(`SELECT count(*) FROM breaker_transitions WHERE endpoint_id = $1`, e.ID))
+	var br struct {
+		State               string `json:"state"`
+		Generation          int64  `json:"generation"`
+		Observations        int    `json:"observations"`
+		Failures            int    `json:"failures"`
+		ConsecutiveFailures int    `json:"consecutive_failures"`
+	}
+	code, err = api.Do(context.Background(), "GET", "/v1/endpoints/"+e.ID+"/breaker", nil, &br)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "closed", br.State)
+	require.EqualValues(t, 1, br.Generation)
+	require.Zero(t, br.Observations)
+	require.Zero(t, br.Failures)
+	require.Zero(t, br.ConsecutiveFailures)
+
+	// A blocked attempt says nothing about credentials either.
+	var status string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT status FROM endpoints WHERE id = $1`, e.ID).Scan(&status))
+	require.Equal(t, "enabled", status)
+	require.Empty(t, d.Lines("level=ERROR"), "blocked attempts are not errors of the dispatcher")
+	require.NotEmpty(t, d.Lines("msg=dispatcher_started"))
+	require.Empty(t, d.Lines("ssrf_guard_off"))
+}
