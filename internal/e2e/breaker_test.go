@@ -260,7 +260,8 @@ func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 		var app string
 		err := db.Pool.QueryRow(context.Background(), `
 			SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'hookd-trials/%'`).Scan(&app)
+			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'hookd-trials/%'
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&app)
 		if err != nil {
 			return false
 		}
