@@ -75,6 +75,9 @@ func (r createEndpointRequest) validate() error {
 func handleCreateEndpoint(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[createEndpointRequest](r, maxRequestBytes)
+		if err == nil {
+			err = checkTarget(r.Context(), d, req.URL)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -174,6 +177,9 @@ func (r updateEndpointRequest) validate() error {
 func handleUpdateEndpoint(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[updateEndpointRequest](r, maxRequestBytes)
+		if err == nil && req.URL != nil {
+			err = checkTarget(r.Context(), d, *req.URL)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -211,7 +217,7 @@ func handleSetEndpointStatus(d Deps, enable bool) http.Handler {
 		)
 		if enable {
 			// Enabling releases every held delivery, in creation order.
-			e, _, err = d.Store.EnableEndpoint(r.Context(), chi.URLParam(r, "id"), "api", d.Enqueuer)
+			e, _, err = d.Store.EnableEndpoint(r.Context(), chi.URLParam(r, "id"), actorOf(r), d.Enqueuer)
 		} else {
 			reason := "manual"
 			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointDisabled, &reason)

@@ -37,11 +37,11 @@ func TestCreateEndpoint(t *testing.T) {
 		{
 			name: "every field",
 			req: map[string]any{
-				"tenant_id": "acme:eu@1", "url": "http://10.0.0.7:8080/hooks?x=1", "description": "billing",
+				"tenant_id": "acme:eu@1", "url": "http://93.184.216.34:8080/hooks?x=1", "description": "billing",
 				"event_types": []string{"invoice.*", "user.created", "*"}, "secret": secret,
 				"traffic_class": "bulk_1", "metadata": map[string]string{"team": "billing", "cost.center": "42"},
 			},
-			want: endpointJSON{TenantID: "acme:eu@1", URL: "http://10.0.0.7:8080/hooks?x=1", Description: "billing",
+			want: endpointJSON{TenantID: "acme:eu@1", URL: "http://93.184.216.34:8080/hooks?x=1", Description: "billing",
 				EventTypes: []string{"invoice.*", "user.created", "*"}, TrafficClass: "bulk_1",
 				Metadata: map[string]string{"team": "billing", "cost.center": "42"}, Status: "enabled"},
 		},

@@ -2,7 +2,7 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -33,18 +33,55 @@ func handleReadyz(d Deps) http.Handler {
 	})
 }
 
-// requireToken admits requests bearing the admin token.
+// requireToken admits requests bearing a valid token: the bootstrap
+// API_TOKEN or a live stored token. It records the token's name for
+// actorOf and applies the per-token rate limit. A request without a valid
+// token counts against its client IP's limit; an IP over it gets 429
+// before its token is even checked, so a flood of guesses cannot turn into
+// a flood of database lookups.
 func requireToken(d Deps) func(http.Handler) http.Handler {
+	limiter := newRateLimiter(d.RateLimit, d.RateWindow)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			token, ok := bearer(r)
-			if !ok || d.Token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(d.Token)) != 1 {
-				writeProblem(w, r, d.Logger, errUnauthorized)
+			if limiter.over(w, clientKey(r)) {
+				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
-			next.ServeHTTP(w, r)
+			name, err := "", ErrBadToken
+			if token, ok := bearer(r); ok {
+				name, err = checkToken(r.Context(), d.Auth, token)
+			}
+			switch {
+			case errors.Is(err, ErrBadToken):
+				if !limiter.take(w, r, clientKey(r)) {
+					writeProblem(w, r, d.Logger, errRateLimited)
+					return
+				}
+				writeProblem(w, r, d.Logger, errUnauthorized)
+				return
+			case err != nil:
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+			if !limiter.take(w, r, tokenKey(name)) {
+				writeProblem(w, r, d.Logger, errRateLimited)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, name)))
 		})
 	}
+}
+
+// checkToken asks auth about token, telling a failed check from a bad
+// token when auth can.
+func checkToken(ctx context.Context, auth Authenticator, token string) (string, error) {
+	if c, ok := auth.(tokenChecker); ok {
+		return c.Check(ctx, token)
+	}
+	if name, ok := auth.Authenticate(ctx, token); ok {
+		return name, nil
+	}
+	return "", ErrBadToken
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -56,8 +93,8 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-// actorOf names who made a request, for audit records: the token's name
-// when the request carries a stored token, else "api".
+// actorOf names who made a request, for audit records: the name of the
+// token it authenticated with ("bootstrap" for the API_TOKEN), else "api".
 func actorOf(r *http.Request) string {
 	if a, ok := r.Context().Value(actorKey{}).(string); ok && a != "" {
 		return a

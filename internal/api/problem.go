@@ -56,6 +56,7 @@ func invalid(field, message string) error {
 // Error kinds that are not store errors.
 var (
 	errUnauthorized      = errors.New("a valid bearer token is required")
+	errRateLimited       = errors.New("too many requests; retry after the time in Retry-After")
 	errRouteNotFound     = errors.New("no such route")
 	errMethodNotAllowed  = errors.New("method not allowed on this route")
 	errTooLarge          = errors.New("request body too large")
@@ -94,6 +95,7 @@ var problemKinds = []problemKind{
 	{store.ErrNotRetryable, http.StatusConflict, "conflict", "Conflict"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "too-large", "Payload Too Large"},
 	{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported Media Type"},
+	{errRateLimited, http.StatusTooManyRequests, "rate-limited", "Too Many Requests"},
 	{errDatabaseUnhealthy, http.StatusServiceUnavailable, "unavailable", "Service Unavailable"},
 	{errNotReady, http.StatusServiceUnavailable, "not-ready", "Service Unavailable"},
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -22,8 +23,25 @@ type Deps struct {
 	Store    *store.Store
 	Enqueuer store.Enqueuer
 	Logger   *slog.Logger
-	// Token is the bootstrap admin token (API_TOKEN).
+	// Token is the bootstrap admin token (API_TOKEN); empty disables it.
 	Token string
+	// Auth checks bearer tokens on /v1 and the dashboard login's token; nil
+	// means NewTokenAuth(Token, Store, Now): the bootstrap token and the
+	// store's live tokens.
+	Auth Authenticator
+	// RateLimit is how many requests per second one token may make,
+	// averaged over RateWindow (requests without a valid token are counted
+	// per client IP); zero or less disables the limit.
+	RateLimit int
+	// RateWindow is the sliding window of the rate limit; zero means 1s.
+	RateWindow time.Duration
+	// AllowPrivateTargets lets endpoints point at loopback, private and
+	// other non-public addresses (development and tests); otherwise
+	// registration refuses them (the SSRF guard).
+	AllowPrivateTargets bool
+	// Resolver resolves endpoint hosts for the SSRF guard; nil means
+	// net.DefaultResolver.
+	Resolver delivery.Resolver
 	// MaxPayloadBytes caps a message payload.
 	MaxPayloadBytes int64
 	// Now is the API's clock.
@@ -32,9 +50,6 @@ type Deps struct {
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
-	// Auth checks the token of a dashboard login; nil means
-	// BootstrapToken(Token).
-	Auth Authenticator
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
@@ -60,7 +75,11 @@ func newRouter(d Deps) chi.Router {
 		d.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if d.Auth == nil {
-		d.Auth = BootstrapToken(d.Token)
+		var st TokenStore
+		if d.Store != nil {
+			st = d.Store
+		}
+		d.Auth = NewTokenAuth(d.Token, st, d.Now)
 	}
 	d.sessions = newSessions(d.SessionKey, d.Now)
 	r := chi.NewRouter()

@@ -217,7 +217,12 @@ func TestLoginUsesTheAuthenticator(t *testing.T) {
 	require.Contains(t, string(page.Body), "alice")
 	csrf := string(csrfMetaRE.FindSubmatch(page.Body)[1])
 
-	e := bundle.createEndpoint(t, "acme")
+	// Bearer tokens go through the same Authenticator.
+	created := bundle.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook"},
+		withHeader("Authorization", "Bearer tok-alice"))
+	requireStatus(t, http.StatusCreated, created)
+	e := decodeJSON[endpointJSON](t, created)
+	requireProblem(t, http.StatusUnauthorized, bundle.do(t, "GET", "/v1/endpoints", nil))
 	r = b.send("POST", "/v1/endpoints/"+e.ID+"/breaker/isolate", strings.NewReader(`{"reason":"maintenance"}`), c,
 		"Content-Type", "application/json", api.CSRFHeader, csrf)
 	requireStatus(t, http.StatusOK, r)

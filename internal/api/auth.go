@@ -1,0 +1,197 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+var (
+	_ Authenticator = (*TokenAuth)(nil)
+	_ tokenChecker  = (*TokenAuth)(nil)
+)
+
+// tokenChecker is an Authenticator that can tell a bad token from a check
+// that could not be made (the database is unavailable), so /v1 can answer
+// 503 rather than 401 then.
+type tokenChecker interface {
+	// Check returns the token's name, ErrBadToken for a missing, unknown
+	// or revoked token, or another error when the check failed.
+	Check(ctx context.Context, token string) (name string, err error)
+}
+
+// ErrBadToken is a missing, unknown or revoked token. Every such request
+// gets the same 401 problem: nothing says which part was wrong.
+var ErrBadToken = errUnauthorized
+
+// TokenPrefix starts every stored API token.
+const TokenPrefix = "hkd_"
+
+// tokenBytes is how many random bytes a stored token carries (256 bits).
+const tokenBytes = 32
+
+// storedTokenPattern is the shape of every token NewToken makes: the prefix
+// and 32 bytes in unpadded base64url.
+var storedTokenPattern = regexp.MustCompile(`^hkd_[A-Za-z0-9_-]{43}$`)
+
+// NewToken returns a new API token, "hkd_" and 32 bytes read from r
+// (normally crypto/rand.Reader) in unpadded base64url, with its SHA-256:
+// the sum is what is stored, the token is shown once.
+func NewToken(r io.Reader) (token string, sum [32]byte, err error) {
+	b := make([]byte, tokenBytes)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", sum, fmt.Errorf("generate token: %w", err)
+	}
+	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return token, sha256.Sum256([]byte(token)), nil
+}
+
+var tokenNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+
+// ValidateTokenName checks a stored token's name: 1-64 letters, digits and
+// . _ @ -, starting with a letter or digit, and not "bootstrap", which
+// names the API_TOKEN in audit records.
+func ValidateTokenName(name string) error {
+	switch {
+	case !tokenNamePattern.MatchString(name):
+		return errors.New("must be 1-64 characters of letters, digits and . _ @ -, starting with a letter or digit")
+	case strings.EqualFold(name, BootstrapTokenName):
+		return fmt.Errorf("%q names the bootstrap API_TOKEN", BootstrapTokenName)
+	}
+	return nil
+}
+
+// TokenStore is what TokenAuth needs of the store.
+type TokenStore interface {
+	LookupAPIToken(ctx context.Context, sum [32]byte) (store.APIToken, []byte, error)
+}
+
+var _ TokenStore = (*store.Store)(nil)
+
+// TokenCacheTTL is how long TokenAuth trusts a stored token it verified
+// without asking the database again. A revoked token is refused by every
+// API process within this time.
+const TokenCacheTTL = 10 * time.Second
+
+// TokenAuth authenticates the bootstrap token and stored tokens.
+//
+// Timing: the presented token is hashed first, and the bootstrap token is
+// compared by its SHA-256 with subtle.ConstantTimeCompare, so neither its
+// length nor any prefix leaks. A stored token is found by the SHA-256 of
+// the presented one (an index lookup in Postgres, or a map lookup in the
+// cache), so what a lookup's timing could reveal is how the hash of the
+// attacker's own guess compares with stored hashes, which does not help to
+// find a token without a SHA-256 preimage of a 256-bit random value. The
+// stored hash is then compared with subtle.ConstantTimeCompare all the
+// same. Only strings shaped like a stored token ("hkd_" and 43 base64url
+// characters) reach the database.
+//
+// Verified stored tokens are cached for TokenCacheTTL, so authentication is
+// not a database round trip per request; concurrent lookups of one token
+// share a single query; the store stamps last use at most once a minute.
+type TokenAuth struct {
+	bootstrap    [32]byte
+	hasBootstrap bool
+	store        TokenStore
+	ttl          time.Duration
+	now          func() time.Time
+
+	lookups singleflight.Group
+	mu      sync.Mutex
+	cache   map[[32]byte]cachedToken
+}
+
+type cachedToken struct {
+	name  string
+	until time.Time
+}
+
+// NewTokenAuth returns a TokenAuth accepting bootstrap (when not empty)
+// and the live tokens of st (when not nil). now is its clock; nil means
+// time.Now.
+func NewTokenAuth(bootstrap string, st TokenStore, now func() time.Time) *TokenAuth {
+	if now == nil {
+		now = time.Now
+	}
+	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}}
+	if bootstrap != "" {
+		a.bootstrap, a.hasBootstrap = sha256.Sum256([]byte(bootstrap)), true
+	}
+	return a
+}
+
+// Authenticate implements Authenticator: the token's name and true, or
+// false for a bad token or a check that could not be made.
+func (a *TokenAuth) Authenticate(ctx context.Context, token string) (string, bool) {
+	name, err := a.Check(ctx, token)
+	return name, err == nil
+}
+
+// Check implements tokenChecker.
+func (a *TokenAuth) Check(ctx context.Context, token string) (string, error) {
+	if token == "" {
+		return "", ErrBadToken
+	}
+	sum := sha256.Sum256([]byte(token))
+	if a.hasBootstrap && subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
+		return BootstrapTokenName, nil
+	}
+	if a.store == nil || !storedTokenPattern.MatchString(token) {
+		return "", ErrBadToken
+	}
+	now := a.now()
+	a.mu.Lock()
+	c, ok := a.cache[sum]
+	a.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.name, nil
+	}
+	v, err, _ := a.lookups.Do(string(sum[:]), func() (any, error) {
+		// Shared by every request presenting this token meanwhile, so no
+		// one request's cancellation may cut it short.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		t, stored, err := a.store.LookupAPIToken(lctx, sum)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return "", ErrBadToken
+		case err != nil:
+			return "", fmt.Errorf("authenticate: %w", err)
+		case subtle.ConstantTimeCompare(stored, sum[:]) != 1:
+			return "", ErrBadToken
+		}
+		a.remember(sum, t.Name, now)
+		return t.Name, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+// remember caches a verified token, first dropping expired entries when the
+// cache has grown (it holds at most the live tokens in use).
+func (a *TokenAuth) remember(sum [32]byte, name string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cache) >= 64 {
+		for k, c := range a.cache {
+			if !now.Before(c.until) {
+				delete(a.cache, k)
+			}
+		}
+	}
+	a.cache[sum] = cachedToken{name: name, until: now.Add(a.ttl)}
+}
