@@ -158,6 +158,10 @@ func listAttempts(w http.ResponseWriter, r *http.Request, d Deps, f store.Attemp
 // parsePage reads limit and after.
 func parsePage(fe *fieldErrors, q url.Values) store.Page {
 	p := store.Page{Limit: defaultPageLimit, After: q.Get("after")}
+	if !storable(p.After) {
+		fe.add("after", "must be the next_cursor of a previous page")
+		p.After = ""
+	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxPageLimit {

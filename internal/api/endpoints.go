@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -10,6 +11,10 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
 )
+
+// endpointIDPattern is the shape of an endpoint id (store.NewID): "ep_" and
+// a ULID.
+var endpointIDPattern = regexp.MustCompile(`^ep_[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
 
 // secretOverlap is how long a rotated-out secret keeps signing.
 const secretOverlap = 24 * time.Hour
@@ -114,6 +119,9 @@ func handleListEndpoints(d Deps) http.Handler {
 			validateTenantID(&fe, "tenant_id", tenant)
 		}
 		page := parsePage(&fe, q)
+		if page.After != "" && !endpointIDPattern.MatchString(page.After) {
+			fe.add("after", "must be the next_cursor of a previous page")
+		}
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -28,7 +28,7 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Route("/v1", func(r chi.Router) {
 		// The dashboard's session cookie is an alternative to the bearer
 		// token (session.go).
-		r.Use(sessionOrToken(d, requireToken(d)))
+		r.Use(sessionOrToken(d, requireToken(d)), refuseUnstorable(d))
 
 		r.Method("POST", "/endpoints", handleCreateEndpoint(d))
 		r.Method("GET", "/endpoints", handleListEndpoints(d))

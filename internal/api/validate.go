@@ -99,8 +99,12 @@ func validateEventFilters(fe *fieldErrors, field string, vs []string) {
 }
 
 func validateDescription(fe *fieldErrors, field, v string) {
-	if utf8.RuneCountInString(v) > maxDescriptionLength {
+	switch {
+	case utf8.RuneCountInString(v) > maxDescriptionLength:
 		fe.add(field, fmt.Sprintf("must be at most %d characters", maxDescriptionLength))
+	case strings.ContainsRune(v, 0):
+		// Postgres text cannot hold NUL.
+		fe.add(field, "must not contain NUL characters")
 	}
 }
 
