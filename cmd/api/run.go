@@ -23,9 +23,11 @@ import (
 )
 
 const synopsis = `usage: api [serve|migrate] [flags]
+       api token create|list|revoke [flags]
 
   serve    serve the REST API (the default); migrates first unless --no-migrate
-  migrate  apply hookd's and River's migrations, then exit`
+  migrate  apply hookd's and River's migrations, then exit
+  token    manage stored API tokens (api token --help)`
 
 // settings are the api's flags, each with an environment twin.
 type settings struct {
@@ -38,6 +40,9 @@ type settings struct {
 	noMigrate       *bool
 	dbMaxConns      *int
 	shutdownTimeout *time.Duration
+	rateLimit       *int
+	rateWindow      *time.Duration
+	allowPrivate    *bool
 	logFormat       *string
 	logLevel        *string
 }
@@ -48,7 +53,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 	fs := config.New("api", synopsis, getenv, out)
 	return fs, &settings{
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
-		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (required to serve)"),
+		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
 		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
@@ -56,12 +61,18 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
 		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 20, "Postgres pool size"),
 		shutdownTimeout: fs.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests get to finish on SIGTERM"),
+		rateLimit:       fs.Int("rate-limit", "RATE_LIMIT", api.DefaultRateLimit, "requests per second one API token may make, averaged over --rate-window (requests without a valid token count per client IP); 0 disables"),
+		rateWindow:      fs.Duration("rate-window", "RATE_WINDOW", api.DefaultRateWindow, "sliding window of the rate limit: a token may make rate-limit x rate-window requests in any such window, so a longer window allows bigger bursts"),
+		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "token" {
+		return runToken(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
@@ -80,10 +91,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be at least 2")
 	case *set.shutdownTimeout <= 0:
 		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
-	case cmd == "serve" && *set.apiToken == "":
-		return config.Invalid("api-token", "API_TOKEN", "is required to serve")
 	case *set.sessionKey != "" && len(*set.sessionKey) < api.MinSessionKeyBytes:
 		return config.Invalid("session-key", "SESSION_KEY", "must be at least %d bytes (or empty for a random key)", api.MinSessionKeyBytes)
+	case *set.rateLimit < 0:
+		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
+	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
+		return config.Invalid("rate-window", "RATE_WINDOW", "must be from 1s to 1h")
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -105,20 +118,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 	}
 
+	if *set.apiToken == "" {
+		logger.Warn("no_bootstrap_token", slog.String("reason", "API_TOKEN is empty: only stored tokens (api token create) are accepted"))
+	}
+	if *set.allowPrivate {
+		logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: endpoints may point at loopback and private addresses"))
+	}
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}
 	st := store.New(pool, logger)
 	handler := api.NewServer(api.Deps{
-		Store:           st,
-		Enqueuer:        &delivery.Enqueuer{Client: riverClient},
-		Logger:          logger,
-		Token:           *set.apiToken,
-		SessionKey:      []byte(*set.sessionKey),
-		MaxPayloadBytes: *set.maxPayloadBytes,
-		Now:             time.Now,
-		Rand:            rand.Reader,
+		Store:               st,
+		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
+		Logger:              logger,
+		Token:               *set.apiToken,
+		SessionKey:          []byte(*set.sessionKey),
+		RateLimit:           *set.rateLimit,
+		RateWindow:          *set.rateWindow,
+		AllowPrivateTargets: *set.allowPrivate,
+		MaxPayloadBytes:     *set.maxPayloadBytes,
+		Now:                 time.Now,
+		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {
 			ok, err := store.MigrationsCurrent(ctx, pool)
 			if err != nil {

@@ -184,13 +184,14 @@ type API struct {
 }
 
 // StartAPI starts the api on a free port against databaseURL. Receivers in
-// these tests listen on 127.0.0.1, so ALLOW_PRIVATE_TARGETS is true unless
-// env says otherwise.
+// these tests listen on 127.0.0.1, so ALLOW_PRIVATE_TARGETS is true, and
+// tests post as fast as they can, so RATE_LIMIT is 0 (no limit), unless env
+// says otherwise.
 func StartAPI(t testing.TB, databaseURL string, env map[string]string) *API {
 	t.Helper()
 	apiBin, _ := Binaries(t)
 	e := map[string]string{"DATABASE_URL": databaseURL, "API_TOKEN": "e2e-token", "LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "8",
-		"ALLOW_PRIVATE_TARGETS": "true"}
+		"ALLOW_PRIVATE_TARGETS": "true", "RATE_LIMIT": "0"}
 	for k, v := range env {
 		e[k] = v
 	}

@@ -95,3 +95,34 @@ func TestGuardedDispatcherBlocksLoopback(t *testing.T) {
 	require.NotEmpty(t, d.Lines("msg=dispatcher_started"))
 	require.Empty(t, d.Lines("ssrf_guard_off"))
 }
+
+// TestGuardedAPIRefusesLoopbackEndpoints: an api without
+// ALLOW_PRIVATE_TARGETS refuses to register an endpoint on 127.0.0.1 or
+// localhost with 400 naming the url field and the reason.
+func TestGuardedAPIRefusesLoopbackEndpoints(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	api := StartAPI(t, db.URL, map[string]string{"ALLOW_PRIVATE_TARGETS": "false"})
+	for url, reason := range map[string]string{
+		"http://127.0.0.1:9/hook":        `^127\.0\.0\.1 is a loopback address$`,
+		"http://localhost:9/hook":        `^resolves to (127\.0\.0\.1|::1), a loopback address$`,
+		"http://169.254.169.254/latest/": `^169\.254\.169\.254 is a link-local address \(cloud metadata\)$`,
+	} {
+		var p struct {
+			Status int `json:"status"`
+			Errors []struct {
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		}
+		code, err := api.Do(context.Background(), "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": url}, &p)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, code, url)
+		require.Len(t, p.Errors, 1)
+		require.Equal(t, "url", p.Errors[0].Field)
+		require.Regexp(t, reason, p.Errors[0].Message)
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM endpoints`).Scan(&n))
+	require.Zero(t, n, "nothing written")
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// cli runs the api command line as main would and returns its exit status
+// and output.
+func cli(t *testing.T, databaseURL string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	env := map[string]string{"DATABASE_URL": databaseURL}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
+	code = exitCode(err, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+var tokenLine = regexp.MustCompile(`^hkd_[A-Za-z0-9_-]{43}\n$`)
+
+func TestTokenCreateListRevoke(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+
+	code, out, errOut := cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, tokenLine, out, "the token alone on stdout")
+	token := strings.TrimSpace(out)
+	require.Regexp(t, `^api: created token "ci" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
+
+	// Only its hash is stored.
+	var stored []byte
+	var id string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id, sha256 FROM api_tokens WHERE name = 'ci'`).Scan(&id, &stored))
+	sum := sha256.Sum256([]byte(token))
+	require.Equal(t, sum[:], stored)
+	var texts int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM api_tokens WHERE position($1 in name || id) > 0`, token).Scan(&texts))
+	require.Zero(t, texts)
+
+	code, out2, _ := cli(t, db.URL, "token", "create", "--name", "deploy")
+	require.Equal(t, 0, code)
+	require.NotEqual(t, out, out2)
+
+	code, _, errOut = cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 1, code)
+	require.Equal(t, "api: create token: conflict: a live token is already named \"ci\"\n", errOut)
+
+	code, out, _ = cli(t, db.URL, "token", "list")
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	require.Len(t, lines, 3)
+	require.Regexp(t, `^NAME\s+ID\s+CREATED\s+LAST USED\s+REVOKED$`, lines[0])
+	require.Regexp(t, `^ci\s+`+id+`\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+-\s+-$`, lines[1])
+	require.Regexp(t, `^deploy\s+tok_`, lines[2])
+	require.NotContains(t, out, token)
+	require.NotContains(t, out, "hkd_")
+
+	code, out, _ = cli(t, db.URL, "token", "revoke", "--name", "ci")
+	require.Equal(t, 0, code)
+	require.Equal(t, "revoked token \"ci\" ("+id+"); API processes refuse it within 10s\n", out)
+	code, _, errOut = cli(t, db.URL, "token", "revoke", "--name", "ci")
+	require.Equal(t, 1, code)
+	require.Equal(t, "api: revoke token: no live token named \"ci\"\n", errOut)
+	code, _, errOut = cli(t, db.URL, "token", "revoke", "--id", id)
+	require.Equal(t, 1, code)
+	require.Equal(t, "api: revoke token: no live token with id "+id+"\n", errOut)
+
+	code, out, _ = cli(t, db.URL, "token", "list")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^ci\s+`+id+`\s+\S+\s+-\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out, "revoked, with when")
+
+	// The name is free again; revoke by id.
+	code, _, _ = cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 0, code)
+	var newID string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM api_tokens WHERE name = 'ci' AND revoked_at IS NULL`).Scan(&newID))
+	code, out, _ = cli(t, db.URL, "token", "revoke", "--id", newID)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, newID)
+}
+
+func TestTokenCommandUsageErrors(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: a usage error is reported before connecting.
+	const dead = "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2"
+	tests := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"token"}, "api: token: want a subcommand: create, list or revoke (api token --help)\n"},
+		{[]string{"token", "frobnicate"}, "api: token: unknown subcommand \"frobnicate\": want create, list or revoke\n"},
+		{[]string{"token", "create"}, "api: token create: --name is required\n"},
+		{[]string{"token", "create", "--name", ""}, "api: token create: --name is required\n"},
+		{[]string{"token", "create", "--name", "bootstrap"}, "api: token create: --name \"bootstrap\" \"bootstrap\" names the bootstrap API_TOKEN\n"},
+		{[]string{"token", "create", "--name", "a b"}, "api: token create: --name \"a b\" must be 1-64 characters of letters, digits and . _ @ -, starting with a letter or digit\n"},
+		{[]string{"token", "create", "--nmae", "ci"}, "api: flag provided but not defined: -nmae\n"},
+		{[]string{"token", "create", "--name", "ci", "extra"}, "api: token create: unexpected argument \"extra\"\n"},
+		{[]string{"token", "list", "--name", "ci"}, "api: flag provided but not defined: -name\n"},
+		{[]string{"token", "revoke"}, "api: token revoke: give exactly one of --name and --id\n"},
+		{[]string{"token", "revoke", "--name", "ci", "--id", "tok_x"}, "api: token revoke: give exactly one of --name and --id\n"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := cli(t, dead, tt.args...)
+			require.Equal(t, 2, code)
+			require.Equal(t, tt.msg, errOut)
+			require.Empty(t, out)
+		})
+	}
+}
+
+func TestTokenCommandHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"token", "--help"}, {"token", "create", "--help"}, {"token", "revoke", "-h"}} {
+		code, out, errOut := cli(t, "postgres://127.0.0.1:1/x", args...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "usage: api token create --name NAME")
+		require.Contains(t, out, "--database-url")
+	}
+	code, out, _ := cli(t, "postgres://127.0.0.1:1/x", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "api token create|list|revoke")
+}
+
+func TestTokenCommandNeedsACurrentSchema(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	_, err := db.Pool.Exec(context.Background(), `DELETE FROM hookd_migrations WHERE version = (SELECT max(version) FROM hookd_migrations)`)
+	require.NoError(t, err)
+	code, out, errOut := cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 1, code)
+	require.Empty(t, out, "no token printed")
+	require.Equal(t, "api: the database schema is not current: run `api migrate` first\n", errOut)
+
+	code, _, errOut = cli(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2", "token", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "api: ping database: ")
+}
