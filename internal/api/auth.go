@@ -21,6 +21,7 @@ import (
 var (
 	_ Authenticator = (*TokenAuth)(nil)
 	_ tokenChecker  = (*TokenAuth)(nil)
+	_ nameChecker   = (*TokenAuth)(nil)
 )
 
 // tokenChecker is an Authenticator that can tell a bad token from a check
@@ -30,6 +31,14 @@ type tokenChecker interface {
 	// Check returns the token's name, ErrBadToken for a missing, unknown
 	// or revoked token, or another error when the check failed.
 	Check(ctx context.Context, token string) (name string, err error)
+}
+
+// nameChecker is an Authenticator that can tell whether the token a
+// dashboard session was opened with is still live: sessions carry the
+// token's name, so a revoke must end them too.
+type nameChecker interface {
+	// Live reports whether a live token has name.
+	Live(ctx context.Context, name string) (bool, error)
 }
 
 // ErrBadToken is a missing, unknown or revoked token. Every such request
@@ -76,6 +85,7 @@ func ValidateTokenName(name string) error {
 // TokenStore is what TokenAuth needs of the store.
 type TokenStore interface {
 	LookupAPIToken(ctx context.Context, sum [32]byte) (store.APIToken, []byte, error)
+	LiveAPITokenName(ctx context.Context, name string) (bool, error)
 }
 
 var _ TokenStore = (*store.Store)(nil)
@@ -101,6 +111,9 @@ const TokenCacheTTL = 10 * time.Second
 // Verified stored tokens are cached for TokenCacheTTL, so authentication is
 // not a database round trip per request; concurrent lookups of one token
 // share a single query; the store stamps last use at most once a minute.
+// Live answers for dashboard sessions the same way: whether a token of the
+// session's name is still live, cached for TokenCacheTTL, so a revoke ends
+// the sessions opened with the token within that time too.
 type TokenAuth struct {
 	bootstrap    [32]byte
 	hasBootstrap bool
@@ -111,6 +124,12 @@ type TokenAuth struct {
 	lookups singleflight.Group
 	mu      sync.Mutex
 	cache   map[[32]byte]cachedToken
+	names   map[string]cachedName
+}
+
+type cachedName struct {
+	live  bool
+	until time.Time
 }
 
 type cachedToken struct {
@@ -125,7 +144,7 @@ func NewTokenAuth(bootstrap string, st TokenStore, now func() time.Time) *TokenA
 	if now == nil {
 		now = time.Now
 	}
-	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}}
+	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}, names: map[string]cachedName{}}
 	if bootstrap != "" {
 		a.bootstrap, a.hasBootstrap = sha256.Sum256([]byte(bootstrap)), true
 	}
@@ -194,4 +213,45 @@ func (a *TokenAuth) remember(sum [32]byte, name string, now time.Time) {
 		}
 	}
 	a.cache[sum] = cachedToken{name: name, until: now.Add(a.ttl)}
+}
+
+// Live implements nameChecker: the bootstrap name is live while an
+// API_TOKEN is configured, any other while a live stored token has it.
+func (a *TokenAuth) Live(ctx context.Context, name string) (bool, error) {
+	if name == BootstrapTokenName {
+		return a.hasBootstrap, nil
+	}
+	if a.store == nil {
+		return false, nil
+	}
+	now := a.now()
+	a.mu.Lock()
+	c, ok := a.names[name]
+	a.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.live, nil
+	}
+	v, err, _ := a.lookups.Do("name:"+name, func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		live, err := a.store.LiveAPITokenName(lctx, name)
+		if err != nil {
+			return false, fmt.Errorf("check session token: %w", err)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if len(a.names) >= 64 {
+			for k, c := range a.names {
+				if !now.Before(c.until) {
+					delete(a.names, k)
+				}
+			}
+		}
+		a.names[name] = cachedName{live: live, until: now.Add(a.ttl)}
+		return live, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return v.(bool), nil
 }

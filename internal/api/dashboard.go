@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -131,7 +132,11 @@ func safeNext(next string) string {
 // without a valid session to the login page.
 func handleDashboardPage(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sess, ok := d.sessions.fromRequest(r)
+		sess, ok, err := d.liveSession(r)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
 		if !ok {
 			http.Redirect(w, r, "/dashboard/login?next="+url.QueryEscape(r.URL.Path), http.StatusSeeOther)
 			return
@@ -183,9 +188,23 @@ func handleLogin(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, invalid("body", "must be a form with a token field"))
 			return
 		}
-		name, ok := d.Auth.Authenticate(r.Context(), strings.TrimSpace(r.PostForm.Get("token")))
-		if !ok {
+		// Failed logins count against the client IP's rate limit, as bad
+		// bearer tokens do; an IP over it is refused before checking.
+		if d.limiter.over(w, clientKey(r)) {
+			writeProblem(w, r, d.Logger, errRateLimited)
+			return
+		}
+		name, err := checkToken(r.Context(), d.Auth, strings.TrimSpace(r.PostForm.Get("token")))
+		if err != nil && !errors.Is(err, ErrBadToken) {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		if err != nil {
 			d.Logger.WarnContext(r.Context(), "dashboard_login_failed", slog.String("remote", r.RemoteAddr))
+			if !d.limiter.take(w, r, clientKey(r)) {
+				writeProblem(w, r, d.Logger, errRateLimited)
+				return
+			}
 			writeProblem(w, r, d.Logger, errUnauthorized)
 			return
 		}

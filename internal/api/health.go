@@ -40,7 +40,7 @@ func handleReadyz(d Deps) http.Handler {
 // before its token is even checked, so a flood of guesses cannot turn into
 // a flood of database lookups.
 func requireToken(d Deps) func(http.Handler) http.Handler {
-	limiter := newRateLimiter(d.RateLimit, d.RateWindow)
+	limiter := d.limiter
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if limiter.over(w, clientKey(r)) {

@@ -55,6 +55,7 @@ type Deps struct {
 	SessionKey []byte
 
 	sessions *sessions
+	limiter  *rateLimiter
 }
 
 // NewServer returns the API's handler.
@@ -82,6 +83,7 @@ func newRouter(d Deps) chi.Router {
 		d.Auth = NewTokenAuth(d.Token, st, d.Now)
 	}
 	d.sessions = newSessions(d.SessionKey, d.Now)
+	d.limiter = newRateLimiter(d.RateLimit, d.RateWindow)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {

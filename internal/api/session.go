@@ -159,12 +159,31 @@ func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
+// liveSession returns the request's valid session, if any, and only while
+// the token it was opened with is live (when d.Auth can tell): revoking a
+// token ends its sessions within TokenCacheTTL. An error means the check
+// could not be made.
+func (d Deps) liveSession(r *http.Request) (session, bool, error) {
+	sess, ok := d.sessions.fromRequest(r)
+	if !ok {
+		return session{}, false, nil
+	}
+	if nc, can := d.Auth.(nameChecker); can {
+		live, err := nc.Live(r.Context(), sess.Name)
+		if err != nil || !live {
+			return session{}, false, err
+		}
+	}
+	return sess, true, nil
+}
+
 // sessionOrToken admits a /v1 request by the dashboard's session cookie,
 // or else hands it to token, the bearer token check. A request with an
 // Authorization header always goes to token (and needs no CSRF token:
 // a browser never adds that header on its own); one admitted by the cookie
 // must carry the session's CSRF token in X-CSRF-Token unless its method
-// is safe. The session's name becomes the request's actor.
+// is safe, and counts against its token's rate limit. The session's name
+// becomes the request's actor.
 func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		byToken := token(next)
@@ -173,13 +192,21 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 				byToken.ServeHTTP(w, r)
 				return
 			}
-			sess, ok := d.sessions.fromRequest(r)
+			sess, ok, err := d.liveSession(r)
+			if err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
 			if !ok {
 				byToken.ServeHTTP(w, r)
 				return
 			}
 			if !safeMethod(r.Method) && !d.sessions.validCSRF(sess, r.Header.Get(CSRFHeader)) {
 				writeProblem(w, r, d.Logger, errCSRF)
+				return
+			}
+			if !d.limiter.take(w, r, tokenKey(sess.Name)) {
+				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, sess.Name)))

@@ -120,3 +120,15 @@ func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []b
 	}
 	return t, stored, nil
 }
+
+// LiveAPITokenName reports whether a live (unrevoked) token has name. A
+// dashboard session names its token, not the token itself, so this is how
+// a session learns that its token was revoked.
+func (s *Store) LiveAPITokenName(ctx context.Context, name string) (bool, error) {
+	var live bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens WHERE name = $1 AND revoked_at IS NULL)`, name).Scan(&live)
+	if err != nil {
+		return false, fmt.Errorf("look up api token name: %w", err)
+	}
+	return live, nil
+}

@@ -43,10 +43,17 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].LastUsedAt, "the lookup stamped its use")
 
+	live, err := s.LiveAPITokenName(ctx, "ci")
+	require.NoError(t, err)
+	require.True(t, live)
+
 	revoked, err := s.RevokeAPIToken(ctx, store.TokenRef{Name: "ci"})
 	require.NoError(t, err)
 	require.Equal(t, ci.ID, revoked.ID)
 	require.NotNil(t, revoked.RevokedAt)
+	live, err = s.LiveAPITokenName(ctx, "ci")
+	require.NoError(t, err)
+	require.False(t, live, "a session of a revoked token's name ends")
 
 	_, _, err = s.LookupAPIToken(ctx, sum)
 	require.ErrorIs(t, err, store.ErrNotFound, "a revoked token no longer authenticates")

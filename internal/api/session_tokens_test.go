@@ -1,0 +1,85 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// TestDashboardSessionsFollowStoredTokens: the login form takes a stored
+// token, the session acts under its name, and revoking the token ends the
+// session within TokenCacheTTL (the page goes back to the login form, /v1
+// answers 401), while the bootstrap token's sessions carry on.
+func TestDashboardSessionsFollowStoredTokens(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now()}
+	srv, b := setup(t, func(d *api.Deps) { d.Now = clock.Now })
+	tok, rec := b.storedToken(t, "oncall-bob")
+	br := newBrowser(t, srv.URL)
+
+	r := br.login(tok)
+	requireStatus(t, http.StatusSeeOther, r)
+	c := sessionOf(t, r)
+	page := br.send("GET", "/dashboard", nil, c)
+	requireStatus(t, http.StatusOK, page)
+	require.Contains(t, string(page.Body), "oncall-bob")
+	csrf := string(csrfMetaRE.FindSubmatch(page.Body)[1])
+	e := b.createEndpoint(t, "acme")
+	requireStatus(t, http.StatusOK, br.send("POST", "/v1/endpoints/"+e.ID+"/breaker/isolate", nil, c, api.CSRFHeader, csrf))
+	trs, err := b.store.ListTransitions(context.Background(), e.ID, nil, 1)
+	require.NoError(t, err)
+	require.Equal(t, "oncall-bob", trs[0].Actor)
+
+	boot, _ := br.loggedIn()
+
+	_, err = b.store.RevokeAPIToken(context.Background(), store.TokenRef{ID: rec.ID})
+	require.NoError(t, err)
+	clock.Advance(api.TokenCacheTTL)
+
+	requireProblem(t, http.StatusUnauthorized, br.send("GET", "/v1/endpoints", nil, c))
+	page = br.send("GET", "/dashboard", nil, c)
+	requireStatus(t, http.StatusSeeOther, page)
+	require.Equal(t, "/dashboard/login?next=%2Fdashboard", page.Header.Get("Location"))
+	requireProblem(t, http.StatusUnauthorized, br.login(tok))
+
+	requireStatus(t, http.StatusOK, br.send("GET", "/v1/endpoints", nil, boot))
+}
+
+// TestLoginGuessesAreRateLimited: failed logins count against the client
+// IP like bad bearer tokens; past the limit the form answers 429.
+func TestLoginGuessesAreRateLimited(t *testing.T) {
+	t.Parallel()
+	srv, _ := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, 30*time.Second })
+	br := newBrowser(t, srv.URL)
+	for range 30 {
+		requireProblem(t, http.StatusUnauthorized, br.login("guess"))
+	}
+	r := br.login("guess")
+	requireProblem(t, http.StatusTooManyRequests, r)
+	require.Equal(t, "30", r.Header.Get("Retry-After"))
+	requireProblem(t, http.StatusTooManyRequests, br.login(testToken))
+}
+
+// TestSessionRequestsAreRateLimited: a session's /v1 requests share its
+// token's budget.
+func TestSessionRequestsAreRateLimited(t *testing.T) {
+	t.Parallel()
+	srv, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, time.Minute })
+	br := newBrowser(t, srv.URL)
+	c, _ := br.loggedIn()
+	for range 60 {
+		requireStatus(t, http.StatusOK, br.send("GET", "/v1/breakers", nil, c))
+	}
+	r := br.send("GET", "/v1/breakers", nil, c)
+	requireProblem(t, http.StatusTooManyRequests, r)
+	require.Equal(t, "60", r.Header.Get("Retry-After"))
+	// The bearer token of the same name shares the budget.
+	a := b.raw(t, "GET", "/v1/endpoints", "Bearer "+testToken, nil)
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+}
