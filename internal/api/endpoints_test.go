@@ -102,6 +102,21 @@ func TestGeneratedSecretsDiffer(t *testing.T) {
 	}
 }
 
+func TestNilRandUsesCryptoRand(t *testing.T) {
+	t.Parallel()
+	// Deps.Rand left nil: secrets come from crypto/rand, not a panic.
+	_, b := setup(t, func(d *api.Deps) { d.Rand = nil })
+	e := b.createEndpoint(t, "acme")
+	first := decodeJSON[secretJSON](t, b.do(t, "GET", "/v1/endpoints/"+e.ID+"/secret", nil))
+	_, err := delivery.ParseSecret(first.Secret)
+	require.NoError(t, err)
+	requireStatus(t, http.StatusOK, b.do(t, "POST", "/v1/endpoints/"+e.ID+"/secret/rotate", nil))
+	rotated := decodeJSON[secretJSON](t, b.do(t, "GET", "/v1/endpoints/"+e.ID+"/secret", nil))
+	require.NotEqual(t, first.Secret, rotated.Secret)
+	_, err = delivery.ParseSecret(rotated.Secret)
+	require.NoError(t, err)
+}
+
 func TestUpdateEndpoint(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
