@@ -22,6 +22,7 @@ import (
 func TestCreateEndpoint(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
+	b.createClass(t, map[string]any{"name": "bulk_1"})
 	const secret = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
 	for _, tc := range []struct {
 		name string
@@ -120,6 +121,7 @@ func TestNilRandUsesCryptoRand(t *testing.T) {
 func TestUpdateEndpoint(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
+	b.createClass(t, map[string]any{"name": "slow-lane", "trip": "consecutive"})
 	base := map[string]any{
 		"tenant_id": "acme", "url": "https://acme.example/hook", "description": "old",
 		"event_types": []string{"invoice.*"}, "metadata": map[string]string{"a": "1", "b": "2"},
@@ -150,7 +152,10 @@ func TestUpdateEndpoint(t *testing.T) {
 		{"metadata replaced as a whole", map[string]any{"metadata": map[string]string{"c": "3"}}, func(t *testing.T, _, after endpointJSON) {
 			require.Equal(t, map[string]string{"c": "3"}, after.Metadata)
 		}},
-		{"traffic class", map[string]any{"traffic_class": "slow-lane"}, func(t *testing.T, _, after endpointJSON) {
+		{"built-in traffic class", map[string]any{"traffic_class": "low"}, func(t *testing.T, _, after endpointJSON) {
+			require.Equal(t, "low", after.TrafficClass)
+		}},
+		{"custom traffic class", map[string]any{"traffic_class": "slow-lane"}, func(t *testing.T, _, after endpointJSON) {
 			require.Equal(t, "slow-lane", after.TrafficClass)
 		}},
 	} {

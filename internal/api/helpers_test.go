@@ -338,6 +338,77 @@ type (
 		CreatedAt      time.Time       `json:"created_at"`
 		Deliveries     []deliveryJSON  `json:"deliveries"`
 	}
+	classJSON struct {
+		Name                   string  `json:"name"`
+		Trip                   string  `json:"trip"`
+		FailureRateThreshold   float64 `json:"failure_rate_threshold"`
+		Window                 string  `json:"window"`
+		MinThroughput          int     `json:"min_throughput"`
+		ConsecutiveFailures    int     `json:"consecutive_failures"`
+		OpenDuration           string  `json:"open_duration"`
+		OpenJitter             float64 `json:"open_jitter"`
+		OpenBackoff            float64 `json:"open_backoff"`
+		MaxOpenDuration        string  `json:"max_open_duration"`
+		HalfOpenTrials         int     `json:"half_open_trials"`
+		HalfOpenConcurrency    int     `json:"half_open_concurrency"`
+		Enforce                bool    `json:"enforce"`
+		AuthDisableAfter       int     `json:"auth_disable_after"`
+		AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
+		Builtin                bool    `json:"builtin"`
+	}
+	transitionJSON struct {
+		ID           int64      `json:"id"`
+		From         string     `json:"from"`
+		To           string     `json:"to"`
+		At           time.Time  `json:"at"`
+		Reason       string     `json:"reason"`
+		FailureRate  float64    `json:"failure_rate"`
+		Observations int        `json:"observations"`
+		Failures     int        `json:"failures"`
+		OpenUntil    *time.Time `json:"open_until"`
+		Actor        string     `json:"actor"`
+		Note         string     `json:"note"`
+		Shadow       bool       `json:"shadow"`
+	}
+	breakerJSON struct {
+		EndpointID           string           `json:"endpoint_id"`
+		State                string           `json:"state"`
+		Generation           int64            `json:"generation"`
+		OpenedAt             *time.Time       `json:"opened_at"`
+		OpenUntil            *time.Time       `json:"open_until"`
+		FailureRate          float64          `json:"failure_rate"`
+		Observations         int              `json:"observations"`
+		Failures             int              `json:"failures"`
+		TrafficClass         string           `json:"traffic_class"`
+		FailureRateThreshold float64          `json:"failure_rate_threshold"`
+		MinThroughput        int              `json:"min_throughput"`
+		Window               string           `json:"window"`
+		TrialSuccesses       int              `json:"trial_successes"`
+		HalfOpenTrials       int              `json:"half_open_trials"`
+		TrialInFlight        bool             `json:"trial_in_flight"`
+		ConsecutiveFailures  int              `json:"consecutive_failures"`
+		Trips                int64            `json:"trips"`
+		TripsLast24h         int              `json:"trips_last_24h"`
+		Enforce              bool             `json:"enforce"`
+		UpdatedAt            time.Time        `json:"updated_at"`
+		Now                  time.Time        `json:"now"`
+		TenantID             string           `json:"tenant_id"`
+		URL                  string           `json:"url"`
+		EndpointStatus       string           `json:"endpoint_status"`
+		DisabledReason       *string          `json:"disabled_reason"`
+		Transitions          []transitionJSON `json:"transitions"`
+	}
+	trafficJSON struct {
+		EndpointID       string   `json:"endpoint_id"`
+		TrafficClass     string   `json:"traffic_class"`
+		CurrentClass     string   `json:"current_class"`
+		QuietRPS         *float64 `json:"quiet_rps"`
+		HealthyErrorRate *float64 `json:"healthy_error_rate"`
+		HistoryMinutes   int      `json:"history_minutes"`
+		ImpliedClass     string   `json:"implied_class"`
+		Reason           string   `json:"reason"`
+		Changed          bool     `json:"changed"`
+	}
 	attemptJSON struct {
 		ID              int64     `json:"id"`
 		DeliveryID      string    `json:"delivery_id"`
@@ -364,6 +435,22 @@ func (b *testBundle) createEndpoint(t *testing.T, tenant string, eventTypes ...s
 	r := b.do(t, "POST", "/v1/endpoints", req)
 	requireStatus(t, http.StatusCreated, r)
 	return decodeJSON[endpointJSON](t, r)
+}
+
+// createEndpointIn registers an endpoint of the given traffic class.
+func (b *testBundle) createEndpointIn(t *testing.T, tenant, class string) endpointJSON {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": tenant, "url": "https://" + tenant + ".example/hook", "traffic_class": class})
+	requireStatus(t, http.StatusCreated, r)
+	return decodeJSON[endpointJSON](t, r)
+}
+
+// createClass creates a custom traffic class through the API.
+func (b *testBundle) createClass(t *testing.T, body map[string]any) classJSON {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/traffic-classes", body)
+	requireStatus(t, http.StatusCreated, r)
+	return decodeJSON[classJSON](t, r)
 }
 
 // sendMessage posts a message through the API.

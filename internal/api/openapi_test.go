@@ -74,7 +74,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 				}
 			}
 			if op.RequestBody != nil {
-				require.True(t, op.RequestBody.Value.Required)
+				require.True(t, op.RequestBody.Value.Required || optionalBody[op.OperationID],
+					"a body is required, but where the operation is known to take an optional one")
 				for _, code := range []int{400, 413, 415} {
 					require.NotNil(t, op.Responses.Status(code), "an operation with a body documents %d", code)
 				}
@@ -82,6 +83,10 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		})
 	}
 }
+
+// optionalBody names the operations whose request body may be left out:
+// a breaker reset or isolation, whose body only carries a reason.
+var optionalBody = map[string]bool{"resetBreaker": true, "isolateBreaker": true}
 
 func TestOpenAPICoversRoutes(t *testing.T) {
 	t.Parallel()
@@ -205,6 +210,12 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 					require.True(t, strings.HasPrefix(p, "/v1/endpoints/"), "no fixture for %s", p)
 					p = strings.ReplaceAll(p, "{id}", b.createEndpoint(t, "acme").ID)
 				}
+				if strings.Contains(p, "{name}") {
+					// A traffic class example names the class it creates or replaces.
+					className, ok := ex.Value.Value.(map[string]any)["name"].(string)
+					require.True(t, ok, "%s: the example names no class", name)
+					p = strings.ReplaceAll(p, "{name}", className)
+				}
 				r := b.do(t, method, p, ex.Value.Value)
 				require.Less(t, r.Status, 300, "%s", r.Body)
 			})
@@ -237,7 +248,8 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	_, broken := setup(t, func(d *api.Deps) {
 		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
 	})
-	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts CASCADE`)
+	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts,
+		traffic_classes, class_changes, breaker_states, breaker_transitions CASCADE`)
 	require.NoError(t, err)
 
 	// noRand cannot generate secrets.
@@ -256,6 +268,13 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	bigMessage := map[string]any{"tenant_id": "acme", "event_type": "a", "payload": strings.Repeat("x", 1<<20)}
 	ep, dlv, m := "/v1/endpoints/"+acme.ID, "/v1/deliveries/"+pending.ID, "/v1/messages/"+msg.ID
 	noEp, noDlv, noMsg := "/v1/endpoints/"+missingID("ep"), "/v1/deliveries/"+missingID("dlv"), "/v1/messages/"+missingID("msg")
+	explicit := "/v1/endpoints/" + ok.createEndpointIn(t, "acme", "medium").ID
+	ok.createClass(t, map[string]any{"name": "doomed"})
+	newClass := map[string]any{"name": "bulk", "failure_rate_threshold": 0.8, "min_throughput": 100}
+	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
+	why := map[string]any{"reason": "maintenance"}
+	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
+	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
 
 	type req struct {
 		method, path string
@@ -338,6 +357,55 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(204, "DELETE", "/v1/endpoints/"+gone.ID, nil),
 			plain(401, "DELETE", ep, nil, withoutAuth()),
 			plain(404, "DELETE", "/v1/endpoints/"+gone.ID, nil),
+
+			plain(200, "GET", ep+"/breaker", nil),
+			plain(401, "GET", ep+"/breaker", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/breaker", nil),
+			plain(200, "POST", ep+"/breaker/isolate", why),
+			plain(400, "POST", ep+"/breaker/isolate", map[string]any{"reason": strings.Repeat("r", 501)}),
+			plain(401, "POST", ep+"/breaker/isolate", why, withoutAuth()),
+			plain(404, "POST", noEp+"/breaker/isolate", nil),
+			plain(413, "POST", ep+"/breaker/isolate", bigWhy, docBlind(sizeLimit)),
+			plain(415, "POST", ep+"/breaker/isolate", why, withContentType("text/plain")),
+			plain(200, "POST", ep+"/breaker/reset", nil),
+			plain(400, "POST", ep+"/breaker/reset", map[string]any{"Reason": "x"}),
+			plain(401, "POST", ep+"/breaker/reset", why, withoutAuth()),
+			plain(404, "POST", noEp+"/breaker/reset", why),
+			plain(413, "POST", ep+"/breaker/reset", bigWhy, docBlind(sizeLimit)),
+			plain(415, "POST", ep+"/breaker/reset", why, withContentType("application/xml")),
+			plain(200, "GET", "/v1/breakers?state=closed&limit=1", nil),
+			plain(400, "GET", "/v1/breakers?state=ajar", nil),
+			plain(401, "GET", "/v1/breakers", nil, withoutAuth()),
+
+			plain(200, "GET", ep+"/traffic", nil),
+			plain(401, "GET", ep+"/traffic", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/traffic", nil),
+			plain(200, "POST", ep+"/traffic/reclassify", nil),
+			plain(401, "POST", ep+"/traffic/reclassify", nil, withoutAuth()),
+			plain(404, "POST", noEp+"/traffic/reclassify", nil),
+			plain(409, "POST", explicit+"/traffic/reclassify", nil),
+
+			plain(200, "GET", "/v1/traffic-classes", nil),
+			plain(401, "GET", "/v1/traffic-classes", nil, withoutAuth()),
+			plain(201, "POST", "/v1/traffic-classes", newClass),
+			plain(400, "POST", "/v1/traffic-classes", map[string]any{"name": "bad", "window": "0s"}),
+			plain(401, "POST", "/v1/traffic-classes", newClass, withoutAuth()),
+			plain(409, "POST", "/v1/traffic-classes", newClass),
+			plain(413, "POST", "/v1/traffic-classes", bigClass, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/traffic-classes", newClass, withContentType("text/plain")),
+			plain(200, "GET", "/v1/traffic-classes/medium", nil),
+			plain(401, "GET", "/v1/traffic-classes/medium", nil, withoutAuth()),
+			plain(404, "GET", "/v1/traffic-classes/nope", nil),
+			plain(200, "PUT", "/v1/traffic-classes/medium", tuned),
+			plain(201, "PUT", "/v1/traffic-classes/fresh", tuned),
+			plain(400, "PUT", "/v1/traffic-classes/medium", map[string]any{"half_open_trials": 0}),
+			plain(401, "PUT", "/v1/traffic-classes/medium", tuned, withoutAuth()),
+			plain(413, "PUT", "/v1/traffic-classes/medium", bigClass, docBlind(sizeLimit)),
+			plain(415, "PUT", "/v1/traffic-classes/medium", tuned, withContentType("multipart/form-data; boundary=x")),
+			plain(204, "DELETE", "/v1/traffic-classes/doomed", nil),
+			plain(401, "DELETE", "/v1/traffic-classes/bulk", nil, withoutAuth()),
+			plain(404, "DELETE", "/v1/traffic-classes/doomed", nil),
+			plain(409, "DELETE", "/v1/traffic-classes/medium", nil),
 		},
 		broken: {
 			plain(503, "GET", "/readyz", nil, withoutAuth()),
@@ -367,6 +435,17 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", noDlv, nil),
 			plain(bad.want, "GET", noDlv+"/attempts", nil),
 			plain(bad.want, "POST", noDlv+"/retry", nil),
+			plain(bad.want, "GET", noEp+"/breaker", nil),
+			plain(bad.want, "POST", noEp+"/breaker/reset", nil),
+			plain(bad.want, "POST", noEp+"/breaker/isolate", why),
+			plain(bad.want, "GET", "/v1/breakers", nil),
+			plain(bad.want, "GET", noEp+"/traffic", nil),
+			plain(bad.want, "POST", noEp+"/traffic/reclassify", nil),
+			plain(bad.want, "GET", "/v1/traffic-classes", nil),
+			plain(bad.want, "POST", "/v1/traffic-classes", newClass),
+			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
+			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
+			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
 		} {
 			calls[bad.b] = append(calls[bad.b], r)
 		}
