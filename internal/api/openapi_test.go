@@ -553,6 +553,85 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "status matches")
 }
 
+// TestOpenAPIBreakerAndClassDrift does for the breaker, traffic and
+// traffic-class responses what TestOpenAPIValidationCatchesDrift does for
+// an endpoint: real answers pass, and each kind of drift is caught.
+func TestOpenAPIBreakerAndClassDrift(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	e := b.createEndpoint(t, "acme")
+	requireStatus(t, http.StatusOK, b.do(t, "POST", "/v1/endpoints/"+e.ID+"/breaker/isolate", map[string]any{"reason": "x"}))
+	header := http.Header{"Content-Type": {"application/json"}}
+	// good returns the server's answer to a GET, and a check of a body
+	// against the document as that GET's 200.
+	good := func(t *testing.T, path string) (map[string]any, func(body any) error) {
+		r := b.do(t, "GET", path, nil)
+		requireStatus(t, http.StatusOK, r)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(r.Body, &v))
+		vreq, err := http.NewRequest("GET", path, nil)
+		require.NoError(t, err)
+		route, params, err := b.router.FindRoute(vreq)
+		require.NoError(t, err)
+		return v, func(body any) error {
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			in := &openapi3filter.ResponseValidationInput{
+				RequestValidationInput: &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route},
+				Status:                 200, Header: header, Options: filterOptions(),
+			}
+			in.SetBodyBytes(raw)
+			return openapi3filter.ValidateResponse(context.Background(), in)
+		}
+	}
+	with := func(m map[string]any, k string, v any) map[string]any {
+		m = maps.Clone(m)
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	null := json.RawMessage("null")
+
+	detail, validDetail := good(t, "/v1/endpoints/"+e.ID+"/breaker")
+	require.NoError(t, validDetail(detail))
+	list, validList := good(t, "/v1/breakers")
+	require.NoError(t, validList(list))
+	item := list["data"].([]any)[0].(map[string]any)
+	class, validClass := good(t, "/v1/traffic-classes/medium")
+	require.NoError(t, validClass(class))
+	traffic, validTraffic := good(t, "/v1/endpoints/"+e.ID+"/traffic")
+	require.NoError(t, validTraffic(traffic))
+	transition := detail["transitions"].([]any)[0].(map[string]any)
+
+	for name, err := range map[string]error{
+		"breaker: unknown state":                validDetail(with(detail, "state", "ajar")),
+		"breaker: missing now":                  validDetail(with(detail, "now", nil)),
+		"breaker: null state":                   validDetail(with(detail, "state", null)),
+		"breaker: empty transitions":            validDetail(with(detail, "transitions", []any{})),
+		"breaker: rate over 1":                  validDetail(with(detail, "failure_rate", 1.5)),
+		"breaker: class named auto":             validDetail(with(detail, "traffic_class", "auto")),
+		"breaker: a window that is no duration": validDetail(with(detail, "window", "30")),
+		"transition: unknown reason":            validDetail(with(detail, "transitions", []any{with(transition, "reason", "bored")})),
+		"transition: missing note":              validDetail(with(detail, "transitions", []any{with(transition, "note", nil)})),
+		"list: an item with transitions":        validList(with(list, "data", []any{with(item, "transitions", []any{transition})})),
+		"list: bad cursor":                      validList(with(list, "next_cursor", "7")),
+		"class: missing builtin":                validClass(with(class, "builtin", nil)),
+		"class: a number for a duration":        validClass(with(class, "open_duration", 30)),
+		"class: zero trials":                    validClass(with(class, "half_open_trials", 0)),
+		"class: extra member":                   validClass(with(class, "traffic_class", "medium")),
+		"traffic: implied auto":                 validTraffic(with(traffic, "implied_class", "auto")),
+		"traffic: negative volume":              validTraffic(with(traffic, "quiet_rps", -1)),
+		"traffic: missing changed":              validTraffic(with(traffic, "changed", nil)),
+	} {
+		require.Error(t, err, name)
+	}
+	require.NoError(t, validTraffic(with(traffic, "healthy_error_rate", 0.01)), "a nullable figure takes a number")
+	require.NoError(t, validDetail(with(detail, "transitions", nil)), "a breaker that never moved has no transitions")
+}
+
 func TestOpenAPIServed(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
