@@ -420,7 +420,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		b    *testBundle
 		want int
 	}{{broken, 500}, {down, 503}} {
-		for _, r := range []req{
+		calls[bad.b] = append(calls[bad.b], []req{
 			plain(bad.want, "GET", "/v1/endpoints", nil),
 			plain(bad.want, "GET", noEp, nil),
 			plain(bad.want, "PATCH", noEp, patch),
@@ -446,9 +446,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
 			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
 			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
-		} {
-			calls[bad.b] = append(calls[bad.b], r)
-		}
+		}...)
 	}
 	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))
 	calls[down] = append(calls[down],
