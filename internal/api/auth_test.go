@@ -26,10 +26,11 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 				path = strings.Replace(path, "{id}", missingID(kind), 1)
 			}
 		}
+		path = strings.Replace(path, "{name}", "nope", 1)
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 16)
+	require.Len(t, out, 27)
 	return out
 }
 
@@ -42,6 +43,10 @@ func bodyFor(method, path string) any {
 		return map[string]any{"tenant_id": "acme", "event_type": "a", "payload": 1}
 	case method == "PATCH":
 		return map[string]any{"description": "x"}
+	case method == "POST" && path == "/v1/traffic-classes", method == "PUT":
+		return map[string]any{"name": "nope"}
+	case method == "POST" && strings.HasSuffix(path, "/breaker/reset"), strings.HasSuffix(path, "/breaker/isolate"):
+		return map[string]any{"reason": "x"}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,9 +99,30 @@ const (
 	kinUTF8       = "kin-openapi, like encoding/json, replaces invalid UTF-8 rather than rejecting it"
 )
 
+// recased returns the JSON object valid with its first member (by name)
+// renamed to upper case, and the new name.
+func recased(valid string) (body, name string) {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(valid), &m); err != nil || len(m) == 0 {
+		panic(fmt.Sprintf("recased: %q is not a JSON object with members", valid))
+	}
+	first := slices.Min(slices.Collect(maps.Keys(m)))
+	name = strings.ToUpper(first)
+	m[name] = m[first]
+	delete(m, first)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return string(raw), name
+}
+
 // commonBodyCases are the faults of any JSON body.
 func commonBodyCases(valid string) []badCase {
+	upper, upperName := recased(valid)
 	return []badCase{
+		// encoding/json alone would take it as the field it names.
+		bad("a known field in upper case", 400, upper, upperName),
 		bad("empty body", 400, "", "body"),
 		bad("not JSON", 400, "tenant_id=acme&url=x", "body"),
 		bad("truncated JSON", 400, valid[:len(valid)-1], "body"),
@@ -224,6 +247,8 @@ func TestCreateEndpointRejectsBadInput(t *testing.T) {
 		bad("unknown field", 400, set(valid, "colour", "red"), "colour"),
 		bad("an id", 400, set(valid, "id", "ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR"), "id"),
 		bad("a status", 400, set(valid, "status", "disabled"), "status"),
+		bad("a field repeated in another case", 400, set(valid, "Tenant_ID", "globex"), "Tenant_ID"),
+		bad("several fields in another case", 400, `{"Tenant_Id":"acme","URL":"https://acme.example/hook","colour":"red"}`, "Tenant_Id", "URL", "colour"),
 		// Several faults are all named.
 		bad("every fault at once", 400, `{"tenant_id":"","url":"ftp://x","event_types":["a..b"],"secret":"nope","metadata":{"k":"\n"},"description":"`+strings.Repeat("d", 1025)+`","traffic_class":"X"}`,
 			"tenant_id", "url", "event_types[0]", "secret", "metadata.k", "description", "traffic_class"),
@@ -252,6 +277,7 @@ func TestUpdateEndpointRejectsBadInput(t *testing.T) {
 		bad("the tenant cannot change", 400, set(valid, "tenant_id", "globex"), "tenant_id"),
 		bad("the secret is rotated, not set", 400, set(valid, "secret", secretOf(32, base64.StdEncoding)), "secret"),
 		bad("the status has its own routes", 400, set(valid, "status", "disabled"), "status"),
+		bad("a url in another case", 400, set(valid, "Url", "https://evil.example/hook"), "Url"),
 		bad("url is a number", 400, set(valid, "url", 1), "url"),
 		bad("event types is an object", 400, set(valid, "event_types", map[string]any{}), "event_types"),
 		bad("body over 64 KiB", 413, set(valid, "description", strings.Repeat("d", 64<<10)), "body").with(docBlind(sizeLimit)),

@@ -27,15 +27,8 @@ func decodeClass(r *http.Request, name string) (trafficclass.Class, error) {
 	}
 	if name != "" {
 		// PUT names the class in the path; a body may repeat it.
-		var named struct {
-			Name *string `json:"name"`
-		}
-		if json.Unmarshal(body, &named) == nil && named.Name != nil && *named.Name != name {
-			return trafficclass.Class{}, invalid("name", "must match the name in the path")
-		}
-		body, err = withName(body, name)
-		if err != nil {
-			return trafficclass.Class{}, invalid("body", "must be a JSON object")
+		if body, err = withName(body, name); err != nil {
+			return trafficclass.Class{}, err
 		}
 	}
 	c, err := trafficclass.Decode(body)
@@ -48,13 +41,18 @@ func decodeClass(r *http.Request, name string) (trafficclass.Class, error) {
 	return c, nil
 }
 
-// withName sets "name" in a JSON object body.
+// withName sets "name" in a JSON object body. A body that has a "name"
+// member (exactly so: names are case-sensitive) must give the same name.
 func withName(body []byte, name string) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if len(body) == 0 {
-		m = map[string]json.RawMessage{}
-	} else if err := json.Unmarshal(body, &m); err != nil || m == nil {
-		return nil, errors.New("not an object")
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return nil, invalid("body", "must be a JSON object")
+	}
+	if given, ok := m["name"]; ok {
+		var s string
+		if json.Unmarshal(given, &s) != nil || s != name {
+			return nil, invalid("name", "must match the name in the path")
+		}
 	}
 	n, _ := json.Marshal(name)
 	m["name"] = n
@@ -69,6 +67,9 @@ func classError(err error) error {
 		out := make([]FieldError, len(fes))
 		for i, f := range fes {
 			out[i] = FieldError{Field: f.Field, Message: f.Message}
+			if f.Field == "" {
+				out[i] = FieldError{Field: "body", Message: `has a field named "", which is not a known field`}
+			}
 		}
 		return &ValidationError{Fields: out}
 	}

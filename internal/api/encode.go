@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,27 +32,81 @@ type validator interface {
 }
 
 // decode reads one JSON object of type T from r (at most limit bytes),
-// rejecting unknown fields, trailing data and wrong content types, then
-// validates it. Every failure names the field at fault.
+// rejecting unknown fields (names are case-sensitive), trailing data and
+// wrong content types, then validates it. Every failure names the field at
+// fault.
 func decode[T validator](r *http.Request, limit int64) (T, error) {
 	var v T
 	if err := checkJSONContentType(r); err != nil {
 		return v, err
 	}
-	body := http.MaxBytesReader(nil, r.Body, limit)
-	dec := json.NewDecoder(body)
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	if err != nil {
+		return v, decodeError(err, limit)
+	}
+	if err := checkExactNames(reflect.TypeFor[T](), body); err != nil {
+		return v, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
 		return v, decodeError(err, limit)
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return v, &tooLargeError{field: "body", limit: limit}
-		}
 		return v, invalid("body", "must hold exactly one JSON object")
 	}
 	return v, v.validate()
+}
+
+// checkExactNames rejects every member of the JSON object body whose name is
+// not exactly the JSON name of a field of the struct type t. encoding/json
+// matches names case-insensitively, so without this "TENANT_ID" would be
+// taken as tenant_id (and, repeated, could override it). A body that is not
+// one JSON object passes: the typed decode says what is wrong with it. The
+// request types' nested objects are maps or raw JSON, whose keys are data.
+func checkExactNames(t reflect.Type, body []byte) error {
+	var members map[string]json.RawMessage
+	if t.Kind() != reflect.Struct || json.Unmarshal(body, &members) != nil {
+		return nil
+	}
+	known := jsonNames(t)
+	var fe fieldErrors
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if slices.Contains(known, name) {
+			continue
+		}
+		if name == "" {
+			fe.add("body", `has a field named "", which is not a known field`)
+			continue
+		}
+		message := "is not a known field"
+		if i := slices.IndexFunc(known, func(k string) bool { return strings.EqualFold(k, name) }); i >= 0 {
+			message = fmt.Sprintf("is not a known field; names are case-sensitive (did you mean %q?)", known[i])
+		}
+		fe.add(name, message)
+	}
+	return fe.err()
+}
+
+// jsonNames returns the JSON member names encoding/json gives the exported
+// fields of the struct type t, in field order. The request types embed no
+// structs (the fields of one would be refused, loudly, not accepted by
+// mistake).
+func jsonNames(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		switch {
+		case !f.IsExported() || tag == "-":
+		case name == "":
+			names = append(names, f.Name)
+		default:
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // checkJSONContentType accepts a missing content type or a JSON one.

@@ -22,6 +22,7 @@ import (
 func TestCreateEndpoint(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
+	b.createClass(t, map[string]any{"name": "bulk_1"})
 	const secret = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
 	for _, tc := range []struct {
 		name string
@@ -102,9 +103,25 @@ func TestGeneratedSecretsDiffer(t *testing.T) {
 	}
 }
 
+func TestNilRandUsesCryptoRand(t *testing.T) {
+	t.Parallel()
+	// Deps.Rand left nil: secrets come from crypto/rand, not a panic.
+	_, b := setup(t, func(d *api.Deps) { d.Rand = nil })
+	e := b.createEndpoint(t, "acme")
+	first := decodeJSON[secretJSON](t, b.do(t, "GET", "/v1/endpoints/"+e.ID+"/secret", nil))
+	_, err := delivery.ParseSecret(first.Secret)
+	require.NoError(t, err)
+	requireStatus(t, http.StatusOK, b.do(t, "POST", "/v1/endpoints/"+e.ID+"/secret/rotate", nil))
+	rotated := decodeJSON[secretJSON](t, b.do(t, "GET", "/v1/endpoints/"+e.ID+"/secret", nil))
+	require.NotEqual(t, first.Secret, rotated.Secret)
+	_, err = delivery.ParseSecret(rotated.Secret)
+	require.NoError(t, err)
+}
+
 func TestUpdateEndpoint(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
+	b.createClass(t, map[string]any{"name": "slow-lane", "trip": "consecutive"})
 	base := map[string]any{
 		"tenant_id": "acme", "url": "https://acme.example/hook", "description": "old",
 		"event_types": []string{"invoice.*"}, "metadata": map[string]string{"a": "1", "b": "2"},
@@ -135,7 +152,10 @@ func TestUpdateEndpoint(t *testing.T) {
 		{"metadata replaced as a whole", map[string]any{"metadata": map[string]string{"c": "3"}}, func(t *testing.T, _, after endpointJSON) {
 			require.Equal(t, map[string]string{"c": "3"}, after.Metadata)
 		}},
-		{"traffic class", map[string]any{"traffic_class": "slow-lane"}, func(t *testing.T, _, after endpointJSON) {
+		{"built-in traffic class", map[string]any{"traffic_class": "low"}, func(t *testing.T, _, after endpointJSON) {
+			require.Equal(t, "low", after.TrafficClass)
+		}},
+		{"custom traffic class", map[string]any{"traffic_class": "slow-lane"}, func(t *testing.T, _, after endpointJSON) {
 			require.Equal(t, "slow-lane", after.TrafficClass)
 		}},
 	} {

@@ -21,6 +21,7 @@ import (
 func FuzzDecodeEndpoint(f *testing.F) {
 	f.Add("application/json", []byte(`{"tenant_id":"acme","url":"https://acme.example/hook","event_types":["invoice.*"],"metadata":{"team":"billing"}}`))
 	f.Add("", []byte(`{"url":"https://acme.example/v2","description":"é"}`))
+	f.Add("application/json", []byte(`{"TENANT_ID":"acme","url":"https://acme.example/hook","Url":"https://evil.example/"}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		checkDecode[createEndpointRequest](t, contentType, body, maxRequestBytes, nil)
 		checkDecode[updateEndpointRequest](t, contentType, body, maxRequestBytes, nil)
@@ -67,6 +68,13 @@ func checkDecode[T validator](t *testing.T, contentType string, body []byte, lim
 			require.True(t, errors.As(err, &ve))
 		}
 		return
+	}
+	// Accepted: every member was named exactly as a field of T.
+	var members map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(body, &members))
+	names := jsonNames(reflect.TypeFor[T]())
+	for name := range members {
+		require.Contains(t, names, name, "accepted a member that is not exactly a field name")
 	}
 	// Accepted: it must survive a round trip. The re-encoding may be longer
 	// than the original (escapes), so the size limit is not what is tested.

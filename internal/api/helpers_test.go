@@ -87,11 +87,14 @@ func loadDocument(t *testing.T) (*openapi3.T, routers.Router) {
 }
 
 // filterOptions are the openapi3filter options every check uses: an
-// undocumented status is an error, and the security requirement is met by
+// undocumented status is an error, a request is checked as sent (without
+// it kin-openapi puts a member's documented default in place of a null and
+// accepts what the server refuses), and the security requirement is met by
 // any well-formed bearer token (the document cannot know the real one).
 func filterOptions() *openapi3filter.Options {
 	return &openapi3filter.Options{
 		IncludeResponseStatus: true,
+		SkipSettingDefaults:   true,
 		MultiError:            false,
 		AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
 			if in.SecuritySchemeName != "bearerAuth" {
@@ -341,6 +344,77 @@ type (
 		CreatedAt      time.Time       `json:"created_at"`
 		Deliveries     []deliveryJSON  `json:"deliveries"`
 	}
+	classJSON struct {
+		Name                   string  `json:"name"`
+		Trip                   string  `json:"trip"`
+		FailureRateThreshold   float64 `json:"failure_rate_threshold"`
+		Window                 string  `json:"window"`
+		MinThroughput          int     `json:"min_throughput"`
+		ConsecutiveFailures    int     `json:"consecutive_failures"`
+		OpenDuration           string  `json:"open_duration"`
+		OpenJitter             float64 `json:"open_jitter"`
+		OpenBackoff            float64 `json:"open_backoff"`
+		MaxOpenDuration        string  `json:"max_open_duration"`
+		HalfOpenTrials         int     `json:"half_open_trials"`
+		HalfOpenConcurrency    int     `json:"half_open_concurrency"`
+		Enforce                bool    `json:"enforce"`
+		AuthDisableAfter       int     `json:"auth_disable_after"`
+		AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
+		Builtin                bool    `json:"builtin"`
+	}
+	transitionJSON struct {
+		ID           int64      `json:"id"`
+		From         string     `json:"from"`
+		To           string     `json:"to"`
+		At           time.Time  `json:"at"`
+		Reason       string     `json:"reason"`
+		FailureRate  float64    `json:"failure_rate"`
+		Observations int        `json:"observations"`
+		Failures     int        `json:"failures"`
+		OpenUntil    *time.Time `json:"open_until"`
+		Actor        string     `json:"actor"`
+		Note         string     `json:"note"`
+		Shadow       bool       `json:"shadow"`
+	}
+	breakerJSON struct {
+		EndpointID           string           `json:"endpoint_id"`
+		State                string           `json:"state"`
+		Generation           int64            `json:"generation"`
+		OpenedAt             *time.Time       `json:"opened_at"`
+		OpenUntil            *time.Time       `json:"open_until"`
+		FailureRate          float64          `json:"failure_rate"`
+		Observations         int              `json:"observations"`
+		Failures             int              `json:"failures"`
+		TrafficClass         string           `json:"traffic_class"`
+		FailureRateThreshold float64          `json:"failure_rate_threshold"`
+		MinThroughput        int              `json:"min_throughput"`
+		Window               string           `json:"window"`
+		TrialSuccesses       int              `json:"trial_successes"`
+		HalfOpenTrials       int              `json:"half_open_trials"`
+		TrialInFlight        bool             `json:"trial_in_flight"`
+		ConsecutiveFailures  int              `json:"consecutive_failures"`
+		Trips                int64            `json:"trips"`
+		TripsLast24h         int              `json:"trips_last_24h"`
+		Enforce              bool             `json:"enforce"`
+		UpdatedAt            time.Time        `json:"updated_at"`
+		Now                  time.Time        `json:"now"`
+		TenantID             string           `json:"tenant_id"`
+		URL                  string           `json:"url"`
+		EndpointStatus       string           `json:"endpoint_status"`
+		DisabledReason       *string          `json:"disabled_reason"`
+		Transitions          []transitionJSON `json:"transitions"`
+	}
+	trafficJSON struct {
+		EndpointID       string   `json:"endpoint_id"`
+		TrafficClass     string   `json:"traffic_class"`
+		CurrentClass     string   `json:"current_class"`
+		QuietRPS         *float64 `json:"quiet_rps"`
+		HealthyErrorRate *float64 `json:"healthy_error_rate"`
+		HistoryMinutes   int      `json:"history_minutes"`
+		ImpliedClass     string   `json:"implied_class"`
+		Reason           string   `json:"reason"`
+		Changed          bool     `json:"changed"`
+	}
 	attemptJSON struct {
 		ID              int64     `json:"id"`
 		DeliveryID      string    `json:"delivery_id"`
@@ -369,6 +443,22 @@ func (b *testBundle) createEndpoint(t *testing.T, tenant string, eventTypes ...s
 	return decodeJSON[endpointJSON](t, r)
 }
 
+// createEndpointIn registers an endpoint of the given traffic class.
+func (b *testBundle) createEndpointIn(t *testing.T, tenant, class string) endpointJSON {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": tenant, "url": "https://" + tenant + ".example/hook", "traffic_class": class})
+	requireStatus(t, http.StatusCreated, r)
+	return decodeJSON[endpointJSON](t, r)
+}
+
+// createClass creates a custom traffic class through the API.
+func (b *testBundle) createClass(t *testing.T, body map[string]any) classJSON {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/traffic-classes", body)
+	requireStatus(t, http.StatusCreated, r)
+	return decodeJSON[classJSON](t, r)
+}
+
 // sendMessage posts a message through the API.
 func (b *testBundle) sendMessage(t *testing.T, tenant, eventType string) messageJSON {
 	t.Helper()
@@ -380,7 +470,8 @@ func (b *testBundle) sendMessage(t *testing.T, tenant, eventType string) message
 }
 
 // tables are the tables a write can touch.
-var tables = []string{"endpoints", "messages", "deliveries", "idempotency_keys", "river_job", "delivery_attempts"}
+var tables = []string{"endpoints", "messages", "deliveries", "idempotency_keys", "river_job", "delivery_attempts",
+	"traffic_classes", "class_changes", "breaker_transitions"}
 
 // counts returns the row count of every table in tables.
 func (b *testBundle) counts(t *testing.T) map[string]int {

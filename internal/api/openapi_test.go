@@ -74,7 +74,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 				}
 			}
 			if op.RequestBody != nil {
-				require.True(t, op.RequestBody.Value.Required)
+				require.True(t, op.RequestBody.Value.Required || optionalBody[op.OperationID],
+					"a body is required, but where the operation is known to take an optional one")
 				for _, code := range []int{400, 413, 415} {
 					require.NotNil(t, op.Responses.Status(code), "an operation with a body documents %d", code)
 				}
@@ -82,6 +83,10 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		})
 	}
 }
+
+// optionalBody names the operations whose request body may be left out:
+// a breaker reset or isolation, whose body only carries a reason.
+var optionalBody = map[string]bool{"resetBreaker": true, "isolateBreaker": true}
 
 func TestOpenAPICoversRoutes(t *testing.T) {
 	t.Parallel()
@@ -212,6 +217,12 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 					require.True(t, strings.HasPrefix(p, "/v1/endpoints/"), "no fixture for %s", p)
 					p = strings.ReplaceAll(p, "{id}", b.createEndpoint(t, "acme").ID)
 				}
+				if strings.Contains(p, "{name}") {
+					// A traffic class example names the class it creates or replaces.
+					className, ok := ex.Value.Value.(map[string]any)["name"].(string)
+					require.True(t, ok, "%s: the example names no class", name)
+					p = strings.ReplaceAll(p, "{name}", className)
+				}
 				r := b.do(t, method, p, ex.Value.Value)
 				require.Less(t, r.Status, 300, "%s", r.Body)
 			})
@@ -244,7 +255,8 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	_, broken := setup(t, func(d *api.Deps) {
 		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
 	})
-	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts CASCADE`)
+	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts,
+		traffic_classes, class_changes, breaker_states, breaker_transitions CASCADE`)
 	require.NoError(t, err)
 
 	// noRand cannot generate secrets.
@@ -263,6 +275,13 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	bigMessage := map[string]any{"tenant_id": "acme", "event_type": "a", "payload": strings.Repeat("x", 1<<20)}
 	ep, dlv, m := "/v1/endpoints/"+acme.ID, "/v1/deliveries/"+pending.ID, "/v1/messages/"+msg.ID
 	noEp, noDlv, noMsg := "/v1/endpoints/"+missingID("ep"), "/v1/deliveries/"+missingID("dlv"), "/v1/messages/"+missingID("msg")
+	explicit := "/v1/endpoints/" + ok.createEndpointIn(t, "acme", "medium").ID
+	ok.createClass(t, map[string]any{"name": "doomed"})
+	newClass := map[string]any{"name": "bulk", "failure_rate_threshold": 0.8, "min_throughput": 100}
+	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
+	why := map[string]any{"reason": "maintenance"}
+	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
+	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
 
 	type req struct {
 		method, path string
@@ -350,6 +369,55 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(204, "DELETE", "/v1/endpoints/"+gone.ID, nil),
 			plain(401, "DELETE", ep, nil, withoutAuth()),
 			plain(404, "DELETE", "/v1/endpoints/"+gone.ID, nil),
+
+			plain(200, "GET", ep+"/breaker", nil),
+			plain(401, "GET", ep+"/breaker", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/breaker", nil),
+			plain(200, "POST", ep+"/breaker/isolate", why),
+			plain(400, "POST", ep+"/breaker/isolate", map[string]any{"reason": strings.Repeat("r", 501)}),
+			plain(401, "POST", ep+"/breaker/isolate", why, withoutAuth()),
+			plain(404, "POST", noEp+"/breaker/isolate", nil),
+			plain(413, "POST", ep+"/breaker/isolate", bigWhy, docBlind(sizeLimit)),
+			plain(415, "POST", ep+"/breaker/isolate", why, withContentType("text/plain")),
+			plain(200, "POST", ep+"/breaker/reset", nil),
+			plain(400, "POST", ep+"/breaker/reset", map[string]any{"Reason": "x"}),
+			plain(401, "POST", ep+"/breaker/reset", why, withoutAuth()),
+			plain(404, "POST", noEp+"/breaker/reset", why),
+			plain(413, "POST", ep+"/breaker/reset", bigWhy, docBlind(sizeLimit)),
+			plain(415, "POST", ep+"/breaker/reset", why, withContentType("application/xml")),
+			plain(200, "GET", "/v1/breakers?state=closed&limit=1", nil),
+			plain(400, "GET", "/v1/breakers?state=ajar", nil),
+			plain(401, "GET", "/v1/breakers", nil, withoutAuth()),
+
+			plain(200, "GET", ep+"/traffic", nil),
+			plain(401, "GET", ep+"/traffic", nil, withoutAuth()),
+			plain(404, "GET", noEp+"/traffic", nil),
+			plain(200, "POST", ep+"/traffic/reclassify", nil),
+			plain(401, "POST", ep+"/traffic/reclassify", nil, withoutAuth()),
+			plain(404, "POST", noEp+"/traffic/reclassify", nil),
+			plain(409, "POST", explicit+"/traffic/reclassify", nil),
+
+			plain(200, "GET", "/v1/traffic-classes", nil),
+			plain(401, "GET", "/v1/traffic-classes", nil, withoutAuth()),
+			plain(201, "POST", "/v1/traffic-classes", newClass),
+			plain(400, "POST", "/v1/traffic-classes", map[string]any{"name": "bad", "window": "0s"}),
+			plain(401, "POST", "/v1/traffic-classes", newClass, withoutAuth()),
+			plain(409, "POST", "/v1/traffic-classes", newClass),
+			plain(413, "POST", "/v1/traffic-classes", bigClass, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/traffic-classes", newClass, withContentType("text/plain")),
+			plain(200, "GET", "/v1/traffic-classes/medium", nil),
+			plain(401, "GET", "/v1/traffic-classes/medium", nil, withoutAuth()),
+			plain(404, "GET", "/v1/traffic-classes/nope", nil),
+			plain(200, "PUT", "/v1/traffic-classes/medium", tuned),
+			plain(201, "PUT", "/v1/traffic-classes/fresh", tuned),
+			plain(400, "PUT", "/v1/traffic-classes/medium", map[string]any{"half_open_trials": 0}),
+			plain(401, "PUT", "/v1/traffic-classes/medium", tuned, withoutAuth()),
+			plain(413, "PUT", "/v1/traffic-classes/medium", bigClass, docBlind(sizeLimit)),
+			plain(415, "PUT", "/v1/traffic-classes/medium", tuned, withContentType("multipart/form-data; boundary=x")),
+			plain(204, "DELETE", "/v1/traffic-classes/doomed", nil),
+			plain(401, "DELETE", "/v1/traffic-classes/bulk", nil, withoutAuth()),
+			plain(404, "DELETE", "/v1/traffic-classes/doomed", nil),
+			plain(409, "DELETE", "/v1/traffic-classes/medium", nil),
 		},
 		broken: {
 			plain(503, "GET", "/readyz", nil, withoutAuth()),
@@ -364,7 +432,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		b    *testBundle
 		want int
 	}{{broken, 500}, {down, 503}} {
-		for _, r := range []req{
+		calls[bad.b] = append(calls[bad.b], []req{
 			plain(bad.want, "GET", "/v1/endpoints", nil),
 			plain(bad.want, "GET", noEp, nil),
 			plain(bad.want, "PATCH", noEp, patch),
@@ -380,9 +448,18 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", noDlv, nil),
 			plain(bad.want, "GET", noDlv+"/attempts", nil),
 			plain(bad.want, "POST", noDlv+"/retry", nil),
-		} {
-			calls[bad.b] = append(calls[bad.b], r)
-		}
+			plain(bad.want, "GET", noEp+"/breaker", nil),
+			plain(bad.want, "POST", noEp+"/breaker/reset", nil),
+			plain(bad.want, "POST", noEp+"/breaker/isolate", why),
+			plain(bad.want, "GET", "/v1/breakers", nil),
+			plain(bad.want, "GET", noEp+"/traffic", nil),
+			plain(bad.want, "POST", noEp+"/traffic/reclassify", nil),
+			plain(bad.want, "GET", "/v1/traffic-classes", nil),
+			plain(bad.want, "POST", "/v1/traffic-classes", newClass),
+			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
+			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
+			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
+		}...)
 	}
 	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))
 	calls[down] = append(calls[down],
@@ -485,6 +562,85 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 	require.NoError(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem))
 	problem["status"] = 422
 	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "status matches")
+}
+
+// TestOpenAPIBreakerAndClassDrift does for the breaker, traffic and
+// traffic-class responses what TestOpenAPIValidationCatchesDrift does for
+// an endpoint: real answers pass, and each kind of drift is caught.
+func TestOpenAPIBreakerAndClassDrift(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	e := b.createEndpoint(t, "acme")
+	requireStatus(t, http.StatusOK, b.do(t, "POST", "/v1/endpoints/"+e.ID+"/breaker/isolate", map[string]any{"reason": "x"}))
+	header := http.Header{"Content-Type": {"application/json"}}
+	// good returns the server's answer to a GET, and a check of a body
+	// against the document as that GET's 200.
+	good := func(t *testing.T, path string) (map[string]any, func(body any) error) {
+		r := b.do(t, "GET", path, nil)
+		requireStatus(t, http.StatusOK, r)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(r.Body, &v))
+		vreq, err := http.NewRequest("GET", path, nil)
+		require.NoError(t, err)
+		route, params, err := b.router.FindRoute(vreq)
+		require.NoError(t, err)
+		return v, func(body any) error {
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			in := &openapi3filter.ResponseValidationInput{
+				RequestValidationInput: &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route},
+				Status:                 200, Header: header, Options: filterOptions(),
+			}
+			in.SetBodyBytes(raw)
+			return openapi3filter.ValidateResponse(context.Background(), in)
+		}
+	}
+	with := func(m map[string]any, k string, v any) map[string]any {
+		m = maps.Clone(m)
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	null := json.RawMessage("null")
+
+	detail, validDetail := good(t, "/v1/endpoints/"+e.ID+"/breaker")
+	require.NoError(t, validDetail(detail))
+	list, validList := good(t, "/v1/breakers")
+	require.NoError(t, validList(list))
+	item := list["data"].([]any)[0].(map[string]any)
+	class, validClass := good(t, "/v1/traffic-classes/medium")
+	require.NoError(t, validClass(class))
+	traffic, validTraffic := good(t, "/v1/endpoints/"+e.ID+"/traffic")
+	require.NoError(t, validTraffic(traffic))
+	transition := detail["transitions"].([]any)[0].(map[string]any)
+
+	for name, err := range map[string]error{
+		"breaker: unknown state":                validDetail(with(detail, "state", "ajar")),
+		"breaker: missing now":                  validDetail(with(detail, "now", nil)),
+		"breaker: null state":                   validDetail(with(detail, "state", null)),
+		"breaker: empty transitions":            validDetail(with(detail, "transitions", []any{})),
+		"breaker: rate over 1":                  validDetail(with(detail, "failure_rate", 1.5)),
+		"breaker: class named auto":             validDetail(with(detail, "traffic_class", "auto")),
+		"breaker: a window that is no duration": validDetail(with(detail, "window", "30")),
+		"transition: unknown reason":            validDetail(with(detail, "transitions", []any{with(transition, "reason", "bored")})),
+		"transition: missing note":              validDetail(with(detail, "transitions", []any{with(transition, "note", nil)})),
+		"list: an item with transitions":        validList(with(list, "data", []any{with(item, "transitions", []any{transition})})),
+		"list: bad cursor":                      validList(with(list, "next_cursor", "7")),
+		"class: missing builtin":                validClass(with(class, "builtin", nil)),
+		"class: a number for a duration":        validClass(with(class, "open_duration", 30)),
+		"class: zero trials":                    validClass(with(class, "half_open_trials", 0)),
+		"class: extra member":                   validClass(with(class, "traffic_class", "medium")),
+		"traffic: implied auto":                 validTraffic(with(traffic, "implied_class", "auto")),
+		"traffic: negative volume":              validTraffic(with(traffic, "quiet_rps", -1)),
+		"traffic: missing changed":              validTraffic(with(traffic, "changed", nil)),
+	} {
+		require.Error(t, err, name)
+	}
+	require.NoError(t, validTraffic(with(traffic, "healthy_error_rate", 0.01)), "a nullable figure takes a number")
+	require.NoError(t, validDetail(with(detail, "transitions", nil)), "a breaker that never moved has no transitions")
 }
 
 func TestOpenAPIServed(t *testing.T) {

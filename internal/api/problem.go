@@ -91,6 +91,11 @@ var problemKinds = []problemKind{
 	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed"},
+	// The conflicts that say what conflicts, before the kind they wrap.
+	{store.ErrClassExists, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrClassInUse, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrBuiltinClass, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrNotAuto, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrNotRetryable, http.StatusConflict, "conflict", "Conflict"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "too-large", "Payload Too Large"},

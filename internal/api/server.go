@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"net/http"
@@ -46,7 +47,8 @@ type Deps struct {
 	MaxPayloadBytes int64
 	// Now is the API's clock.
 	Now func() time.Time
-	// Rand is the source of generated endpoint secrets.
+	// Rand is the source of generated endpoint secrets; nil means
+	// crypto/rand.Reader.
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
@@ -71,6 +73,9 @@ func newRouter(d Deps) chi.Router {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Rand == nil {
+		d.Rand = rand.Reader
 	}
 	if d.MaxPayloadBytes <= 0 {
 		d.MaxPayloadBytes = DefaultMaxPayloadBytes

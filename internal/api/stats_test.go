@@ -22,20 +22,6 @@ type (
 		AuthFailure int       `json:"auth_failure"`
 		Blocked     int       `json:"blocked"`
 	}
-	transitionJSON struct {
-		ID           int64      `json:"id"`
-		From         string     `json:"from"`
-		To           string     `json:"to"`
-		At           time.Time  `json:"at"`
-		Reason       string     `json:"reason"`
-		FailureRate  float64    `json:"failure_rate"`
-		Observations int        `json:"observations"`
-		Failures     int        `json:"failures"`
-		OpenUntil    *time.Time `json:"open_until"`
-		Actor        string     `json:"actor"`
-		Note         string     `json:"note"`
-		Shadow       bool       `json:"shadow"`
-	}
 	statsJSON struct {
 		EndpointID  string            `json:"endpoint_id"`
 		Now         time.Time         `json:"now"`
