@@ -376,7 +376,7 @@ func TestResetAndIsolateBreaker(t *testing.T) {
 	recs, err := b.store.ListTransitions(ctx, e.ID, nil, 10)
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
-	require.Equal(t, []string{"api", "api", "dispatcher-1"}, []string{recs[0].Actor, recs[1].Actor, recs[2].Actor})
+	require.Equal(t, []string{"bootstrap", "bootstrap", "dispatcher-1"}, []string{recs[0].Actor, recs[1].Actor, recs[2].Actor})
 	require.Equal(t, []string{"", "customer migrating their receiver", ""}, []string{recs[0].Note, recs[1].Note, recs[2].Note})
 
 	// Either works from any state, with an empty object, a Content-Type and
@@ -401,7 +401,7 @@ func TestResetAndIsolateBreaker(t *testing.T) {
 		got := decodeJSON[breakerJSON](t, r)
 		require.Equal(t, step.state, got.State)
 		require.Equal(t, step.note, got.Transitions[0].Note)
-		require.Equal(t, "api", got.Transitions[0].Actor)
+		require.Equal(t, "bootstrap", got.Transitions[0].Actor)
 	}
 	recs, err = b.store.ListTransitions(ctx, e.ID, nil, 20)
 	require.NoError(t, err)
