@@ -59,8 +59,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	var only string
-	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); results go to a temporary file unless -out is given")
-	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke a temporary file)")
+	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
+	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s1,s1rate,s2,s3,s4,s5,s6); default all")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
@@ -113,19 +113,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		out = filepath.Join(b.root, "bench-results.json")
 	}
 	if out == "" {
-		f, err := os.CreateTemp("", "hookd-bench-smoke-*.json")
-		if err != nil {
+		fmt.Fprintf(stdout, "\nsmoke run: %.0fs; no results file (give -out to write one)\n", res.DurationS)
+	} else {
+		if err := writeResults(out, res); err != nil {
 			logger.Error("bench_results", slog.String("error", err.Error()))
 			return 1
 		}
-		out = f.Name()
-		f.Close()
+		fmt.Fprintf(stdout, "\nresults: %s (%.0fs)\n", out, res.DurationS)
 	}
-	if err := writeResults(out, res); err != nil {
-		logger.Error("bench_results", slog.String("error", err.Error()))
-		return 1
-	}
-	fmt.Fprintf(stdout, "\nresults: %s (%.0fs)\n", out, res.DurationS)
 	for _, s := range res.Scenarios {
 		if s.Error != "" {
 			return 1

@@ -81,6 +81,10 @@ type scenarioResult struct {
 	RoundtripsDispatcher float64     `json:"roundtrips_dispatcher_per_delivery"`
 	RoundtripDeliveries  int64       `json:"roundtrip_deliveries"`
 	TopStatements        []statement `json:"top_statements,omitempty"`
+	CommitsPerDelivery   float64     `json:"commits_per_delivery"`
+	WALBytesPerDelivery  float64     `json:"wal_bytes_per_delivery"`
+	WALSyncsPerS         float64     `json:"wal_syncs_per_s"`
+	CPUMsPerDelivery     cpuMs       `json:"cpu_ms_per_delivery"`
 
 	DispatcherRSSMB    float64                `json:"dispatcher_rss_mb"`
 	CPU                cpuReport              `json:"cpu_cores"`

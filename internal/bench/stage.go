@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,6 +119,16 @@ func (s *stage) close() {
 	}
 }
 
+// commits returns the transactions committed in the stage's database so
+// far (pg_stat_database, every session).
+func (s *stage) commits(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.b.pg.admin.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, s.db).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read pg_stat_database: %w", err)
+	}
+	return n, nil
+}
+
 // alive reports an error when the api or a dispatcher has exited.
 func (s *stage) alive() error {
 	procs := append([]*proc{s.api}, s.dispatchers...)
@@ -151,6 +162,7 @@ func (s *stage) metrics(ctx context.Context, names ...string) (map[string]float6
 type probe struct {
 	s         *stage
 	cpu0      cpuSnap
+	commits0  int64
 	logOffset int64
 	stop      func()
 
@@ -165,10 +177,14 @@ type probe struct {
 
 // begin resets pg_stat_statements and starts the samplers.
 func (s *stage) begin(ctx context.Context, sampleEvery time.Duration) (*probe, error) {
-	if _, err := s.b.pg.admin.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+	if _, err := s.b.pg.admin.Exec(ctx, `SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')`); err != nil {
 		return nil, fmt.Errorf("reset pg_stat_statements: %w", err)
 	}
 	p := &probe{s: s, cpu0: s.b.cpuSnapshot(s), logOffset: s.b.pg.logSize()}
+	var err error
+	if p.commits0, err = s.commits(ctx); err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.sampleActivity(sctx, sampleEvery) })
@@ -265,6 +281,24 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 	}
 	res.RoundtripDeliveries = deliveries
 	res.TopStatements = rt.top
+	commits, err := p.s.commits(ctx)
+	if err != nil {
+		return err
+	}
+	var walBytes, walSyncs int64
+	if err := p.s.b.pg.admin.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_sync FROM pg_stat_wal`).Scan(&walBytes, &walSyncs); err != nil {
+		return fmt.Errorf("read pg_stat_wal: %w", err)
+	}
+	secs := cpu1.at.Sub(p.cpu0.at).Seconds()
+	if deliveries > 0 {
+		d := float64(deliveries)
+		res.CommitsPerDelivery = round3(float64(commits-p.commits0) / d)
+		res.WALBytesPerDelivery = round1(float64(walBytes) / d)
+		res.CPUMsPerDelivery = cpuPerDelivery(res.CPU, secs, d)
+	}
+	if secs > 0 {
+		res.WALSyncsPerS = round1(float64(walSyncs) / secs)
+	}
 	waits, err := p.s.b.pg.lockWaits(p.s.db, p.logOffset)
 	if err != nil {
 		return err
@@ -348,10 +382,11 @@ func summariseWaits(waits []lockWait) map[string]waitSummary {
 
 // statement is one normalised statement's calls in pg_stat_statements.
 type statement struct {
-	Role   string  `json:"role"`
-	Calls  int64   `json:"calls"`
-	MeanMs float64 `json:"mean_ms"`
-	Query  string  `json:"query"`
+	Role    string  `json:"role"`
+	Calls   int64   `json:"calls"`
+	MeanMs  float64 `json:"mean_ms"`
+	TotalMs float64 `json:"total_ms"`
+	Query   string  `json:"query"`
 }
 
 // statementCalls is what pg_stat_statements counted in one database since
@@ -368,7 +403,7 @@ var spaceRE = regexp.MustCompile(`\s+`)
 // is on).
 func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, error) {
 	rows, err := b.pg.admin.Query(ctx, `
-		SELECT r.rolname, s.calls, s.mean_exec_time, s.query
+		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.query
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		WHERE s.dbid = $1 AND r.rolname IN ($2, $3)`, oid, roleAPI, roleDispatcher)
 	if err != nil {
@@ -378,7 +413,7 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 	var out statementCalls
 	for rows.Next() {
 		var st statement
-		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.Query); err != nil {
+		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.Query); err != nil {
 			return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
 		}
 		if st.Role == roleAPI {
@@ -392,15 +427,16 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 		if len(st.Query) > 140 {
 			st.Query = st.Query[:140] + "..."
 		}
-		st.MeanMs = round3(st.MeanMs)
+		st.MeanMs, st.TotalMs = round3(st.MeanMs), round1(st.TotalMs)
 		out.top = append(out.top, st)
 	}
 	if err := rows.Err(); err != nil {
 		return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
-	slices.SortFunc(out.top, func(a, b statement) int { return int(b.Calls - a.Calls) })
-	if len(out.top) > 10 {
-		out.top = out.top[:10]
+	// The statements that cost Postgres the most time first.
+	slices.SortFunc(out.top, func(a, b statement) int { return cmp.Compare(b.TotalMs, a.TotalMs) })
+	if len(out.top) > 12 {
+		out.top = out.top[:12]
 	}
 	return out, nil
 }
@@ -479,6 +515,24 @@ func cpuUsage(a, z cpuSnap) cpuReport {
 	r.Busy = round2((z.machine - a.machine) / secs)
 	r.Other = round2(math.Max(r.Busy-r.Postgres-r.API-r.Dispatcher-r.Bench, 0))
 	return r
+}
+
+// cpuMs is CPU time per delivery, in core-milliseconds, by party.
+type cpuMs struct {
+	Postgres   float64 `json:"postgres"`
+	API        float64 `json:"api"`
+	Dispatcher float64 `json:"dispatcher"`
+	Bench      float64 `json:"bench"`
+	Total      float64 `json:"total"`
+}
+
+// cpuPerDelivery divides the cores used over secs by deliveries.
+func cpuPerDelivery(c cpuReport, secs, deliveries float64) cpuMs {
+	f := func(cores float64) float64 { return round3(cores * secs * 1000 / deliveries) }
+	return cpuMs{
+		Postgres: f(c.Postgres), API: f(c.API), Dispatcher: f(c.Dispatcher), Bench: f(c.Bench),
+		Total: f(c.Postgres + c.API + c.Dispatcher + c.Bench),
+	}
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
