@@ -191,7 +191,7 @@ type plan struct {
 }
 
 var fullPlan = plan{
-	drain: 30 * time.Second, maxOutstanding: 1000, posters: 16,
+	drain: 15 * time.Second, maxOutstanding: 1000, posters: 16,
 	s0Jobs:     200_000,
 	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
 	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute,

@@ -86,6 +86,9 @@ type scenarioResult struct {
 	WALSyncsPerS         float64     `json:"wal_syncs_per_s"`
 	CPUMsPerDelivery     cpuMs       `json:"cpu_ms_per_delivery"`
 
+	Attempts           int64                  `json:"attempts"`
+	SnoozedAtCap       int64                  `json:"snoozed_at_cap"`
+	RejectedByBreaker  int64                  `json:"rejected_by_breaker"`
 	DispatcherRSSMB    float64                `json:"dispatcher_rss_mb"`
 	CPU                cpuReport              `json:"cpu_cores"`
 	MaxLockWaitMs      float64                `json:"max_lock_wait_ms"`

@@ -55,6 +55,9 @@ func summarise(res, closed, half *scenarioResult) {
 	res.RoundtripDeliveries, res.TopStatements = closed.RoundtripDeliveries, closed.TopStatements
 	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.WALSyncsPerS = closed.CommitsPerDelivery, closed.WALBytesPerDelivery, closed.WALSyncsPerS
 	res.CPUMsPerDelivery = closed.CPUMsPerDelivery
+	res.Attempts = closed.Attempts + half.Attempts
+	res.SnoozedAtCap = closed.SnoozedAtCap + half.SnoozedAtCap
+	res.RejectedByBreaker = closed.RejectedByBreaker + half.RejectedByBreaker
 	res.DispatcherRSSMB = max(closed.DispatcherRSSMB, half.DispatcherRSSMB)
 	res.CPU = closed.CPU
 	res.MaxLockWaitMs, res.LockWaitsLogged = max(closed.MaxLockWaitMs, half.MaxLockWaitMs), closed.LockWaitsLogged+half.LockWaitsLogged

@@ -65,6 +65,11 @@ func runS3(ctx context.Context, b *bench) (*scenarioResult, error) {
 	w := window{from: t0 + p.warmup, to: t0 + p.warmup + p.s3Measure}
 	res.Drained = s.tracker.drain(ctx, p.drain, 0, 1)
 	final := s.jobTable(ctx, t0, true)
+	census, err := s.jobCensus(ctx, hotID)
+	if err != nil {
+		pr.stop()
+		return nil, err
+	}
 	if err := pr.end(ctx, res, s.rcv.total()-base); err != nil {
 		return nil, err
 	}
@@ -97,9 +102,39 @@ func runS3(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"completed_job_retention":     "1m",
 		"river_job_cleaner_interval":  "30s (River's default)",
 		"hot_messages_offered_per_s":  p.s3HotRate,
+		"hot_jobs":                    census,
 		"hot_messages_accepted_per_s": round1(float64(mh.Messages) / w.seconds()),
 	}
 	return res, s.loadErrors(res, m)
+}
+
+// jobState is how many of an endpoint's River jobs are in one state, and
+// how often they were snoozed.
+type jobState struct {
+	Jobs    int64 `json:"jobs"`
+	Snoozes int64 `json:"snoozes"`
+}
+
+// jobCensus counts an endpoint's River jobs by state, with their snoozes
+// (River's metadata "snoozes"); completed jobs past the retention are gone.
+func (s *stage) jobCensus(ctx context.Context, endpointID string) (map[string]jobState, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT state::text, count(*), coalesce(sum((metadata->>'snoozes')::bigint), 0)
+		FROM river_job WHERE kind = 'deliver' AND args->>'endpoint_id' = $1 GROUP BY 1`, endpointID)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]jobState{}
+	for rows.Next() {
+		var st string
+		var js jobState
+		if err := rows.Scan(&st, &js.Jobs, &js.Snoozes); err != nil {
+			return nil, fmt.Errorf("count jobs: %w", err)
+		}
+		out[st] = js
+	}
+	return out, rows.Err()
 }
 
 // visibleSample is the sum of the hot endpoint's breaker buckets at a time.

@@ -120,12 +120,11 @@ func runS4(ctx context.Context, b *bench) (*scenarioResult, error) {
 			extra["breaker_open_after_s"] = round2((at - firstTimeout).Seconds())
 		}
 	}
-	m, err := s.metrics(ctx, "webhook_delivery_concurrency_snoozed_total", "breaker_rejected_total")
+	census, err := s.jobCensus(ctx, hangID)
 	if err != nil {
 		return res, err
 	}
-	extra["snoozed_at_cap"] = m["webhook_delivery_concurrency_snoozed_total"]
-	extra["rejected_by_breaker"] = m["breaker_rejected_total"]
+	extra["hang_jobs"] = census
 	return res, nil
 }
 

@@ -140,8 +140,11 @@ func (s *stage) alive() error {
 	return nil
 }
 
-// metrics returns the sum of every series of each named metric on the
-// first dispatcher's /metrics page.
+// counterNames are the dispatcher counters every probe reports.
+var counterNames = []string{"webhook_delivery_total", "webhook_delivery_concurrency_snoozed_total", "breaker_rejected_total"}
+
+// metrics returns the sum of every series of each named metric over the
+// stage's dispatchers' /metrics pages.
 func (s *stage) metrics(ctx context.Context, names ...string) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, d := range s.dispatchers {
@@ -163,6 +166,7 @@ type probe struct {
 	s         *stage
 	cpu0      cpuSnap
 	commits0  int64
+	metrics0  map[string]float64
 	logOffset int64
 	stop      func()
 
@@ -183,6 +187,9 @@ func (s *stage) begin(ctx context.Context, sampleEvery time.Duration) (*probe, e
 	p := &probe{s: s, cpu0: s.b.cpuSnapshot(s), logOffset: s.b.pg.logSize()}
 	var err error
 	if p.commits0, err = s.commits(ctx); err != nil {
+		return nil, err
+	}
+	if p.metrics0, err = s.metrics(ctx, counterNames...); err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -269,6 +276,13 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 	}
 	cpu1 := p.s.b.cpuSnapshot(p.s)
 	res.CPU = cpuUsage(p.cpu0, cpu1)
+	m, err := p.s.metrics(ctx, counterNames...)
+	if err != nil {
+		return err
+	}
+	res.Attempts = int64(m["webhook_delivery_total"] - p.metrics0["webhook_delivery_total"])
+	res.SnoozedAtCap = int64(m["webhook_delivery_concurrency_snoozed_total"] - p.metrics0["webhook_delivery_concurrency_snoozed_total"])
+	res.RejectedByBreaker = int64(m["breaker_rejected_total"] - p.metrics0["breaker_rejected_total"])
 	rt, err := p.s.b.roundTrips(ctx, p.s.oid)
 	if err != nil {
 		return err
