@@ -21,8 +21,9 @@ import (
 // apiToken is the bootstrap admin token the bench starts the api with.
 const apiToken = "bench-token"
 
-// payloadSize is the size of every message payload, in bytes.
-const payloadSize = 1024
+// defaultPayloadSize is the size of every message payload, in bytes,
+// unless -payload-bytes says otherwise.
+const defaultPayloadSize = 1024
 
 // apiClient talks to the api process over keep-alive connections.
 type apiClient struct {
@@ -157,12 +158,12 @@ func registerEndpoints(ctx context.Context, api *apiClient, rcv *receiver, secre
 }
 
 // messageBody returns a POST /v1/messages body for tenant with a compact
-// payload of exactly payloadSize bytes.
-func messageBody(tenant string, seq int64) []byte {
+// payload of size bytes (at least {"seq":N,"pad":""}).
+func messageBody(tenant string, seq int64, size int) []byte {
 	head := `{"seq":` + strconv.FormatInt(seq, 10) + `,"pad":"`
-	pad := payloadSize - len(head) - len(`"}`)
+	pad := size - len(head) - len(`"}`)
 	var b bytes.Buffer
-	b.Grow(payloadSize + 96)
+	b.Grow(size + 96)
 	b.WriteString(`{"tenant_id":"`)
 	b.WriteString(tenant)
 	b.WriteString(`","event_type":"bench.event","payload":`)
@@ -183,9 +184,10 @@ type accept struct {
 // and per group the deliveries accepted, from which the receiver's 2xx
 // count gives the deliveries outstanding.
 type tracker struct {
-	clock *clock
-	rcv   *receiver
-	api   *apiClient
+	clock       *clock
+	rcv         *receiver
+	api         *apiClient
+	payloadSize int
 
 	accepted [maxGroups]atomic.Int64 // deliveries
 	messages [maxGroups]atomic.Int64
@@ -199,8 +201,8 @@ type tracker struct {
 	lastErr error
 }
 
-func newTracker(clk *clock, rcv *receiver, api *apiClient) *tracker {
-	return &tracker{clock: clk, rcv: rcv, api: api, msgs: map[string]accept{}}
+func newTracker(clk *clock, rcv *receiver, api *apiClient, payloadSize int) *tracker {
+	return &tracker{clock: clk, rcv: rcv, api: api, payloadSize: payloadSize, msgs: map[string]accept{}}
 }
 
 // outstanding returns group g's deliveries accepted and not yet answered 2xx.
@@ -211,7 +213,7 @@ func (t *tracker) outstanding(g int) int64 {
 // post sends one message to tenant, counted in group g.
 func (t *tracker) post(tenant string, g int) {
 	seq := t.seq.Add(1)
-	body := messageBody(tenant, seq)
+	body := messageBody(tenant, seq, t.payloadSize)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := t.clock.now()

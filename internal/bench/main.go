@@ -48,26 +48,32 @@ func main() {
 
 // options are the command line.
 type options struct {
-	smoke bool
-	out   string
-	only  []string
-	pgBin string
+	smoke        bool
+	out          string
+	only         []string
+	pgBin        string
+	payloadBytes int
+	args         []string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var o options
+	o := options{args: args}
 	var only string
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s1,s1rate,s2,s3,s4,s5,s6); default all")
+	fs.IntVar(&o.payloadBytes, "payload-bytes", defaultPayloadSize, "size of every message payload (the issue's scenarios use 1 KB; other sizes are for experiments)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.payloadBytes < 32 || o.payloadBytes > 1<<20 {
+		return options{}, errors.New("-payload-bytes: must be from 32 to 1048576")
 	}
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {

@@ -16,12 +16,13 @@ import (
 
 // results is bench-results.json.
 type results struct {
-	Mode      string    `json:"mode"`
-	Command   string    `json:"command"`
-	Commit    string    `json:"commit"`
-	StartedAt time.Time `json:"started_at"`
-	DurationS float64   `json:"duration_s"`
-	Machine   machine   `json:"machine"`
+	Mode         string    `json:"mode"`
+	Command      string    `json:"command"`
+	PayloadBytes int       `json:"payload_bytes"`
+	Commit       string    `json:"commit"`
+	StartedAt    time.Time `json:"started_at"`
+	DurationS    float64   `json:"duration_s"`
+	Machine      machine   `json:"machine"`
 
 	S0NoopJobsPerS        float64 `json:"s0_noop_jobs_per_s"`
 	S1DeliveriesPerS      float64 `json:"s1_deliveries_per_s"`
@@ -117,10 +118,11 @@ type target struct {
 
 func newResults(ctx context.Context, b *bench) *results {
 	r := &results{
-		Mode:      "full",
-		Command:   "make bench",
-		StartedAt: time.Now().UTC().Truncate(time.Second),
-		Commit:    gitCommit(ctx, b.root),
+		Mode:         "full",
+		Command:      "make bench",
+		PayloadBytes: b.opts.payloadBytes,
+		StartedAt:    time.Now().UTC().Truncate(time.Second),
+		Commit:       gitCommit(ctx, b.root),
 		Machine: machine{
 			Cores:          runtime.NumCPU(),
 			MemoryGiB:      memoryGiB(),
@@ -134,6 +136,9 @@ func newResults(ctx context.Context, b *bench) *results {
 	}
 	if b.opts.smoke {
 		r.Mode, r.Command = "smoke", "make bench-smoke"
+	}
+	if len(b.opts.args) > 0 && !(len(b.opts.args) == 1 && b.opts.smoke) {
+		r.Command = "go run ./internal/bench " + strings.Join(b.opts.args, " ")
 	}
 	return r
 }

@@ -64,7 +64,7 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 		return nil, err
 	}
 	s.client = newAPIClient(s.api.match(apiListeningRE)[1], 256)
-	s.tracker = newTracker(s.clock, s.rcv, s.client)
+	s.tracker = newTracker(s.clock, s.rcv, s.client, b.opts.payloadBytes)
 	return s, nil
 }
 
