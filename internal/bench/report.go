@@ -77,15 +77,16 @@ type scenarioResult struct {
 	FailedPosts    int64   `json:"failed_posts,omitempty"`
 	BadSignatures  int64   `json:"bad_signatures,omitempty"`
 
-	Roundtrips           float64     `json:"roundtrips_per_delivery"`
-	RoundtripsAPI        float64     `json:"roundtrips_api_per_delivery"`
-	RoundtripsDispatcher float64     `json:"roundtrips_dispatcher_per_delivery"`
-	RoundtripDeliveries  int64       `json:"roundtrip_deliveries"`
-	TopStatements        []statement `json:"top_statements,omitempty"`
-	CommitsPerDelivery   float64     `json:"commits_per_delivery"`
-	WALBytesPerDelivery  float64     `json:"wal_bytes_per_delivery"`
-	WALSyncsPerS         float64     `json:"wal_syncs_per_s"`
-	CPUMsPerDelivery     cpuMs       `json:"cpu_ms_per_delivery"`
+	Roundtrips              float64     `json:"roundtrips_per_delivery"`
+	RoundtripsAPI           float64     `json:"roundtrips_api_per_delivery"`
+	RoundtripsDispatcher    float64     `json:"roundtrips_dispatcher_per_delivery"`
+	RoundtripDeliveries     int64       `json:"roundtrip_deliveries"`
+	APIStatementsPerMessage float64     `json:"api_statements_per_message"`
+	TopStatements           []statement `json:"top_statements,omitempty"`
+	CommitsPerDelivery      float64     `json:"commits_per_delivery"`
+	WALBytesPerDelivery     float64     `json:"wal_bytes_per_delivery"`
+	WALSyncsPerS            float64     `json:"wal_syncs_per_s"`
+	CPUMsPerDelivery        cpuMs       `json:"cpu_ms_per_delivery"`
 
 	Attempts           int64                  `json:"attempts"`
 	SnoozedAtCap       int64                  `json:"snoozed_at_cap"`

@@ -53,6 +53,7 @@ func summarise(res, closed, half *scenarioResult) {
 	res.MessagesPerS = closed.MessagesPerS
 	res.Roundtrips, res.RoundtripsAPI, res.RoundtripsDispatcher = closed.Roundtrips, closed.RoundtripsAPI, closed.RoundtripsDispatcher
 	res.RoundtripDeliveries, res.TopStatements = closed.RoundtripDeliveries, closed.TopStatements
+	res.APIStatementsPerMessage = closed.APIStatementsPerMessage
 	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.WALSyncsPerS = closed.CommitsPerDelivery, closed.WALBytesPerDelivery, closed.WALSyncsPerS
 	res.CPUMsPerDelivery = closed.CPUMsPerDelivery
 	res.Attempts = closed.Attempts + half.Attempts

@@ -119,6 +119,18 @@ func (s *stage) close() {
 	}
 }
 
+// accepted returns the messages the api has accepted in the stage so far.
+func (s *stage) accepted() int64 {
+	if s.tracker == nil {
+		return 0
+	}
+	var n int64
+	for g := range maxGroups {
+		n += s.tracker.messages[g].Load()
+	}
+	return n
+}
+
 // commits returns the transactions committed in the stage's database so
 // far (pg_stat_database, every session).
 func (s *stage) commits(ctx context.Context) (int64, error) {
@@ -166,6 +178,7 @@ type probe struct {
 	s         *stage
 	cpu0      cpuSnap
 	commits0  int64
+	messages0 int64
 	metrics0  map[string]float64
 	logOffset int64
 	stop      func()
@@ -184,7 +197,7 @@ func (s *stage) begin(ctx context.Context, sampleEvery time.Duration) (*probe, e
 	if _, err := s.b.pg.admin.Exec(ctx, `SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')`); err != nil {
 		return nil, fmt.Errorf("reset pg_stat_statements: %w", err)
 	}
-	p := &probe{s: s, cpu0: s.b.cpuSnapshot(s), logOffset: s.b.pg.logSize()}
+	p := &probe{s: s, cpu0: s.b.cpuSnapshot(s), logOffset: s.b.pg.logSize(), messages0: s.accepted()}
 	var err error
 	if p.commits0, err = s.commits(ctx); err != nil {
 		return nil, err
@@ -294,6 +307,9 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 		res.RoundtripsDispatcher = round2(float64(rt.dispatcher) / d)
 	}
 	res.RoundtripDeliveries = deliveries
+	if msgs := p.s.accepted() - p.messages0; msgs > 0 {
+		res.APIStatementsPerMessage = round2(float64(rt.api) / float64(msgs))
+	}
 	res.TopStatements = rt.top
 	commits, err := p.s.commits(ctx)
 	if err != nil {
