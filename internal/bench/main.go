@@ -53,6 +53,7 @@ type options struct {
 	only         []string
 	pgBin        string
 	payloadBytes int
+	print        string
 	args         []string
 }
 
@@ -64,6 +65,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s1,s1rate,s2,s3,s4,s5,s6); default all")
+	fs.StringVar(&o.print, "print", "", "print the tables of a results file (such as bench-results.json) and exit; runs nothing")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", defaultPayloadSize, "size of every message payload (the issue's scenarios use 1 KB; other sizes are for experiments)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +97,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
+	}
+	if opts.print != "" {
+		res, err := readResults(opts.print)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		printReport(stdout, res)
+		return 0
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	started := time.Now()
@@ -133,6 +144,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+func readResults(path string) (*results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("decode results: %w", err)
+	}
+	return &res, nil
 }
 
 func writeResults(path string, res *results) error {

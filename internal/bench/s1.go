@@ -62,7 +62,26 @@ func summarise(res, closed, half *scenarioResult) {
 	res.DispatcherRSSMB = max(closed.DispatcherRSSMB, half.DispatcherRSSMB)
 	res.CPU = closed.CPU
 	res.MaxLockWaitMs, res.LockWaitsLogged = max(closed.MaxLockWaitMs, half.MaxLockWaitMs), closed.LockWaitsLogged+half.LockWaitsLogged
-	res.MaxIdleInTxMs = max(closed.MaxIdleInTxMs, half.MaxIdleInTxMs)
+	res.LongestLockWait = closed.LongestLockWait
+	if half.MaxLockWaitMs > closed.MaxLockWaitMs {
+		res.LongestLockWait = half.LongestLockWait
+	}
+	res.LockWaitSampledMs = max(closed.LockWaitSampledMs, half.LockWaitSampledMs)
+	for _, r := range []*scenarioResult{closed, half} {
+		for k, w := range r.LockWaitsByLock {
+			if res.LockWaitsByLock == nil {
+				res.LockWaitsByLock = map[string]waitSummary{}
+			}
+			sum := res.LockWaitsByLock[k]
+			sum.Waits += w.Waits
+			sum.MaxMs = max(sum.MaxMs, w.MaxMs)
+			res.LockWaitsByLock[k] = sum
+		}
+	}
+	res.MaxIdleInTxMs, res.MaxIdleInTxSession = closed.MaxIdleInTxMs, closed.MaxIdleInTxSession
+	if half.MaxIdleInTxMs > closed.MaxIdleInTxMs {
+		res.MaxIdleInTxMs, res.MaxIdleInTxSession = half.MaxIdleInTxMs, half.MaxIdleInTxSession
+	}
 	res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = half.LatencyP50Ms, half.LatencyP99Ms, half.LatencyMaxMs
 	res.APIPostP50Ms, res.APIPostP99Ms = half.APIPostP50Ms, half.APIPostP99Ms
 	res.Drained = closed.Drained && half.Drained
