@@ -10,7 +10,7 @@ TEST_FUZZTIME ?= 3s
 # staticcheck 2025.1.1 is module version v0.6.1.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: build run test fuzz lint clean
+.PHONY: build run test fuzz lint clean bench bench-smoke
 
 ## build: build bin/api and bin/dispatcher
 build:
@@ -20,10 +20,11 @@ build:
 run:
 	./deploy/run-local.sh
 
-## test: vet, run every test with the race detector, then each fuzz target briefly
+## test: vet, run every test with the race detector, the benchmark's smoke form, then each fuzz target briefly
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 ## fuzz: run every Fuzz* target in the module for FUZZTIME each
@@ -39,6 +40,14 @@ fuzz:
 		count=$$((count + 1)); \
 	done <<< "$$targets"; \
 	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
+
+## bench: run every benchmark scenario against a private Postgres (under 10 minutes) and write bench-results.json
+bench:
+	$(GO) run ./internal/bench
+
+## bench-smoke: every benchmark scenario in a tiny form (under a minute); writes no bench-results.json
+bench-smoke:
+	$(GO) run ./internal/bench -smoke
 
 ## lint: gofmt, go vet and staticcheck
 lint:

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(d, 0.5))
+	require.Equal(t, 99*time.Millisecond, percentile(d, 0.99))
+	require.Equal(t, 100*time.Millisecond, percentile(d, 1))
+	require.Equal(t, time.Millisecond, percentile(d, 0))
+	require.Zero(t, percentile(nil, 0.99))
+}
+
+func TestBacklogTrend(t *testing.T) {
+	var flat, rising []backlogSample
+	for i := 1; i <= 120; i++ {
+		flat = append(flat, backlogSample{AtS: float64(i), Undelivered: 40})
+		rising = append(rising, backlogSample{AtS: float64(i), Unaccepted: int64(100 * i)})
+	}
+	slope, tail := backlogTrend(flat, 2*time.Minute)
+	require.InDelta(t, 0, slope, 1e-9)
+	require.InDelta(t, 40, tail, 1e-9)
+	require.False(t, growing(slope, 2000, 2000))
+
+	slope, _ = backlogTrend(rising, 2*time.Minute)
+	require.InDelta(t, 100, slope, 1e-6)
+	require.True(t, growing(slope, 2000, 2000))
+	require.True(t, growing(0, 2000, 1900), "an api accepting under 98% of the offer is a growing backlog")
+}
+
+func TestFlushLags(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	events := []delivered{
+		{msg: "a", path: "/g1/t0/e0", at: ms(10)},
+		{msg: "b", path: "/g0/t0/e0", at: ms(12)},
+		{msg: "c", path: "/g1/t0/e0", at: ms(20)},
+		{msg: "d", path: "/g1/t0/e0", at: ms(200)},
+	}
+	visible := []visibleSample{{at: ms(50), total: 0}, {at: ms(100), total: 2}, {at: ms(150), total: 2}}
+	// The third outcome never became visible: it is left out.
+	require.Equal(t, []time.Duration{ms(80), ms(90)}, flushLags(events, "/g1/t0/e0", visible))
+}
+
+func TestAnalyseProbes(t *testing.T) {
+	clk := newClock()
+	at := func(d time.Duration) time.Time { return clk.wall(d) }
+	s := time.Second
+	until := at(3 * s)
+	trs := []transition{
+		{at: at(1 * s), to: "open", openUntil: &until},
+		{at: at(3100 * time.Millisecond), to: "half_open"},
+		{at: at(5 * s), to: "closed"},
+	}
+	spans := []span{
+		{arrive: 500 * time.Millisecond, end: 600 * time.Millisecond, status: 200},   // closed
+		{arrive: 1100 * time.Millisecond, end: 1200 * time.Millisecond, status: 500}, // open, before open_until
+		{arrive: 3100 * time.Millisecond, end: 3300 * time.Millisecond, status: 200}, // probe
+		{arrive: 3300 * time.Millisecond, end: 3500 * time.Millisecond, status: 200}, // probe, starts as the last ends
+		{arrive: 3400 * time.Millisecond, end: 3450 * time.Millisecond, status: 200}, // probe overlapping
+		{arrive: 6 * s, end: 6100 * time.Millisecond, status: 200},                   // closed again
+	}
+	pa := analyseProbes(spans, trs, clk)
+	require.Equal(t, 3, pa.probes)
+	require.Equal(t, 1, pa.whileOpen)
+	require.Equal(t, 2, pa.maxInFlight)
+	require.Equal(t, 1, pa.halfOpens)
+}
+
+func TestLockWaits(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "server.log")
+	require.NoError(t, os.WriteFile(log, []byte(`2026-12-01 00:00:00.000 UTC [10] bench_s3 LOG:  process 10 still waiting for ExclusiveLock on extension of relation 16444 of database 16749 after 10.100 ms
+2026-12-01 00:00:00.000 UTC [10] bench_s3 DETAIL:  Process holding the lock: 11. Wait queue: 10.
+2026-12-01 00:00:00.050 UTC [10] bench_s3 LOG:  process 10 acquired ExclusiveLock on extension of relation 16444 of database 16749 after 57.315 ms
+2026-12-01 00:00:00.100 UTC [12] bench_s1 LOG:  process 12 acquired ShareLock on transaction 99 after 80.000 ms
+2026-12-01 00:00:00.100 UTC [12] bench_s1 CONTEXT:  while updating tuple (0,1) in relation "breaker_states"
+2026-12-01 00:00:00.200 UTC [13] bench_s3 LOG:  process 13 acquired ShareLock on transaction 100 after 20.5 ms
+2026-12-01 00:00:00.200 UTC [13] bench_s3 CONTEXT:  while updating tuple (0,2) in relation "deliveries"
+`), 0o644))
+	c := &cluster{logPath: log}
+	waits, err := c.lockWaits("bench_s3", 0)
+	require.NoError(t, err)
+	require.Len(t, waits, 3)
+	require.Equal(t, lockWait{Ms: 10.1, Lock: "ExclusiveLock on extension of relation 16444 of database 16749"}, waits[0])
+	require.True(t, waits[1].Acquired)
+	require.InDelta(t, 57.315, waits[1].Ms, 1e-9)
+	require.Equal(t, `while updating tuple (0,2) in relation "deliveries"`, waits[2].Context)
+
+	sum := summariseWaits(waits)
+	require.Equal(t, waitSummary{Waits: 2, MaxMs: 57.3}, sum["ExclusiveLock on extension of relation 16444 of database 16749"])
+	require.Equal(t, waitSummary{Waits: 1, MaxMs: 20.5}, sum[`ShareLock on a transaction (while updating tuple (0,2) in relation "deliveries")`])
+}
+
+func TestTargets(t *testing.T) {
+	require.Equal(t, "met", atLeast("s", "g", 0.6, 0.5, "").Status)
+	require.Equal(t, "missed", atLeast("s", "g", 0.4, 0.5, "").Status)
+	require.Equal(t, "20% short", atLeast("s", "g", 0.4, 0.5, "").Margin)
+	require.Equal(t, "met", atMost("s", "g", 3, 3, "").Status)
+	require.Equal(t, "missed", atMost("s", "g", 1, 0, "").Status)
+	require.Equal(t, "missed", below("s", "g", 250, 250, "").Status)
+}
+
+func TestMessageBody(t *testing.T) {
+	b := messageBody("t-1", 42, defaultPayloadSize)
+	require.Contains(t, string(b), `"tenant_id":"t-1"`)
+	// The payload is the object after "payload":, exactly the asked size.
+	i := len(`{"tenant_id":"t-1","event_type":"bench.event","payload":`)
+	require.Len(t, b[i:len(b)-1], defaultPayloadSize)
+}

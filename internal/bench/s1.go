@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// S1: healthy fan-out.
+
+func runS1(ctx context.Context, b *bench) (*scenarioResult, error) {
+	set := b.fanSet()
+	res := &scenarioResult{
+		Layout: describeFan(set),
+		Load: b.describeClosedLoop() + fmt.Sprintf(" (throughput); then open loop at %.0f%% of the closed loop's message rate (latency); receiver answers 200 at once",
+			halfLoad*100),
+		Settings: b.river.env(),
+	}
+	s, err := b.newStage(ctx, "s1", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	if _, err := s.startDispatcher(ctx, nil); err != nil {
+		return nil, err
+	}
+	closed := &scenarioResult{Name: "s1 closed loop (saturation)"}
+	if err := s.closedRun(ctx, closed, roundRobin(set), set.perTenant, b.plan.warmup, b.plan.s1Measure); err != nil {
+		return res, err
+	}
+	b.halfRate = closed.MessagesPerS * halfLoad
+	half := &scenarioResult{Name: fmt.Sprintf("s1 open loop at %.0f messages/s", b.halfRate)}
+	if err := s.openRun(ctx, half, roundRobin(set), set.perTenant, b.halfRate, b.plan.warmup/2, b.plan.s1Measure); err != nil {
+		return res, err
+	}
+	summarise(res, closed, half)
+	return res, nil
+}
+
+// summarise fills a two-phase scenario's own figures: throughput, round
+// trips, RSS and CPU from the closed loop, latency from the open loop at
+// half load; the saturated latency stays in the extras.
+func summarise(res, closed, half *scenarioResult) {
+	res.Runs = []*scenarioResult{closed, half}
+	res.MeasuredS = closed.MeasuredS
+	res.Deliveries = closed.Deliveries
+	res.DeliveriesPerS = closed.DeliveriesPerS
+	res.MessagesPerS = closed.MessagesPerS
+	res.Roundtrips, res.RoundtripsAPI, res.RoundtripsDispatcher = closed.Roundtrips, closed.RoundtripsAPI, closed.RoundtripsDispatcher
+	res.RoundtripDeliveries, res.TopStatements = closed.RoundtripDeliveries, closed.TopStatements
+	res.APIStatementsPerMessage = closed.APIStatementsPerMessage
+	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.WALSyncsPerS = closed.CommitsPerDelivery, closed.WALBytesPerDelivery, closed.WALSyncsPerS
+	res.CPUMsPerDelivery = closed.CPUMsPerDelivery
+	res.Attempts = closed.Attempts + half.Attempts
+	res.SnoozedAtCap = closed.SnoozedAtCap + half.SnoozedAtCap
+	res.RejectedByBreaker = closed.RejectedByBreaker + half.RejectedByBreaker
+	res.DispatcherRSSMB = max(closed.DispatcherRSSMB, half.DispatcherRSSMB)
+	res.CPU = closed.CPU
+	res.MaxLockWaitMs, res.LockWaitsLogged = max(closed.MaxLockWaitMs, half.MaxLockWaitMs), closed.LockWaitsLogged+half.LockWaitsLogged
+	res.LongestLockWait = closed.LongestLockWait
+	if half.MaxLockWaitMs > closed.MaxLockWaitMs {
+		res.LongestLockWait = half.LongestLockWait
+	}
+	res.LockWaitSampledMs = max(closed.LockWaitSampledMs, half.LockWaitSampledMs)
+	for _, r := range []*scenarioResult{closed, half} {
+		for k, w := range r.LockWaitsByLock {
+			if res.LockWaitsByLock == nil {
+				res.LockWaitsByLock = map[string]waitSummary{}
+			}
+			sum := res.LockWaitsByLock[k]
+			sum.Waits += w.Waits
+			sum.MaxMs = max(sum.MaxMs, w.MaxMs)
+			res.LockWaitsByLock[k] = sum
+		}
+	}
+	res.MaxIdleInTxMs, res.MaxIdleInTxSession = closed.MaxIdleInTxMs, closed.MaxIdleInTxSession
+	if half.MaxIdleInTxMs > closed.MaxIdleInTxMs {
+		res.MaxIdleInTxMs, res.MaxIdleInTxSession = half.MaxIdleInTxMs, half.MaxIdleInTxSession
+	}
+	res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = half.LatencyP50Ms, half.LatencyP99Ms, half.LatencyMaxMs
+	res.APIPostP50Ms, res.APIPostP99Ms = half.APIPostP50Ms, half.APIPostP99Ms
+	res.Drained = closed.Drained && half.Drained
+	res.Undelivered = closed.Undelivered + half.Undelivered
+	res.FailedPosts = max(closed.FailedPosts, half.FailedPosts)
+	res.BadSignatures = max(closed.BadSignatures, half.BadSignatures)
+	if res.Extra == nil {
+		res.Extra = map[string]any{}
+	}
+	res.Extra["latency_measured_at"] = fmt.Sprintf("open loop at %.0f messages/s (%.0f%% of the closed loop's %.0f)", half.MessagesPerS, halfLoad*100, closed.MessagesPerS)
+	res.Extra["saturated_p50_ms"] = closed.LatencyP50Ms
+	res.Extra["saturated_p99_ms"] = closed.LatencyP99Ms
+	res.Extra["half_load_deliveries_per_s"] = half.DeliveriesPerS
+}
+
+// runS1Rate offers a fixed message rate for a fixed time (2,000 messages/s
+// for 2 minutes in the full suite) to 1 endpoint per message: 10-way
+// fan-out would be 20,000 deliveries/s, beyond what S0 allows on 2 cores.
+// Latency is over the whole run; the backlog (messages due and not yet
+// accepted, plus deliveries accepted and not yet delivered) is sampled
+// every second.
+func runS1Rate(ctx context.Context, b *bench) (*scenarioResult, error) {
+	p := b.plan
+	set := tenantSet{group: 0, name: "r", tenants: p.rateTenants, perTenant: 1}
+	res := &scenarioResult{
+		Layout: fmt.Sprintf("%d tenants x 1 endpoint; a message goes to one tenant (in turn): 1 delivery per message", set.tenants),
+		Load: fmt.Sprintf("open loop: %.0f messages/s offered for %s by 64 senders, whatever the api's pace; latency over the whole run",
+			p.rate, p.rateDuration),
+		Settings: b.river.env(),
+	}
+	s, err := b.newStage(ctx, "s1rate", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	if _, err := s.startDispatcher(ctx, nil); err != nil {
+		return nil, err
+	}
+	pr, err := s.begin(ctx, 100*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	base := s.rcv.total()
+	t0 := s.clock.now()
+	lctx, cancel := context.WithTimeout(ctx, p.rateDuration)
+	var backlog []backlogSample
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-tick.C:
+			}
+			due := s.tracker.due.Load()
+			accepted := s.tracker.messages[0].Load() + s.tracker.failed.Load()
+			backlog = append(backlog, backlogSample{
+				AtS:         round1((s.clock.now() - t0).Seconds()),
+				Unaccepted:  max(due-accepted, 0),
+				Undelivered: max(s.tracker.outstanding(0), 0),
+			})
+		}
+	})
+	due := s.tracker.openLoop(lctx, p.rate, 64, roundRobin(set))
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil {
+		pr.stop()
+		return nil, ctx.Err()
+	}
+	w := window{from: t0, to: t0 + p.rateDuration}
+	res.Drained = s.tracker.drain(ctx, p.drain, 0)
+	if err := pr.end(ctx, res, s.rcv.total()-base); err != nil {
+		return nil, err
+	}
+	m := s.tracker.measure(s.rcv.snapshot(), 0, w, 1)
+	fill(res, m, w)
+	slope, tailMean := backlogTrend(backlog, p.rateDuration)
+	res.Extra = map[string]any{
+		"offered_msgs_per_s":    p.rate,
+		"due_msgs":              due,
+		"accepted_msgs_per_s":   res.MessagesPerS,
+		"backlog_slope_per_s":   round2(slope),
+		"backlog_last_10s_mean": round1(tailMean),
+		"backlog_samples":       backlog,
+		"growing_backlog":       growing(slope, p.rate, res.MessagesPerS),
+		"backlog_rule":          "growing when the backlog's least-squares slope after the first 10% of the run exceeds 1% of the offered rate per second, or the api accepted fewer than 98% of the offered messages",
+	}
+	return res, s.loadErrors(res, m)
+}
+
+// backlogSample is the backlog one second into the latency run.
+type backlogSample struct {
+	AtS         float64 `json:"at_s"`
+	Unaccepted  int64   `json:"unaccepted_msgs"`
+	Undelivered int64   `json:"undelivered"`
+}
+
+// backlogTrend returns the least-squares slope of the total backlog per
+// second over the samples after the first 10% of the run, and the mean
+// backlog of the last 10 seconds.
+func backlogTrend(samples []backlogSample, run time.Duration) (slope, tailMean float64) {
+	skip := run.Seconds() / 10
+	var xs, ys []float64
+	for _, s := range samples {
+		if s.AtS >= skip {
+			xs = append(xs, s.AtS)
+			ys = append(ys, float64(s.Unaccepted+s.Undelivered))
+		}
+	}
+	if n := float64(len(xs)); n >= 2 {
+		var sx, sy, sxx, sxy float64
+		for i := range xs {
+			sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+		}
+		if d := n*sxx - sx*sx; d != 0 {
+			slope = (n*sxy - sx*sy) / d
+		}
+	}
+	var tail []float64
+	for _, s := range samples {
+		if s.AtS >= run.Seconds()-10 {
+			tail = append(tail, float64(s.Unaccepted+s.Undelivered))
+		}
+	}
+	for _, v := range tail {
+		tailMean += v / float64(len(tail))
+	}
+	return slope, tailMean
+}
+
+// growing reports whether the backlog grew: its slope is over 1% of the
+// offered rate per second, or the api accepted under 98% of the offer.
+func growing(slope, offered, accepted float64) bool {
+	return slope > 0.01*offered || accepted < 0.98*offered
+}
+
+// S2: breakers on vs off.
+
+// runS2 runs S1's load against dispatchers with breakers on and off, in
+// turn on one database, and reports the medians. The order is on, off,
+// off, on: the database grows from run to run, and this order gives both
+// modes the same average position, so a steady drift cancels out.
+func runS2(ctx context.Context, b *bench) (*scenarioResult, error) {
+	set := b.fanSet()
+	res := &scenarioResult{Layout: describeFan(set), Load: b.describeClosedLoop() + "; a fresh dispatcher per run (BREAKERS=true/false), alternated on, off, off, on", Settings: b.river.env()}
+	s, err := b.newStage(ctx, "s2", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	var on, off []*scenarioResult
+	for i, breakers := range []bool{true, false, false, true} {
+		if _, err := s.startDispatcher(ctx, map[string]string{"BREAKERS": fmt.Sprint(breakers)}); err != nil {
+			return res, err
+		}
+		r := &scenarioResult{Name: fmt.Sprintf("s2 #%d breakers=%v", i+1, breakers)}
+		err := s.closedRun(ctx, r, roundRobin(set), set.perTenant, b.plan.warmup, b.plan.s2Measure)
+		if serr := s.stopDispatchers(); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Runs = append(res.Runs, r)
+		if breakers {
+			on = append(on, r)
+		} else {
+			off = append(off, r)
+		}
+	}
+	// The scenario's own figures are the breaker-on medians.
+	medianOf := func(rs []*scenarioResult, f func(*scenarioResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return round2(median(v))
+	}
+	res.DeliveriesPerS = medianOf(on, func(r *scenarioResult) float64 { return r.DeliveriesPerS })
+	res.LatencyP50Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP50Ms })
+	res.LatencyP99Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP99Ms })
+	res.Roundtrips = medianOf(on, func(r *scenarioResult) float64 { return r.Roundtrips })
+	res.DispatcherRSSMB = medianOf(on, func(r *scenarioResult) float64 { return r.DispatcherRSSMB })
+	res.MeasuredS = round1(b.plan.s2Measure.Seconds() * 4)
+	res.Extra = map[string]any{
+		"breaker_on_median_per_s":             res.DeliveriesPerS,
+		"breaker_off_median_per_s":            medianOf(off, func(r *scenarioResult) float64 { return r.DeliveriesPerS }),
+		"breaker_on_roundtrips_per_delivery":  res.Roundtrips,
+		"breaker_off_roundtrips_per_delivery": medianOf(off, func(r *scenarioResult) float64 { return r.Roundtrips }),
+		"breaker_off_p99_ms":                  medianOf(off, func(r *scenarioResult) float64 { return r.LatencyP99Ms }),
+	}
+	return res, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

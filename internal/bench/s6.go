@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// S6: 10,000 endpoints.
+
+// Bucket pruning as the dispatcher runs it (internal/delivery/breaker_gate.go:
+// PruneBuckets(ctx, time.Hour, 10000) every 30 s).
+const (
+	pruneKeep     = time.Hour
+	pruneLimit    = 10_000
+	pruneInterval = 30 * time.Second
+	seededOld     = 5_000
+)
+
+// runS6 registers 10,000 endpoints, seeds 5,000 bucket rows older than the
+// prune horizon, and runs the closed loop over all of them, watching the
+// dispatcher's RSS and the breaker tables.
+func runS6(ctx context.Context, b *bench) (*scenarioResult, error) {
+	p := b.plan
+	set := tenantSet{group: 0, name: "t", tenants: p.s6Tenants, perTenant: 10}
+	res := &scenarioResult{Layout: describeFan(set), Load: b.describeClosedLoop() + fmt.Sprintf("; %d bucket rows 2 h old seeded first", seededOld), Settings: b.river.env()}
+	s, err := b.newStage(ctx, "s6", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	regStart := time.Now()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	regRate := float64(set.tenants*set.perTenant) / time.Since(regStart).Seconds()
+	if _, err := s.pool.Exec(ctx, `
+		INSERT INTO breaker_buckets (endpoint_id, generation, bucket_start, successes, failures)
+		SELECT endpoint_id, generation, now() - interval '2 hours' - n * interval '3 seconds', 1, 0
+		FROM breaker_states, generate_series(1, 5) n
+		LIMIT $1`, seededOld); err != nil {
+		return nil, fmt.Errorf("seed old buckets: %w", err)
+	}
+	if _, err := s.startDispatcher(ctx, nil); err != nil {
+		return nil, err
+	}
+	before, err := s.bucketCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.closedRun(ctx, res, roundRobin(set), set.perTenant, p.warmup, p.s6Measure); err != nil {
+		return res, err
+	}
+	after, err := s.bucketCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	elapsed := p.warmup + p.s6Measure
+	newRows := after.rows - after.old - (before.rows - before.old)
+	createRate := float64(newRows) / elapsed.Seconds()
+	pruneCapacity := float64(pruneLimit) / pruneInterval.Seconds()
+	res.Extra = map[string]any{
+		"endpoints":                     set.tenants * set.perTenant,
+		"endpoint_registrations_per_s":  round1(regRate),
+		"breaker_state_rows":            after.states,
+		"bucket_rows_before":            before.rows,
+		"bucket_rows_after":             after.rows,
+		"old_bucket_rows_seeded":        before.old,
+		"old_bucket_rows_left":          after.old,
+		"prune_pass_expected":           elapsed >= pruneInterval+2*time.Second,
+		"bucket_rows_created_per_s":     round1(createRate),
+		"prune_capacity_rows_per_s":     round1(pruneCapacity),
+		"prune_keep":                    pruneKeep.String(),
+		"bucket_rows_steady_state_est":  int64(createRate * pruneKeep.Seconds()),
+		"endpoints_delivered_to":        after.endpointsWithBuckets,
+		"dispatcher_rss_peak_mb":        res.DispatcherRSSMB,
+		"bucket_rows_bounded_condition": "every seeded old row pruned (when a prune pass ran) and rows created per second <= the prune capacity (10,000 rows per 30 s pass)",
+	}
+	return res, nil
+}
+
+// bucketCounts are the breaker tables' sizes.
+type bucketCounts struct {
+	states, rows, old, endpointsWithBuckets int64
+}
+
+func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {
+	var c bucketCounts
+	err := s.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM breaker_states), count(*),
+			count(*) FILTER (WHERE bucket_start < clock_timestamp() - interval '1 hour'),
+			count(DISTINCT endpoint_id) FILTER (WHERE bucket_start >= clock_timestamp() - interval '1 hour')
+		FROM breaker_buckets`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets)
+	if err != nil {
+		return c, fmt.Errorf("count breaker rows: %w", err)
+	}
+	return c, nil
+}
