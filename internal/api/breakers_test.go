@@ -73,7 +73,7 @@ func TestGetBreaker(t *testing.T) {
 		e := b.createEndpoint(t, "acme")
 		_, err := b.store.FlushOutcomes(ctx,
 			[]store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(trickle, time.Now()), Successes: 15, Failures: 5}},
-			[]store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 3, Prefix: 3, Max: 3, Suffix: 3}}}, nil)
+			[]store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 3, Prefix: 3, Max: 3, Suffix: 3}}}, nil, nil)
 		require.NoError(t, err)
 		got := b.breaker(t, e.ID)
 		require.Equal(t, "closed", got.State)

@@ -15,7 +15,7 @@ import (
 // BreakerStore is the Postgres side of the shared breaker.
 type BreakerStore interface {
 	LoadBreakers(ctx context.Context, ids []string) (map[string]breaker.Breaker, error)
-	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want []store.EvidenceRequest) ([]store.Evidence, error)
+	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want, prune []store.EvidenceRequest) ([]store.Evidence, error)
 	CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta store.TransitionMeta) (bool, error)
 	PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error)
 	EpisodeStart(ctx context.Context, endpointID string, shadow bool) (time.Time, error)
@@ -407,8 +407,8 @@ func (g *BreakerGate) Run(ctx context.Context) {
 	defer flush.Stop()
 	refresh := time.NewTicker(g.cfg.RefreshInterval)
 	defer refresh.Stop()
-	prune := time.NewTicker(30 * time.Second)
-	defer prune.Stop()
+	pruneTick := time.NewTicker(30 * time.Second)
+	defer pruneTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -423,10 +423,8 @@ func (g *BreakerGate) Run(ctx context.Context) {
 			if err := g.Load(ctx); err != nil && ctx.Err() == nil {
 				g.logger.Warn("breaker_refresh", slog.String("error", err.Error()))
 			}
-		case <-prune.C:
-			if _, err := g.store.PruneBuckets(ctx, time.Hour, 10000); err != nil && ctx.Err() == nil {
-				g.logger.Warn("breaker_prune", slog.String("error", err.Error()))
-			}
+		case <-pruneTick.C:
+			g.prune(ctx)
 			g.mu.Lock()
 			now := g.now()
 			for id, at := range g.active {
@@ -458,6 +456,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		counts    []store.OutcomeCount
 		runs      []store.RunCount
 		want      []store.EvidenceRequest
+		prune     []store.EvidenceRequest
 		cfgs      = map[string]breaker.Config{}
 		shadow    = map[string]bool{}
 		transport = map[string]float64{}
@@ -472,6 +471,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		if t.cfg.Trip == breaker.TripConsecutive {
 			runs = append(runs, store.RunCount{EndpointID: k.endpoint, Generation: k.generation, Run: t.run})
 		}
+		prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
 		if t.failures > 0 {
 			if _, dup := cfgs[k.endpoint]; !dup {
 				want = append(want, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
@@ -481,7 +481,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 			transport[k.endpoint] = float64(t.transport) / float64(t.failures)
 		}
 	}
-	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want)
+	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want, prune)
 	if err != nil {
 		if ctx.Err() == nil {
 			g.logger.Warn("breaker_flush", slog.String("error", err.Error()), slog.Int("counts", len(counts)))
@@ -536,6 +536,28 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 		g.observe(ev.EndpointID, b, res.Transition)
 		if shadow {
 			g.logger.Info("breaker_shadow_transition", slog.String("endpoint", ev.EndpointID), slog.String("to", res.Transition.To.String()))
+		}
+	}
+}
+
+// prune deletes buckets of past generations and of endpoints that went
+// quiet, older than the longest window any class uses, in bounded batches
+// until none is left. Active endpoints' buckets are pruned on every flush.
+func (g *BreakerGate) prune(ctx context.Context) {
+	keep := time.Hour
+	if mw, ok := g.configs.(interface{ MaxWindow() time.Duration }); ok {
+		keep = mw.MaxWindow() + mw.MaxWindow()/10
+	}
+	for ctx.Err() == nil {
+		n, err := g.store.PruneBuckets(ctx, keep, 10000)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.logger.Warn("breaker_prune", slog.String("error", err.Error()))
+			}
+			return
+		}
+		if n < 10000 {
+			return
 		}
 	}
 }

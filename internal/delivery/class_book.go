@@ -121,3 +121,15 @@ func (b *ClassBook) AuthRule(t *Target) store.AuthRule {
 	c := b.Class(t)
 	return store.AuthRule{After: c.AuthDisableAfter, MinDuration: c.AuthDisableMinDuration}
 }
+
+// MaxWindow returns the longest breaker window of any class (at least the
+// default config's), which bounds how long breaker buckets are kept.
+func (b *ClassBook) MaxWindow() time.Duration {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	longest := breaker.DefaultConfig().Window
+	for _, c := range b.classes {
+		longest = max(longest, c.Breaker.Window)
+	}
+	return longest
+}

@@ -233,7 +233,16 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		}
 		return river.JobSnooze(100*time.Millisecond + w.jitter())
 	}
-	defer w.release(t.ID)
+	// The cap bounds requests in flight to the endpoint, so the slot goes
+	// back as soon as the answer is in, not after the ledger's commit.
+	held := true
+	release := func() {
+		if held {
+			held = false
+			w.release(t.ID)
+		}
+	}
+	defer release()
 
 	adm, err := w.deps.Gate.Admit(ctx, t)
 	if err != nil {
@@ -270,6 +279,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		Body:      payload,
 		Signature: Sign(args.MessageID, start, payload, t.SigningSecrets(start)...),
 	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+	release()
 	if ctx.Err() != nil && resp.Status == 0 {
 		// Shutdown (or River's job timeout) cut the attempt short: it says
 		// nothing about the endpoint. River makes the job available again.

@@ -153,9 +153,11 @@ type Evidence struct {
 
 // FlushOutcomes adds a process's counts to the shared buckets and merges its
 // consecutive runs, both only for breakers still closed at the counted
-// generation (older outcomes are dropped), then returns the shared evidence
-// of the endpoints in want. One transaction, one network round trip.
-func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want []EvidenceRequest) ([]Evidence, error) {
+// generation (older outcomes are dropped), deletes the buckets of the
+// endpoints in prune that have left their window (so an active endpoint
+// keeps about BucketsPerWindow rows), then returns the shared evidence of
+// the endpoints in want. One transaction, one network round trip.
+func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want, prune []EvidenceRequest) ([]Evidence, error) {
 	var (
 		ids      = make([]string, len(counts))
 		gens     = make([]int64, len(counts))
@@ -171,7 +173,12 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		runMixed = make([]bool, len(runs))
 		wantIDs  = make([]string, len(want))
 		wantWin  = make([]time.Duration, len(want))
+		pruneIDs = make([]string, len(prune))
+		pruneWin = make([]time.Duration, len(prune))
 	)
+	for i, p := range prune {
+		pruneIDs[i], pruneWin[i] = p.EndpointID, p.Window
+	}
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
 	}
@@ -217,6 +224,11 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				AND b.bucket_start > clock_timestamp() - w.win - w.win / 10
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
+		batch.Queue(`
+			DELETE FROM breaker_buckets b
+			USING unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
+			WHERE b.endpoint_id = w.endpoint_id AND b.bucket_start < clock_timestamp() - w.win - w.win / 10`,
+			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -244,7 +256,6 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		if err != nil {
 			return fmt.Errorf("read breaker evidence: %w", err)
 		}
-		defer rows.Close()
 		for rows.Next() {
 			var (
 				now     time.Time
@@ -254,6 +265,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			)
 			id, b, err := scanBreaker(rows, &now, &bStarts, &bSucc, &bFail)
 			if err != nil {
+				rows.Close()
 				return fmt.Errorf("read breaker evidence: %w", err)
 			}
 			ev := Evidence{EndpointID: id, Breaker: b, Now: now.UTC()}
@@ -262,8 +274,12 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			}
 			out = append(out, ev)
 		}
+		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read breaker evidence: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("prune breaker buckets: %w", err)
 		}
 		// Attach each merged run and the count before it.
 		for i := range out {

@@ -150,3 +150,26 @@ func TestEpisodeStartIsTheLastExitFromClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, tr.At, at, time.Millisecond)
 }
+
+// TestFlushPrunesBucketsOutsideTheWindow: an active endpoint keeps about one
+// window of buckets; older ones go with the next flush.
+func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	cfg := testCfg // 10s window: 500ms buckets
+	now := time.Now()
+	var counts []store.OutcomeCount
+	for i := range 200 { // 100 s of buckets
+		counts = append(counts, store.OutcomeCount{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, now.Add(-time.Duration(i)*500*time.Millisecond)), Successes: 1})
+	}
+	_, err := s.FlushOutcomes(ctx, counts, nil, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, b.count(t, "breaker_buckets"))
+	_, err = s.FlushOutcomes(ctx, counts[:1], nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
+	require.NoError(t, err)
+	n := b.count(t, "breaker_buckets")
+	require.LessOrEqual(t, n, breaker.BucketsPerWindow+3, "one window of buckets remains")
+	require.GreaterOrEqual(t, n, breaker.BucketsPerWindow)
+}
