@@ -152,15 +152,28 @@ func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 
 // NextRetry returns the time Work chose for the next attempt. A job River
 // itself retries (one rescued from a dead process) follows the schedule.
+//
+// The time is never before the local clock's now: River replaces a next
+// retry in the past with its own default policy (attempt^4 seconds, so
+// hours by the tenth attempt), and a jittered step shorter than the attempt
+// that preceded it is in the past by the time River asks.
 func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	var next time.Time
 	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
-		return v.(time.Time)
+		next = v.(time.Time)
+	} else {
+		d, ok := w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand)
+		if !ok {
+			d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+		}
+		next = w.deps.Now().Add(d)
 	}
-	d, ok := w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand)
-	if !ok {
-		d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+	// River compares with its own clock (the local one), not the
+	// database-synced clock the schedule runs on.
+	if now := time.Now(); next.Before(now) {
+		return now
 	}
-	return w.deps.Now().Add(d)
+	return next
 }
 
 // attemptError is returned for an attempt that will be retried; River
