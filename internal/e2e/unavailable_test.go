@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +142,50 @@ func TestPostgresUnavailable(t *testing.T) {
 	require.False(t, d.Exited(), "the dispatcher was never restarted")
 	require.False(t, api.Exited(), "the api was never restarted")
 	t.Logf("duplicates (attempts answered while the ledger could not write): %d", st.Duplicates)
+}
+
+// TestClassChangedAsPostgresReturnsApplies: a traffic class changed right
+// after a Postgres outage, while the dispatcher's listener is still backing
+// off, reaches the dispatcher anyway: its NOTIFY was lost, so the reconnect
+// reloads the classes. The change is seen through its effect: a class that
+// tolerated any number of 401s now disables after two.
+func TestClassChangedAsPostgresReturnsApplies(t *testing.T) {
+	t.Parallel()
+	pg := StartCluster(t)
+	db := pg.NewDatabase(t, "hookd")
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
+		return deliverytest.Response{Status: http.StatusUnauthorized}
+	}})
+	api := StartAPI(t, db.URL, map[string]string{"NO_MIGRATE": "true"})
+	ctx := context.Background()
+	class := map[string]any{"name": "flip", "auth_disable_after": 1000, "auth_disable_min_duration": "0s"}
+	code, err := api.Do(ctx, "POST", "/v1/traffic-classes", class, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	// Attempts keep coming for 30 s, past the listener's reconnect.
+	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{"RETRY_SCHEDULE": "0s" + strings.Repeat(",1s", 29)})
+	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/locked"), "secret": testSecret, "traffic_class": "flip"})
+
+	// Long enough for the listener's backoff to reach its cap (5 s).
+	pg.Stop(t)
+	Eventually(t, 30*time.Second, 100*time.Millisecond, "the listener backing off 5 s", func() bool {
+		lines := d.Lines("msg=listener_disconnected")
+		return len(lines) > 0 && strings.Contains(lines[len(lines)-1], "retry_in=5s")
+	})
+	pg.Start(t)
+	class["auth_disable_after"] = 2
+	Eventually(t, 10*time.Second, 10*time.Millisecond, "the class changed", func() bool {
+		code, err := api.Do(ctx, "PUT", "/v1/traffic-classes/flip", class, nil)
+		return err == nil && code == http.StatusOK
+	})
+
+	for i := range 3 {
+		api.SendMessage(t, "acme", "user.updated", map[string]any{"n": i})
+	}
+	var got Endpoint
+	Eventually(t, 30*time.Second, 100*time.Millisecond, "the endpoint disabled by the changed rule", func() bool {
+		_, err := api.Do(ctx, "GET", "/v1/endpoints/"+e.ID, nil, &got)
+		return err == nil && got.Status == "disabled"
+	})
+	require.Equal(t, "auth_failures", *got.DisabledReason)
 }
