@@ -357,10 +357,14 @@ func (w *Worker) finish(ctx context.Context, endpointID string, u store.StatusUp
 	return nil
 }
 
+// record hands the attempt to the ledger and waits for its verdict. It does
+// not give up on its own: a record abandoned while its batch is still
+// being written may commit after all, and the job's next run (a snooze
+// keeps its attempt number, so it does not check the ledger first) would
+// send the delivery again and log a second success. The ledger answers
+// every record, each flush within its own timeout.
 func (w *Worker) record(ctx context.Context, a *store.Attempt, auth *store.AuthRule, u store.StatusUpdate) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	return w.deps.Ledger.Record(rctx, a, auth, u)
+	return w.deps.Ledger.Record(context.WithoutCancel(ctx), a, auth, u)
 }
 
 func (w *Worker) count(endpointID string, class Classification, resp Response) {

@@ -181,6 +181,56 @@ func (c *Cluster) Restart(t testing.TB) {
 	c.Start(t)
 }
 
+// Freeze stops every process of the cluster with SIGSTOP: the server keeps
+// its connections open and answers nothing, as a stalled disk or a paused
+// VM does. Thaw resumes it.
+func (c *Cluster) Freeze(t testing.TB) {
+	t.Helper()
+	if err := c.signalAll(syscall.SIGSTOP); err != nil {
+		t.Fatalf("e2e: freeze private cluster: %v", err)
+	}
+}
+
+// Thaw resumes a frozen cluster with SIGCONT.
+func (c *Cluster) Thaw(t testing.TB) {
+	t.Helper()
+	if err := c.signalAll(syscall.SIGCONT); err != nil {
+		t.Fatalf("e2e: thaw private cluster: %v", err)
+	}
+}
+
+// signalAll sends sig to the postmaster and then to each of its children.
+func (c *Cluster) signalAll(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("read postmaster.pid: %w", err)
+	}
+	pm, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		return fmt.Errorf("parse postmaster.pid: %w", err)
+	}
+	if err := syscall.Kill(pm, sig); err != nil {
+		return fmt.Errorf("signal postmaster %d: %w", pm, err)
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ")".
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(rest, &state, &ppid); err != nil || ppid != pm {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		_ = syscall.Kill(pid, sig)
+	}
+	return nil
+}
+
 // Running reports whether the cluster was started and not stopped since.
 func (c *Cluster) Running() bool {
 	c.mu.Lock()
@@ -225,8 +275,12 @@ func (c *Cluster) stop(mode string) error {
 	return nil
 }
 
-// remove stops the cluster if it runs and deletes its directory.
+// remove stops the cluster if it runs (thawing it first: a stopped
+// process does not act on pg_ctl's signal) and deletes its directory.
 func (c *Cluster) remove() error {
+	if c.Running() {
+		_ = c.signalAll(syscall.SIGCONT)
+	}
 	err := c.stop("immediate")
 	return errors.Join(err, os.RemoveAll(c.dir))
 }

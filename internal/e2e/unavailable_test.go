@@ -189,3 +189,58 @@ func TestClassChangedAsPostgresReturnsApplies(t *testing.T) {
 	})
 	require.Equal(t, "auth_failures", *got.DisabledReason)
 }
+
+// TestPostgresFrozen freezes Postgres (SIGSTOP: connections stay open,
+// nothing answers, as with a stalled disk or a paused VM) for longer than
+// the ledger's write timeout while deliveries are in flight, then thaws it.
+// Every delivery arrives, the dispatcher never restarts, and the log stays
+// exact: one success per delivered delivery, no attempt number logged
+// twice, nothing marked delivered that the receiver did not confirm.
+func TestPostgresFrozen(t *testing.T) {
+	t.Parallel()
+	pg := StartCluster(t)
+	db := pg.NewDatabase(t, "hookd")
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
+		return deliverytest.Response{Status: http.StatusOK, Delay: 500 * time.Millisecond}
+	}})
+	api := StartAPI(t, db.URL, map[string]string{"NO_MIGRATE": "true"})
+	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{
+		"WORKERS": "60", "MAX_PER_ENDPOINT": "60", "REQUEST_TIMEOUT": "2s", "RETRY_SCHEDULE": "0s,500ms,1s,1s,1s,1s,1s,1s",
+	})
+	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/f"), "secret": testSecret})
+	const messages = 200
+	for i := range messages {
+		api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
+	}
+	Eventually(t, 30*time.Second, 5*time.Millisecond, "deliveries in flight", func() bool {
+		return rc.Stats("/f").InFlight >= 20
+	})
+	pg.Freeze(t)
+	// Longer than the ledger's 30 s write timeout.
+	Consistently(t, 40*time.Second, 200*time.Millisecond, "the dispatcher running while Postgres is frozen", func() bool {
+		return !d.Exited()
+	})
+	pg.Thaw(t)
+	db.Pool.Reset()
+
+	ctx := context.Background()
+	Eventually(t, 3*time.Minute, 200*time.Millisecond, "every message delivered", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`).Scan(&n)
+		return err == nil && n == messages
+	})
+	st := rc.Stats("/f")
+	require.Equal(t, messages, st.DistinctDelivered)
+	marked := deliveredIDs(t, db, e.ID)
+	for id := range rc.DeliveredIDs("/f") {
+		require.True(t, marked[id], "%s confirmed and not marked delivered", id)
+	}
+	var successes, rows, distinct int
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE classification = 'success'), count(*), count(DISTINCT (delivery_id, attempt_number))
+		FROM delivery_attempts`).Scan(&successes, &rows, &distinct))
+	require.Equal(t, messages, successes, "one success logged per delivery")
+	require.Equal(t, rows, distinct, "no attempt logged twice")
+	require.False(t, d.Exited())
+	t.Logf("duplicates (2xx whose record the freeze cut off): %d", st.Duplicates)
+}
