@@ -297,6 +297,7 @@ type chaosReport struct {
 	Confirmed        int              `json:"receiver_confirmed_distinct"`
 	Lost             int              `json:"lost"`
 	Duplicates       int              `json:"duplicates"`
+	NotRecorded      int              `json:"attempts_whose_record_failed"`
 	APIAnswers       map[string]int   `json:"api_answers_to_post_messages"`
 	Injected         map[string]int   `json:"receiver_answers"`
 	Faults           []fault          `json:"faults"`
@@ -310,9 +311,9 @@ type chaosReport struct {
 // receiver whose endpoints fail at random (500, hangs past the timeout,
 // 429 with Retry-After, connections closed before and during the answer,
 // 4 MiB bodies), one that answers 401 to everything and one that is down.
-// Meanwhile a dispatcher is SIGKILLed and restarted and Postgres is
-// restarted, once per minute of HOOKD_CHAOS_DURATION (default 40 s: one of
-// each). Afterwards every accepted message has, for every subscribed
+// Meanwhile a dispatcher is SIGKILLed and restarted, Postgres is restarted
+// and Postgres is frozen for 5 s, once per minute of HOOKD_CHAOS_DURATION
+// (default 40 s: one of each). Afterwards every accepted message has, for every subscribed
 // endpoint, exactly one delivery that is delivered (the receiver confirmed
 // its webhook-id with a valid signature, one success logged), failed (its
 // schedule spent, every attempt logged) or held (endpoint disabled); nothing
@@ -368,6 +369,7 @@ func TestChaosNothingLost(t *testing.T) {
 	}
 	survivor := StartDispatcher(t, "dispatcher-1", db.URL, env)
 	victim := StartDispatcher(t, "dispatcher-2", db.URL, env)
+	dispatchers := []*Dispatcher{survivor, victim}
 	report := chaosReport{Duration: duration.String(), Seed: seed, RSS: map[string]int64{}, Goroutines: map[string]int{}}
 	rss := func(name string, p *Dispatcher) {
 		n, err := p.RSS()
@@ -389,8 +391,9 @@ func TestChaosNothingLost(t *testing.T) {
 		load.run(loadCtx, stopLoad, chaosRate)
 	}()
 
-	// The faults: per cycle a SIGKILL of dispatcher-2 (restarted 2 s later)
-	// and a Postgres restart (down 3 s; every other one a crash).
+	// The faults: per cycle a SIGKILL of dispatcher-2 (restarted 2 s later),
+	// a Postgres restart (down 3 s; every other one a crash) and a Postgres
+	// freeze (SIGSTOP for 5 s: connections open, no answers).
 	var faults []fault
 	until := func(at time.Time) {
 		if d := time.Until(at); d > 0 {
@@ -411,6 +414,7 @@ func TestChaosNothingLost(t *testing.T) {
 		until(killAt.Add(2 * time.Second))
 		victims++
 		victim = StartDispatcher(t, fmt.Sprintf("dispatcher-2.%d", victims), db.URL, env)
+		dispatchers = append(dispatchers, victim)
 		faults = append(faults, fault{Kind: "SIGKILL dispatcher-2", At: killAt, Until: killAt, Duration: time.Since(killAt).Round(time.Millisecond).String()})
 
 		until(c0.Add(cycle * 11 / 20))
@@ -425,6 +429,13 @@ func TestChaosNothingLost(t *testing.T) {
 		until(stopAt.Add(3 * time.Second))
 		pg.Start(t)
 		faults = append(faults, fault{Kind: kind, At: stopAt, Until: time.Now(), Duration: time.Since(stopAt).Round(time.Millisecond).String()})
+
+		until(c0.Add(cycle * 4 / 5))
+		freezeAt := time.Now()
+		pg.Freeze(t)
+		until(freezeAt.Add(5 * time.Second))
+		pg.Thaw(t)
+		faults = append(faults, fault{Kind: "postgres frozen (SIGSTOP)", At: freezeAt, Until: time.Now(), Duration: time.Since(freezeAt).Round(time.Millisecond).String()})
 		require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.err)
 		require.False(t, victim.Exited(), "%s exited: %v", victim.Name, victim.err)
 		require.False(t, api.Exited(), "api exited: %v", api.err)
@@ -479,6 +490,9 @@ func TestChaosNothingLost(t *testing.T) {
 	v := verifyChaos(t, db, rc, responder, load, endpoints, byID, faults)
 	report.Deliveries, report.ByStatus, report.Attempts = v.deliveries, v.byStatus, v.attempts
 	report.ReceiverRequests, report.Confirmed, report.Lost, report.Duplicates = v.requests, v.confirmed, v.lost, v.duplicates
+	for _, d := range dispatchers {
+		report.NotRecorded += len(d.Lines("msg=attempt_not_recorded"))
+	}
 	report.TotalSeconds = time.Since(began).Seconds()
 
 	out, err := json.MarshalIndent(report, "", "  ")

@@ -144,12 +144,12 @@ func TestPostgresUnavailable(t *testing.T) {
 	t.Logf("duplicates (attempts answered while the ledger could not write): %d", st.Duplicates)
 }
 
-// TestClassChangedAsPostgresReturnsApplies: a traffic class changed right
+// TestPostgresUnavailableClassChangeApplies: a traffic class changed right
 // after a Postgres outage, while the dispatcher's listener is still backing
 // off, reaches the dispatcher anyway: its NOTIFY was lost, so the reconnect
 // reloads the classes. The change is seen through its effect: a class that
 // tolerated any number of 401s now disables after two.
-func TestClassChangedAsPostgresReturnsApplies(t *testing.T) {
+func TestPostgresUnavailableClassChangeApplies(t *testing.T) {
 	t.Parallel()
 	pg := StartCluster(t)
 	db := pg.NewDatabase(t, "hookd")
@@ -190,13 +190,13 @@ func TestClassChangedAsPostgresReturnsApplies(t *testing.T) {
 	require.Equal(t, "auth_failures", *got.DisabledReason)
 }
 
-// TestPostgresFrozen freezes Postgres (SIGSTOP: connections stay open,
+// TestPostgresUnavailableFrozen freezes Postgres (SIGSTOP: connections stay open,
 // nothing answers, as with a stalled disk or a paused VM) for longer than
 // the ledger's write timeout while deliveries are in flight, then thaws it.
 // Every delivery arrives, the dispatcher never restarts, and the log stays
 // exact: one success per delivered delivery, no attempt number logged
 // twice, nothing marked delivered that the receiver did not confirm.
-func TestPostgresFrozen(t *testing.T) {
+func TestPostgresUnavailableFrozen(t *testing.T) {
 	t.Parallel()
 	pg := StartCluster(t)
 	db := pg.NewDatabase(t, "hookd")
