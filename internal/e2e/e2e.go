@@ -145,24 +145,6 @@ func (p *Proc) Stop(timeout time.Duration) error {
 // PID returns the process id.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
-// ExitErr returns how the process ended (nil for exit status 0); call it
-// once Exited reports true.
-func (p *Proc) ExitErr() error {
-	<-p.done
-	return p.err
-}
-
-// Wait waits up to timeout for the process to end by itself and returns
-// its exit error, or an error saying it is still running.
-func (p *Proc) Wait(timeout time.Duration) error {
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(timeout):
-		return fmt.Errorf("%s still running after %s", p.Name, timeout)
-	}
-}
-
 // RSS returns the process's resident set size from /proc/PID/status.
 func (p *Proc) RSS() (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))

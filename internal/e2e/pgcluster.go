@@ -36,14 +36,13 @@ type Cluster struct {
 	// Port is the port the cluster listens on at 127.0.0.1.
 	Port int
 
-	dir    string // temporary root: data/, postgres.log, owner.pid
-	bin    string // directory of pg_ctl, initdb, postgres
-	runAs  bool   // run PostgreSQL's programs as the postgres user
-	uid    int
-	gid    int
-	mu     sync.Mutex
-	up     bool
-	starts int
+	dir   string // temporary root: data/, postgres.log, owner.pid
+	bin   string // directory of pg_ctl, initdb, postgres
+	runAs bool   // run PostgreSQL's programs as the postgres user
+	uid   int
+	gid   int
+	mu    sync.Mutex
+	up    bool
 }
 
 // StartCluster initdb's a private cluster in a temporary directory, starts
@@ -258,7 +257,6 @@ func (c *Cluster) start() error {
 		return fmt.Errorf("pg_ctl start on port %d: %w\n%s\n%s", c.Port, err, out, lastLines(c.Log(), 10))
 	}
 	c.up = true
-	c.starts++
 	return nil
 }
 
