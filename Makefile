@@ -10,7 +10,12 @@ TEST_FUZZTIME ?= 3s
 # staticcheck 2025.1.1 is module version v0.6.1.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: build run test fuzz lint clean bench bench-smoke
+# CHAOS_DURATION is how long `make chaos` runs load and faults (a dispatcher
+# SIGKILLed and a Postgres restart per minute); CHAOS_REPORT gets its figures.
+CHAOS_DURATION ?= 10m
+CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
+
+.PHONY: build run test fuzz lint clean bench bench-smoke chaos
 
 ## build: build bin/api and bin/dispatcher
 build:
@@ -26,6 +31,11 @@ test:
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+## chaos: the long form of the chaos test (internal/e2e TestChaosNothingLost): CHAOS_DURATION of load and faults, figures in CHAOS_REPORT
+chaos:
+	HOOKD_CHAOS_DURATION=$(CHAOS_DURATION) HOOKD_CHAOS_REPORT=$(CHAOS_REPORT) \
+		$(GO) test -count=1 -timeout 60m -run '^TestChaosNothingLost$$' -v ./internal/e2e/
 
 ## fuzz: run every Fuzz* target in the module for FUZZTIME each
 # Targets are discovered with `go test -list`, which prints a package's

@@ -211,6 +211,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	listener.Handle(store.ClassChannel, classes.HandleNotice)
+	// A class changed while the listener was away sent a NOTIFY nobody heard.
+	listener.OnReconnect(func() { classes.HandleNotice("") })
 
 	autoDisables := &delivery.AutoDisables{Logger: logger, Disabled: metrics.AutoDisabled}
 	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{AfterDisable: autoDisables.InTx, OnDisabled: autoDisables.After})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -157,17 +158,24 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// isUnavailable reports whether err means Postgres could not be reached.
+// isUnavailable reports whether err means Postgres could not be reached,
+// or went away in the middle of the request.
 func isUnavailable(err error) bool {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	if errors.As(err, &ce) || errors.As(err, &ne) {
 		return true
 	}
+	// A connection the server closed (a restart) fails its next use with
+	// "conn closed", or a read with an unexpected EOF.
+	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		// admin_shutdown, crash_shutdown, cannot_connect_now
-		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		// connection_exception (08...), admin_shutdown, crash_shutdown,
+		// cannot_connect_now
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
 	return errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -197,10 +198,11 @@ func (e *attemptError) Error() string {
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	args := job.Args
-	if job.Attempt > 1 {
-		// A retry, or a job rescued from a process that died after its
-		// attempt was recorded but before River marked the job done: do
-		// not send again what the ledger already settled.
+	if job.Attempt > 1 || unsettled(job) {
+		// A retry, a job rescued from a process that died after its
+		// attempt was recorded but before River marked the job done, or
+		// one whose last record may have committed unacknowledged: do not
+		// send again what the ledger already settled.
 		status, series, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return river.JobSnooze(time.Second + w.jitter())
@@ -339,9 +341,14 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 		rule = w.deps.AuthRules.AuthRule(t)
 	}
 	if err := w.record(ctx, a, &rule, u); err != nil {
-		// Not recorded: try the whole attempt again later. The receiver may
-		// see it twice (at-least-once, same webhook-id).
+		// Not recorded, as far as we know: try the whole attempt again
+		// later. The receiver may see it twice (at-least-once, same
+		// webhook-id). The write may also have committed with its answer
+		// lost (the connection broke after COMMIT went out), and a snooze
+		// keeps the attempt number, so mark the job for the next run to
+		// check the ledger before sending.
 		w.deps.Logger.ErrorContext(ctx, "attempt_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
+		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
 		return river.JobSnooze(time.Second + w.jitter())
 	}
 	if next.IsZero() {
@@ -371,10 +378,14 @@ func (w *Worker) finish(ctx context.Context, endpointID string, u store.StatusUp
 	return nil
 }
 
+// record hands the attempt to the ledger and waits for its verdict. It does
+// not give up on its own: a record abandoned while its batch is still
+// being written may commit after all, and the job's next run (a snooze
+// keeps its attempt number, so it does not check the ledger first) would
+// send the delivery again and log a second success. The ledger answers
+// every record, each flush within its own timeout.
 func (w *Worker) record(ctx context.Context, a *store.Attempt, auth *store.AuthRule, u store.StatusUpdate) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	return w.deps.Ledger.Record(rctx, a, auth, u)
+	return w.deps.Ledger.Record(context.WithoutCancel(ctx), a, auth, u)
 }
 
 func (w *Worker) count(endpointID string, class Classification, resp Response) {
@@ -429,6 +440,20 @@ func describe(r Response) string {
 		return string(r.ErrorClass) + ": " + err.Error()
 	}
 	return string(r.ErrorClass)
+}
+
+// metaUnsettled is the job metadata key marking a job whose last run made
+// an attempt the ledger may or may not have recorded.
+const metaUnsettled = "hookd_unsettled"
+
+// unsettled reports whether job carries metaUnsettled. Most jobs have
+// empty metadata, so the common case costs a byte search.
+func unsettled(job *river.Job[DeliverArgs]) bool {
+	if !bytes.Contains(job.Metadata, []byte(metaUnsettled)) {
+		return false
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(job.Metadata, &m) == nil && string(m[metaUnsettled]) == "true"
 }
 
 func ptr[T any](v T) *T { return &v }

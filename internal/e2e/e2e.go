@@ -142,6 +142,27 @@ func (p *Proc) Stop(timeout time.Duration) error {
 	}
 }
 
+// PID returns the process id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// RSS returns the process's resident set size from /proc/PID/status.
+func (p *Proc) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		return 0, fmt.Errorf("read %s status: %w", p.Name, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				return 0, fmt.Errorf("parse %s VmRSS %q: %w", p.Name, rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no VmRSS in /proc/%d/status", p.Name, p.PID())
+}
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {
@@ -318,6 +339,22 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("e2e: timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// Consistently checks cond every interval for the whole of d and fails the
+// test the first time it is false.
+func Consistently(t testing.TB, d, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if !cond() {
+			t.Fatalf("e2e: %s stopped holding", what)
+		}
+		if time.Now().After(deadline) {
+			return
 		}
 		time.Sleep(interval)
 	}

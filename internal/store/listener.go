@@ -24,8 +24,12 @@ type Listener struct {
 	readyOnce   sync.Once
 }
 
-// NewListener returns a listener for the database at url.
+// NewListener returns a listener for the database at url; a nil logger
+// discards.
 func NewListener(url string, logger *slog.Logger) *Listener {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &Listener{url: url, logger: logger, handlers: map[string]func(string){}, ready: make(chan struct{})}
 }
 
@@ -46,30 +50,45 @@ func (l *Listener) OnReconnect(fn func()) {
 // Ready is closed once the first LISTEN is in place.
 func (l *Listener) Ready() <-chan struct{} { return l.ready }
 
+// Listener reconnect backoff: doubling from the minimum up to the maximum
+// while connecting fails, back to the minimum once LISTEN is in place.
+const (
+	listenerMinBackoff = 100 * time.Millisecond
+	listenerMaxBackoff = 5 * time.Second
+)
+
 // Run listens until ctx ends, reconnecting with backoff.
 func (l *Listener) Run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := listenerMinBackoff
 	first := true
 	for ctx.Err() == nil {
-		err := l.listen(ctx, !first)
+		listening, err := l.listen(ctx, !first)
 		if ctx.Err() != nil {
 			return
 		}
 		first = false
+		if listening {
+			// The backoff is for a database that does not answer; one that
+			// answered and then dropped the connection gets a prompt
+			// reconnect, however long an earlier outage was.
+			backoff = listenerMinBackoff
+		}
 		l.logger.Warn("listener_disconnected", slog.String("error", errString(err)), slog.Duration("retry_in", backoff))
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, listenerMaxBackoff)
 	}
 }
 
-func (l *Listener) listen(ctx context.Context, reconnected bool) error {
+// listen connects, LISTENs and dispatches notifications until the
+// connection fails; listening reports whether LISTEN was in place.
+func (l *Listener) listen(ctx context.Context, reconnected bool) (listening bool, err error) {
 	conn, err := pgx.Connect(ctx, l.url)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	l.mu.Lock()
@@ -81,7 +100,7 @@ func (l *Listener) listen(ctx context.Context, reconnected bool) error {
 	l.mu.Unlock()
 	for _, ch := range channels {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
+			return false, err
 		}
 	}
 	l.readyOnce.Do(func() { close(l.ready) })
@@ -93,7 +112,7 @@ func (l *Listener) listen(ctx context.Context, reconnected bool) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		l.mu.Lock()
 		fn := l.handlers[n.Channel]

@@ -82,6 +82,12 @@ type Response struct {
 	// CloseConn means close the connection without answering, which the
 	// client sees as a transport error.
 	CloseConn bool
+	// CutBody means close the connection in the middle of the response:
+	// the status, the headers (declaring the full Content-Length) and the
+	// first half of Body go out, then the connection closes. The client has
+	// the status, then a body that ends early. The request counts as
+	// answered with Status.
+	CutBody bool
 }
 
 // Stats are the counters of one path.
@@ -355,6 +361,13 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
+	}
+	if resp.CutBody {
+		w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
+		w.WriteHeader(status)
+		_, _ = w.Write(resp.Body[:len(resp.Body)/2])
+		_ = http.NewResponseController(w).Flush()
+		abort()
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(resp.Body)

@@ -369,6 +369,29 @@ func TestReceiverCloseConn(t *testing.T) {
 	require.Equal(t, deliverytest.Stats{Requests: 1, MaxInFlight: 1}, rc.Stats("/drop"))
 }
 
+func TestReceiverCutBody(t *testing.T) {
+	t.Parallel()
+	rc := deliverytest.Start(t, deliverytest.Options{
+		Respond: func(*deliverytest.Request) deliverytest.Response {
+			return deliverytest.Response{Status: http.StatusOK, Body: bytes.Repeat([]byte("x"), 1<<20), CutBody: true}
+		},
+	})
+	c := client(t, 5*time.Second)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, rc.URL("/cut"), nil)
+	require.NoError(t, err)
+	req.Header.Set("webhook-id", "m")
+
+	resp, err := c.Do(req)
+	require.NoError(t, err, "the status and headers arrive")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.EqualValues(t, 1<<20, resp.ContentLength)
+	body, err := io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the body ends early")
+	require.Len(t, body, 1<<19)
+	require.Equal(t, deliverytest.Stats{Requests: 1, Delivered: 1, DistinctDelivered: 1, MaxInFlight: 1}, rc.Stats("/cut"))
+}
+
 func TestReceiverCloseEndsHangingRequests(t *testing.T) {
 	t.Parallel()
 	rc, err := deliverytest.NewReceiver(deliverytest.Options{

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// PGProxy is a TCP proxy in front of a Postgres server that can lose the
+// acknowledgement of chosen commits: the server commits, the client's
+// connection drops before the answer, and the client cannot tell whether
+// its transaction happened. That is what a network cut or a server crash
+// at the wrong moment does; here it is deterministic.
+//
+// A commit is chosen when its transaction sent a simple-protocol query
+// containing the marker (such as the ledger's COPY into delivery_attempts)
+// and LoseCommitAcks has armed the proxy.
+type PGProxy struct {
+	ln     net.Listener
+	target string
+	marker string
+
+	mu      sync.Mutex
+	armed   int
+	lost    int
+	conns   map[net.Conn]struct{}
+	closed  bool
+	running sync.WaitGroup
+}
+
+// StartPGProxy listens on 127.0.0.1 and forwards every connection to the
+// Postgres server at target (host:port). It is closed when the test ends.
+func StartPGProxy(t testing.TB, target, marker string) *PGProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("e2e: pg proxy: %v", err)
+	}
+	p := &PGProxy{ln: ln, target: target, marker: strings.ToLower(marker), conns: map[net.Conn]struct{}{}}
+	p.running.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// URL is the URL of database name through the proxy.
+func (p *PGProxy) URL(name string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", p.ln.Addr(), name)
+}
+
+// LoseCommitAcks arms the proxy to lose the acknowledgement of the next n
+// chosen commits.
+func (p *PGProxy) LoseCommitAcks(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed += n
+}
+
+// Lost returns how many commit acknowledgements the proxy has lost.
+func (p *PGProxy) Lost() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
+}
+
+func (p *PGProxy) take() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.armed == 0 {
+		return false
+	}
+	p.armed--
+	p.lost++
+	return true
+}
+
+func (p *PGProxy) accept() {
+	defer p.running.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			return
+		}
+		p.running.Add(1)
+		go func() {
+			defer p.running.Done()
+			p.serve(client, server)
+		}()
+	}
+}
+
+func (p *PGProxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *PGProxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// serve forwards one connection: server to client verbatim (until muted),
+// client to server message by message, watching simple queries.
+func (p *PGProxy) serve(client, server net.Conn) {
+	defer p.untrack(client, server)
+	var mu sync.Mutex
+	muted := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 {
+				mu.Lock()
+				m := muted
+				mu.Unlock()
+				if !m {
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+			}
+			if err != nil {
+				_ = client.Close()
+				return
+			}
+		}
+	}()
+	defer func() { <-done }()
+	defer server.Close()
+
+	r := bufio.NewReaderSize(client, 32<<10)
+	if err := p.forwardStartup(r, server); err != nil {
+		return
+	}
+	marked := false
+	var head [5]byte
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(head[1:])) - 4
+		if n < 0 {
+			return
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		lose := false
+		if head[0] == 'Q' {
+			sql := strings.ToLower(strings.TrimSpace(string(bytes.TrimRight(body, "\x00"))))
+			switch {
+			case sql == "begin" || sql == "rollback":
+				marked = false
+			case sql == "commit":
+				lose = marked && p.take()
+				marked = false
+			case strings.Contains(sql, p.marker):
+				marked = true
+			}
+		}
+		if lose {
+			mu.Lock()
+			muted = true
+			mu.Unlock()
+		}
+		if _, err := server.Write(append(head[:], body...)); err != nil {
+			return
+		}
+		if lose {
+			// Let the server read and run the COMMIT, then cut the client
+			// off before its answer.
+			time.Sleep(200 * time.Millisecond)
+			_ = client.Close()
+			return
+		}
+	}
+}
+
+// forwardStartup forwards the untyped startup packets (an SSL or GSS
+// encryption request first, answered by one byte, then the startup
+// message).
+func (p *PGProxy) forwardStartup(r *bufio.Reader, server net.Conn) error {
+	for {
+		var head [8]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return err
+		}
+		n := int(binary.BigEndian.Uint32(head[:4]))
+		if n < 8 {
+			return errors.New("bad startup packet")
+		}
+		rest := make([]byte, n-8)
+		if _, err := io.ReadFull(r, rest); err != nil {
+			return err
+		}
+		if _, err := server.Write(append(head[:], rest...)); err != nil {
+			return err
+		}
+		switch binary.BigEndian.Uint32(head[4:]) {
+		case 80877103, 80877104: // SSLRequest, GSSENCRequest: another packet follows
+			continue
+		}
+		return nil
+	}
+}
+
+func (p *PGProxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.running.Wait()
+}
