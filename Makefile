@@ -25,8 +25,9 @@ build:
 run:
 	./deploy/run-local.sh
 
-## test: vet, run every test with the race detector, the benchmark's smoke form, then each fuzz target briefly
+## test: install missing test dependencies, vet, run every test with the race detector, the benchmark's smoke form, then each fuzz target briefly
 test:
+	./deploy/test-deps.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory bench-smoke

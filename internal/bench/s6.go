@@ -8,13 +8,18 @@ import (
 
 // S6: 10,000 endpoints.
 
-// Bucket pruning as the dispatcher runs it (internal/delivery/breaker_gate.go:
-// PruneBuckets(ctx, time.Hour, 10000) every 30 s).
+// Bucket pruning as the dispatcher runs it (internal/delivery/breaker_gate.go):
+// every flush deletes its endpoints' buckets that left their window, so an
+// active endpoint keeps about one window (20 buckets) of rows; every 30 s a
+// pass deletes older generations and buckets of quiet endpoints past the
+// longest class window, looping until none is left.
 const (
-	pruneKeep     = time.Hour
-	pruneLimit    = 10_000
 	pruneInterval = 30 * time.Second
 	seededOld     = 5_000
+	// rowsPerEndpointBound is what "bounded" means: one window of buckets
+	// of the current generation plus the edges and one older generation
+	// not yet pruned.
+	rowsPerEndpointBound = 2*20 + 2
 )
 
 // runS6 registers 10,000 endpoints, seeds 5,000 bucket rows older than the
@@ -58,7 +63,6 @@ func runS6(ctx context.Context, b *bench) (*scenarioResult, error) {
 	elapsed := p.warmup + p.s6Measure
 	newRows := after.rows - after.old - (before.rows - before.old)
 	createRate := float64(newRows) / elapsed.Seconds()
-	pruneCapacity := float64(pruneLimit) / pruneInterval.Seconds()
 	res.Extra = map[string]any{
 		"endpoints":                     set.tenants * set.perTenant,
 		"endpoint_registrations_per_s":  round1(regRate),
@@ -68,20 +72,19 @@ func runS6(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"old_bucket_rows_seeded":        before.old,
 		"old_bucket_rows_left":          after.old,
 		"prune_pass_expected":           elapsed >= pruneInterval+2*time.Second,
-		"bucket_rows_created_per_s":     round1(createRate),
-		"prune_capacity_rows_per_s":     round1(pruneCapacity),
-		"prune_keep":                    pruneKeep.String(),
-		"bucket_rows_steady_state_est":  int64(createRate * pruneKeep.Seconds()),
+		"bucket_rows_net_growth_per_s":  round1(createRate),
+		"max_bucket_rows_per_endpoint":  after.maxPerEndpoint,
+		"rows_per_endpoint_bound":       rowsPerEndpointBound,
 		"endpoints_delivered_to":        after.endpointsWithBuckets,
 		"dispatcher_rss_peak_mb":        res.DispatcherRSSMB,
-		"bucket_rows_bounded_condition": "every seeded old row pruned (when a prune pass ran) and rows created per second <= the prune capacity (10,000 rows per 30 s pass)",
+		"bucket_rows_bounded_condition": fmt.Sprintf("no endpoint holds more than %d bucket rows, and every seeded old row is pruned when a prune pass ran", rowsPerEndpointBound),
 	}
 	return res, nil
 }
 
 // bucketCounts are the breaker tables' sizes.
 type bucketCounts struct {
-	states, rows, old, endpointsWithBuckets int64
+	states, rows, old, endpointsWithBuckets, maxPerEndpoint int64
 }
 
 func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {
@@ -89,8 +92,10 @@ func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM breaker_states), count(*),
 			count(*) FILTER (WHERE bucket_start < clock_timestamp() - interval '1 hour'),
-			count(DISTINCT endpoint_id) FILTER (WHERE bucket_start >= clock_timestamp() - interval '1 hour')
-		FROM breaker_buckets`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets)
+			count(DISTINCT endpoint_id) FILTER (WHERE bucket_start >= clock_timestamp() - interval '1 hour'),
+			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM breaker_buckets
+				WHERE bucket_start >= clock_timestamp() - interval '1 hour' GROUP BY endpoint_id) per), 0)
+		FROM breaker_buckets`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets, &c.maxPerEndpoint)
 	if err != nil {
 		return c, fmt.Errorf("count breaker rows: %w", err)
 	}
