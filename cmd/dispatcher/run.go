@@ -218,6 +218,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	ledger := delivery.NewLedger(st, logger, delivery.LedgerConfig{AfterDisable: autoDisables.InTx, OnDisabled: autoDisables.After})
 	go ledger.Run(bg)
 
+	// Deliveries refused by an open breaker are parked without a job; the
+	// unparker gives them one back when the breaker lets traffic through.
+	// Its enqueuer gets the River client once that exists.
+	enq := &delivery.Enqueuer{}
+	unparker := delivery.NewUnparker(st, enq, 2*time.Second, logger, metrics.Delivery)
+
 	var gate delivery.Gate = delivery.OpenGate{}
 	gateCtx, stopGate := context.WithCancel(bg)
 	defer stopGate()
@@ -232,6 +238,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			FlushInterval:     *set.breakerFlush,
 			Actor:             actor(),
 			FleetSuspectShare: *set.fleetShare,
+			OnChange:          unparker.Kick,
 		}, st, trials, classes, clock.Now, rand.Float64, logger, metrics.Breaker)
 		listener.Handle(store.BreakerChannel, bgate.HandleNotice)
 		listener.OnReconnect(func() {
@@ -271,6 +278,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	worker := delivery.NewWorker(delivery.WorkerConfig{
 		Schedule:       schedule,
 		MaxPerEndpoint: *set.maxPerEndpoint,
+		Park:           *set.breakers,
 	}, delivery.WorkerDeps{
 		Endpoints:  cache,
 		Deliveries: st,
@@ -312,6 +320,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if *set.opsWebhookURL != "" {
 		autoDisables.Client = client
 	}
+	enq.Client = client
 
 	metricsSrv, metricsLn, err := serveMetrics(*set.metricsAddr, reg, st, logger)
 	if err != nil {
@@ -322,6 +331,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
+	unparkDone := make(chan struct{})
+	go func() {
+		defer close(unparkDone)
+		if *set.breakers {
+			unparker.Run(gateCtx)
+		}
+	}()
 	logger.Info("dispatcher_started", slog.Int("workers", *set.workers), slog.String("retry_schedule", schedule.String()))
 	<-ctx.Done()
 	logger.Info("dispatcher_stopping", slog.Duration("grace", *set.shutdownGrace))
@@ -330,6 +346,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	<-client.Stopped()
 	stopGate()
 	<-gateDone
+	<-unparkDone
 	ledger.Stop()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -31,6 +31,10 @@ type DeliverArgs struct {
 	// AttemptOffset is the number of attempts made in earlier series, so
 	// attempt numbers keep counting up across them.
 	AttemptOffset int `json:"attempt_offset,omitempty"`
+	// ScheduleOffset is the number of attempts already made in this series
+	// (by an earlier job of a delivery that was parked or held and then
+	// released), so the retry schedule goes on where it was.
+	ScheduleOffset int `json:"schedule_offset,omitempty"`
 	// Payload is the message body when it is at most the enqueuer's inline
 	// limit; otherwise the worker loads it from the message. It is a string,
 	// not raw JSON, because River stores args as jsonb, which would reformat
@@ -68,12 +72,13 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 	params := make([]river.InsertManyParams, len(deliveries))
 	for i, d := range deliveries {
 		args := DeliverArgs{
-			DeliveryID:    d.ID,
-			MessageID:     d.MessageID,
-			EndpointID:    d.EndpointID,
-			EventType:     d.EventType,
-			Series:        d.Series,
-			AttemptOffset: d.AttemptCount,
+			DeliveryID:     d.ID,
+			MessageID:      d.MessageID,
+			EndpointID:     d.EndpointID,
+			EventType:      d.EventType,
+			Series:         d.Series,
+			AttemptOffset:  d.AttemptCount,
+			ScheduleOffset: d.AttemptCount - d.SeriesBase,
 		}
 		if len(d.Payload) <= limit {
 			args.Payload = string(d.Payload)

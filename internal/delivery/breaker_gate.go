@@ -70,6 +70,9 @@ type BreakerGateConfig struct {
 	// suspicion, so a fleet of three endpoints is not "30% open" after one
 	// trip. Default 5.
 	FleetMinOpens int
+	// OnChange, when set, is told the endpoint of every transition and
+	// trial the gate sees (the unparker's kick).
+	OnChange func(endpointID string)
 }
 
 // BreakerGate is the per-endpoint circuit breaker as every dispatcher
@@ -180,6 +183,9 @@ func (g *BreakerGate) HandleNotice(payload string) {
 	}
 	b.State, b.Generation, b.OpenUntil, b.TrialsInFlight = n.State, n.Generation, n.OpenUntil, 0
 	g.setViewLocked(n.EndpointID, b)
+	if g.cfg.OnChange != nil {
+		g.cfg.OnChange(n.EndpointID)
+	}
 }
 
 // Admit decides one delivery.
@@ -276,6 +282,11 @@ func (g *BreakerGate) trial(ctx context.Context, id, class string, cfg breaker.C
 				return
 			}
 			g.observe(id, after, res.Transition)
+			if g.cfg.OnChange != nil {
+				// A trial ended: the next probe, or every parked delivery
+				// once the breaker closed, may go now.
+				g.cfg.OnChange(id)
+			}
 			if res.Transition != nil && res.Transition.To == breaker.StateClosed {
 				g.observeEpisode(ctx, id, class, !enforce, res.Transition.At)
 			}

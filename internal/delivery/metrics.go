@@ -59,6 +59,8 @@ type Metrics struct {
 	DeliveryDuration   prometheus.Histogram
 	ConcurrencySnoozed *prometheus.CounterVec
 	HeldTotal          prometheus.Counter
+	Parked             prometheus.Counter
+	Unparked           prometheus.Counter
 }
 
 // NewMetrics creates and registers the delivery metrics on reg.
@@ -86,9 +88,17 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_held_total",
 			Help: "Deliveries held because their endpoint is disabled.",
 		}),
+		Parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_parked_total",
+			Help: "Deliveries parked (waiting without a job) because their endpoint's breaker was open or isolated.",
+		}),
+		Unparked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_unparked_total",
+			Help: "Parked deliveries queued again: all of them when the breaker closed, one as a probe when it could admit one.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked)
 	}
 	return m
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -83,6 +84,9 @@ type WorkerConfig struct {
 	// SnoozeJitter is the upper bound of the random delay added to snoozes.
 	// Zero means 500ms.
 	SnoozeJitter time.Duration
+	// Park parks deliveries refused by an open or isolated breaker (no job
+	// until released) instead of snoozing their jobs; an Unparker must run.
+	Park bool
 }
 
 // WorkerDeps are the worker's collaborators.
@@ -171,7 +175,7 @@ func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 		d = v.(time.Time).Sub(w.deps.Now())
 	} else {
 		var ok bool
-		if d, ok = w.cfg.Schedule.NextDelay(job.Attempt, w.deps.Rand); !ok {
+		if d, ok = w.cfg.Schedule.NextDelay(job.Args.ScheduleOffset+job.Attempt, w.deps.Rand); !ok {
 			d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
 		}
 	}
@@ -252,14 +256,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return river.JobSnooze(time.Second + w.jitter())
 	}
 	if adm.Refused {
-		now := w.deps.Now()
-		wait := max(adm.RetryAt.Sub(now), 0)
-		until := adm.RetryAt
-		w.deps.Ledger.RecordAsync(store.StatusUpdate{
-			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
-			BreakerOpenUntil: &until,
-		})
-		return river.JobSnooze(wait + w.jitter())
+		return w.refused(ctx, job, adm)
 	}
 
 	payload := []byte(args.Payload)
@@ -294,6 +291,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	adm.Finish(context.WithoutCancel(ctx), Outcome{Class: class, ErrorClass: resp.ErrorClass, At: end})
 	w.count(t.ID, class, resp)
 
+	// AttemptOffset counts every attempt before this job (earlier series
+	// and, for a released delivery, earlier jobs of this series).
 	attemptNo := args.AttemptOffset + job.Attempt
 	attempt := &store.Attempt{
 		DeliveryID:      args.DeliveryID,
@@ -322,7 +321,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
-	delay, again := w.cfg.Schedule.RetryDelay(job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	delay, again := w.cfg.Schedule.RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
@@ -331,6 +330,33 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	update.Status = store.DeliveryPending
 	update.NextAttemptAt = &next
 	return w.finishAttempt(ctx, job, t, attempt, update, next)
+}
+
+// refused handles a delivery the breaker refused. While the breaker is open
+// or isolated it is parked: marked waiting with no job, so however large a
+// dead endpoint's backlog grows it costs the queue nothing until the
+// breaker lets traffic through and the unparker releases it. While a trial
+// holds the half-open breaker (a short wait) the job is snoozed instead.
+func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm Admission) error {
+	args := job.Args
+	until := adm.RetryAt
+	update := store.StatusUpdate{
+		DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
+		BreakerOpenUntil: &until,
+	}
+	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
+		update.Park = true
+		if err := w.record(ctx, nil, nil, update); err == nil {
+			if w.deps.Metrics != nil {
+				w.deps.Metrics.Parked.Inc()
+			}
+			return nil
+		}
+		// Not parked: fall back to waiting on a snoozed job.
+		update.Park = false
+	}
+	w.deps.Ledger.RecordAsync(update)
+	return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
 }
 
 // finishAttempt records the attempt and returns what River should do: nil to

@@ -44,6 +44,7 @@ func TestNextRetryIsInRiversFuture(t *testing.T) {
 		})
 	}
 }
+
 // TestNextRetryNeverInThePast: River replaces a next retry before its own
 // now with its default policy (attempt^4 seconds), so a jittered step that
 // ended before the attempt did must come back as now, not as that past time.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookd/hookd/internal/breaker"
 )
 
 // Delivery statuses. DeliveryDelivering is never stored: it is derived when a
@@ -24,13 +26,15 @@ const (
 
 // Delivery is one message on its way to one endpoint.
 type Delivery struct {
-	ID               string
-	MessageID        string
-	EndpointID       string
-	TenantID         string
-	Status           string
-	AttemptCount     int
-	Series           int
+	ID           string
+	MessageID    string
+	EndpointID   string
+	TenantID     string
+	Status       string
+	AttemptCount int
+	Series       int
+	// SeriesBase is AttemptCount when the current series began.
+	SeriesBase       int
 	JobID            *int64
 	LastAttemptAt    *time.Time
 	NextAttemptAt    *time.Time
@@ -44,14 +48,14 @@ type Delivery struct {
 
 const deliveryColumns = `d.id, d.message_id, d.endpoint_id, d.tenant_id,
 	CASE WHEN d.status IN ('pending', 'waiting') AND j.state = 'running' THEN 'delivering' ELSE d.status END,
-	d.attempt_count, d.series, d.job_id, d.last_attempt_at, d.next_attempt_at, d.last_status_code,
+	d.attempt_count, d.series, d.series_base, d.job_id, d.last_attempt_at, d.next_attempt_at, d.last_status_code,
 	d.last_error, d.breaker_open_until, d.delivered_at, d.created_at, d.updated_at`
 
 const deliveryFrom = ` FROM deliveries d LEFT JOIN river_job j ON j.id = d.job_id `
 
 func scanDelivery(row pgx.Row, extra ...any) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(append([]any{&d.ID, &d.MessageID, &d.EndpointID, &d.TenantID, &d.Status, &d.AttemptCount, &d.Series,
+	err := row.Scan(append([]any{&d.ID, &d.MessageID, &d.EndpointID, &d.TenantID, &d.Status, &d.AttemptCount, &d.Series, &d.SeriesBase,
 		&d.JobID, &d.LastAttemptAt, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError,
 		&d.BreakerOpenUntil, &d.DeliveredAt, &d.CreatedAt, &d.UpdatedAt}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -104,13 +108,14 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Del
 			return err
 		}
 		d.Series++
+		d.SeriesBase = d.AttemptCount
 		jobIDs, err := enq.EnqueueTx(ctx, tx, queueAll(msg, []Delivery{d}))
 		if err != nil {
 			return fmt.Errorf("enqueue retry: %w", err)
 		}
 		_, err = tx.Exec(ctx, `
-			UPDATE deliveries SET status = 'pending', series = $2, job_id = $3, next_attempt_at = NULL,
-				updated_at = now()
+			UPDATE deliveries SET status = 'pending', series = $2, series_base = attempt_count, job_id = $3,
+				next_attempt_at = NULL, updated_at = now()
 			WHERE id = $1`, id, d.Series, jobIDs[0])
 		if err != nil {
 			return fmt.Errorf("requeue delivery: %w", err)
@@ -216,6 +221,9 @@ type StatusUpdate struct {
 	LastStatusCode   *int
 	LastError        *string
 	BreakerOpenUntil *time.Time
+	// Park, with status waiting, detaches the delivery from its job: it
+	// waits without one until ReleaseParked queues it again.
+	Park bool
 }
 
 // AuthRule is a class's 401/403 auto-disable rule.
@@ -324,8 +332,10 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			codes     = make([]*int32, n)
 			lastErrs  = make([]*string, n)
 			openUntil = make([]*time.Time, n)
+			parks     = make([]bool, n)
 		)
 		for i, u := range updates {
+			parks[i] = u.Park && u.Status == DeliveryWaiting
 			ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
 			lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
 			if u.LastStatusCode != nil {
@@ -346,17 +356,18 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				last_error = CASE WHEN u.last_attempt_at IS NULL THEN coalesce(u.last_error, d.last_error) ELSE u.last_error END,
 				breaker_open_until = CASE WHEN u.status = 'waiting' THEN u.breaker_open_until ELSE NULL END,
 				delivered_at = CASE WHEN u.status = 'delivered' THEN coalesce(u.last_attempt_at, now()) ELSE d.delivered_at END,
+				job_id = CASE WHEN u.park THEN NULL ELSE d.job_id END,
 				updated_at = now()
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
-				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[])
+				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[])
 				AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
-					last_status_code, last_error, breaker_open_until)
+					last_status_code, last_error, breaker_open_until, park)
 			WHERE d.id = u.id AND d.series = u.series AND d.status <> 'delivered'
 				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
 				AND (u.status <> 'held' OR EXISTS (
 					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
 			RETURNING d.id, u.status`,
-			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil)
+			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
@@ -421,7 +432,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 		if m.Status == DeliveryDelivered || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
 			continue
 		}
-		m.Status, m.NextAttemptAt, m.BreakerOpenUntil = u.Status, u.NextAttemptAt, u.BreakerOpenUntil
+		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park
 	}
 	return out
 }
@@ -590,47 +601,14 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueu
 			return fmt.Errorf("reset auth streak: %w", err)
 		}
 		for {
-			rows, err := tx.Query(ctx, `
-				SELECT `+deliveryColumns+`, m.event_type, m.payload::text`+deliveryFrom+`
-				JOIN messages m ON m.id = d.message_id
-				WHERE d.endpoint_id = $1 AND d.status = 'held'
-				ORDER BY d.created_at, d.id LIMIT 500`, id)
+			n, err := releaseChunk(ctx, tx, id, releaseHeld, 500, enq)
 			if err != nil {
-				return fmt.Errorf("list held deliveries: %w", err)
+				return err
 			}
-			var batch []QueuedDelivery
-			for rows.Next() {
-				var q QueuedDelivery
-				var payload string
-				d, err := scanDelivery(rows, &q.EventType, &payload)
-				if err != nil {
-					rows.Close()
-					return fmt.Errorf("list held deliveries: %w", err)
-				}
-				q.Delivery, q.Payload = d, json.RawMessage(payload)
-				batch = append(batch, q)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("list held deliveries: %w", err)
-			}
-			if len(batch) == 0 {
+			if n == 0 {
 				break
 			}
-			jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
-			if err != nil {
-				return fmt.Errorf("enqueue held deliveries: %w", err)
-			}
-			ids := make([]string, len(batch))
-			for i, q := range batch {
-				ids[i] = q.ID
-			}
-			if _, err := tx.Exec(ctx, `
-				UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL, updated_at = now()
-				FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, ids, jobIDs); err != nil {
-				return fmt.Errorf("release held deliveries: %w", err)
-			}
-			released += len(batch)
+			released += n
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor) VALUES ($1, 'enabled', '', jsonb_build_object('released', $2::int), $3)`, id, released, actor)
 		if err != nil {
@@ -642,4 +620,121 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueu
 		return Endpoint{}, 0, err
 	}
 	return e, released, nil
+}
+
+// Which waiting deliveries releaseChunk queues again.
+const (
+	releaseHeld   = `d.status = 'held'`
+	releaseParked = `d.status = 'waiting' AND d.job_id IS NULL`
+)
+
+// releaseChunk gives up to limit of an endpoint's held or parked deliveries,
+// oldest first, a job each and makes them pending again. Rows another
+// transaction is releasing are skipped, so concurrent releasers never queue
+// a delivery twice. Each job keeps the delivery's place in its retry
+// schedule and attempt numbering.
+func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limit int, enq Enqueuer) (int, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+deliveryColumns+`, m.event_type, m.payload::text`+deliveryFrom+`
+		JOIN messages m ON m.id = d.message_id
+		WHERE d.endpoint_id = $1 AND `+which+`
+		ORDER BY d.created_at, d.id LIMIT $2
+		FOR UPDATE OF d SKIP LOCKED`, endpointID, limit)
+	if err != nil {
+		return 0, fmt.Errorf("list deliveries to release: %w", err)
+	}
+	var batch []QueuedDelivery
+	for rows.Next() {
+		var q QueuedDelivery
+		var payload string
+		d, err := scanDelivery(rows, &q.EventType, &payload)
+		if err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("list deliveries to release: %w", err)
+		}
+		q.Delivery, q.Payload = d, json.RawMessage(payload)
+		batch = append(batch, q)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("list deliveries to release: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
+	if err != nil {
+		return 0, fmt.Errorf("enqueue released deliveries: %w", err)
+	}
+	ids := make([]string, len(batch))
+	for i, q := range batch {
+		ids[i] = q.ID
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL,
+			breaker_open_until = NULL, updated_at = now()
+		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, ids, jobIDs); err != nil {
+		return 0, fmt.Errorf("release deliveries: %w", err)
+	}
+	return len(batch), nil
+}
+
+// ReleaseParked queues up to limit of an endpoint's parked deliveries
+// again, oldest first, in one transaction, and returns how many.
+func (s *Store) ReleaseParked(ctx context.Context, endpointID string, limit int, enq Enqueuer) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = releaseChunk(ctx, tx, endpointID, releaseParked, limit, enq)
+		return err
+	})
+	return n, err
+}
+
+// ParkedEndpoint is an endpoint with parked deliveries, and its breaker.
+type ParkedEndpoint struct {
+	EndpointID    string
+	Parked        int
+	Breaker       breaker.Breaker
+	Now           time.Time
+	TrialInFlight bool
+}
+
+// maxTrialSlots bounds the trial slots ParkedEndpoints looks at when it
+// asks whether a probe is in flight.
+const maxTrialSlots = 16
+
+// ParkedEndpoints lists the endpoints that have parked deliveries (of ids
+// only, when ids is not nil), with their breakers at the database's time
+// and whether a trial is in flight.
+func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndpoint, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH p AS (
+			SELECT endpoint_id, count(*) AS parked FROM deliveries
+			WHERE status = 'waiting' AND job_id IS NULL AND ($2::text[] IS NULL OR endpoint_id = ANY($2))
+			GROUP BY endpoint_id
+		)
+		SELECT `+breakerColumns+`, p.parked, clock_timestamp(),
+			EXISTS (
+				SELECT 1 FROM pg_locks l, generate_series(0, $1 - 1) AS slot
+				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+					AND l.classid::bigint = (hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) >> 32) & 4294967295
+					AND l.objid::bigint = hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) & 4294967295)
+		FROM p JOIN breaker_states s ON s.endpoint_id = p.endpoint_id`, maxTrialSlots, ids)
+	if err != nil {
+		return nil, fmt.Errorf("list parked endpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []ParkedEndpoint
+	for rows.Next() {
+		var pe ParkedEndpoint
+		var now time.Time
+		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight)
+		if err != nil {
+			return nil, fmt.Errorf("list parked endpoints: %w", err)
+		}
+		pe.EndpointID, pe.Breaker, pe.Now = id, b, now.UTC()
+		out = append(out, pe)
+	}
+	return out, rows.Err()
 }

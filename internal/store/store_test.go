@@ -362,3 +362,78 @@ func TestNewIDSortsByTime(t *testing.T) {
 	require.Len(t, a, 3+26)
 	require.Less(t, a, b)
 }
+
+// TestParkAndRelease: a delivery parked by the ledger loses its job and
+// waits; ReleaseParked queues it again, oldest first, keeping its place in
+// the retry schedule, and two releasers never queue it twice.
+func TestParkAndRelease(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	var ids []string
+	for range 3 {
+		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+		require.NoError(t, err)
+		ids = append(ids, m.Deliveries[0].ID)
+	}
+	until := time.Now().Add(time.Minute)
+	now := time.Now()
+	code := 503
+	// The first delivery made two attempts before it was refused.
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: ids[0], Series: 1, Status: store.DeliveryPending, AttemptCount: 2, LastAttemptAt: &now, LastStatusCode: &code},
+	}))
+	var updates []store.StatusUpdate
+	for _, id := range ids {
+		updates = append(updates, store.StatusUpdate{DeliveryID: id, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true})
+	}
+	require.NoError(t, s.RecordLedger(ctx, nil, updates))
+	d, err := s.GetDelivery(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryWaiting, d.Status)
+	require.Nil(t, d.JobID, "parked: no job")
+	require.Equal(t, 2, d.AttemptCount)
+
+	parked, err := s.ParkedEndpoints(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	require.Equal(t, e.ID, parked[0].EndpointID)
+	require.Equal(t, 3, parked[0].Parked)
+	require.False(t, parked[0].TrialInFlight)
+
+	before := len(b.enq.queued)
+	n, err := s.ReleaseParked(ctx, e.ID, 1, b.enq)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	released := b.enq.queued[before]
+	require.Equal(t, ids[0], released.ID, "oldest first")
+	require.Equal(t, 2, released.AttemptCount, "attempt numbering goes on")
+	require.Equal(t, 0, released.SeriesBase)
+	d, err = s.GetDelivery(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, d.Status)
+	require.NotNil(t, d.JobID)
+	require.Nil(t, d.BreakerOpenUntil)
+
+	// Two releasers at once queue each remaining delivery once.
+	var wg sync.WaitGroup
+	counts := make([]int, 2)
+	for i := range counts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.ReleaseParked(ctx, e.ID, 10, b.enq)
+			if err != nil {
+				t.Errorf("release: %v", err)
+			}
+			counts[i] = n
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 2, counts[0]+counts[1])
+	require.Len(t, b.enq.queued, before+3)
+	parked, err = s.ParkedEndpoints(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, parked)
+}
