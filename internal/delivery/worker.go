@@ -119,8 +119,7 @@ type Worker struct {
 	// retryAt hands the worker's chosen next-attempt time to NextRetry.
 	retryAt sync.Map // job id -> time.Time
 
-	mu       sync.Mutex
-	inFlight map[string]int
+	slots *endpointSlots
 }
 
 var _ river.Worker[DeliverArgs] = (*Worker)(nil)
@@ -148,7 +147,7 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, deps: deps, inFlight: map[string]int{}}
+	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint)}
 }
 
 // JobTimeoutMargin is how much longer than the request timeout River lets a
@@ -233,19 +232,22 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		}
 		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
 	}
-	if !w.acquire(t.ID) {
+	if !w.slots.acquire(ctx, t.ID) {
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.ConcurrencySnoozed.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
 		}
 		return river.JobSnooze(100*time.Millisecond + w.jitter())
 	}
 	// The cap bounds requests in flight to the endpoint, so the slot goes
-	// back as soon as the answer is in, not after the ledger's commit.
+	// back as soon as an answer is in, not after the ledger's commit. After a
+	// transport failure (a timeout, a reset) it is kept until the attempt is
+	// recorded: the endpoint may not have seen the connection close yet.
 	held := true
+	var took time.Duration
 	release := func() {
 		if held {
 			held = false
-			w.release(t.ID)
+			w.slots.release(t.ID, took)
 		}
 	}
 	defer release()
@@ -278,7 +280,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		Body:      payload,
 		Signature: Sign(args.MessageID, start, payload, t.SigningSecrets(start)...),
 	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
-	release()
+	took = resp.Duration
+	if resp.Status != 0 {
+		release()
+	}
 	if ctx.Err() != nil && resp.Status == 0 {
 		// Shutdown (or River's job timeout) cut the attempt short: it says
 		// nothing about the endpoint. River makes the job available again.
@@ -425,26 +430,6 @@ func (w *Worker) count(endpointID string, class Classification, resp Response) {
 		m.Delivery5xxTotal.WithLabelValues(label).Inc()
 	}
 	m.DeliveryDuration.Observe(resp.Duration.Seconds())
-}
-
-func (w *Worker) acquire(endpointID string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inFlight[endpointID] >= w.cfg.MaxPerEndpoint {
-		return false
-	}
-	w.inFlight[endpointID]++
-	return true
-}
-
-func (w *Worker) release(endpointID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inFlight[endpointID] <= 1 {
-		delete(w.inFlight, endpointID)
-		return
-	}
-	w.inFlight[endpointID]--
 }
 
 func (w *Worker) jitter() time.Duration {

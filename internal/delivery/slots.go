@@ -1,0 +1,95 @@
+package delivery
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// endpointSlots caps the attempts in flight to each endpoint in this
+// process. When an endpoint's slots are all taken, a delivery to an
+// endpoint that answers fast waits up to maxWait for one (a slot frees
+// within milliseconds there) instead of being snoozed at once: a snooze
+// rewrites the job row and fetches it again, which on a hot endpoint costs
+// more than the wait. A delivery to a slow endpoint (a hanging one, whose
+// slots free only at the request timeout) is refused at once, so it never
+// ties up a worker waiting.
+type endpointSlots struct {
+	max     int
+	maxWait time.Duration
+	fast    time.Duration
+
+	mu sync.Mutex
+	m  map[string]*slotState
+}
+
+type slotState struct {
+	inFlight int
+	// latency is a moving average of the endpoint's answer times.
+	latency time.Duration
+	// free is signalled when a slot is given back.
+	free chan struct{}
+}
+
+func newEndpointSlots(max int) *endpointSlots {
+	return &endpointSlots{max: max, maxWait: 50 * time.Millisecond, fast: 100 * time.Millisecond, m: map[string]*slotState{}}
+}
+
+func (s *endpointSlots) state(id string) *slotState {
+	st := s.m[id]
+	if st == nil {
+		st = &slotState{free: make(chan struct{}, 1)}
+		s.m[id] = st
+	}
+	return st
+}
+
+// acquire takes a slot of endpoint id, waiting for one as described above.
+func (s *endpointSlots) acquire(ctx context.Context, id string) bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		st := s.state(id)
+		if st.inFlight < s.max {
+			st.inFlight++
+			s.mu.Unlock()
+			return true
+		}
+		wait, free := st.latency < s.fast, st.free
+		s.mu.Unlock()
+		if !wait {
+			return false
+		}
+		if timer == nil {
+			timer = time.NewTimer(s.maxWait)
+		}
+		select {
+		case <-free:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives a slot back; took is how long the endpoint took to answer
+// (zero when no request was made).
+func (s *endpointSlots) release(id string, took time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state(id)
+	st.inFlight = max(st.inFlight-1, 0)
+	if took > 0 {
+		st.latency += (took - st.latency) / 8
+	}
+	select {
+	case st.free <- struct{}{}:
+	default:
+	}
+}
