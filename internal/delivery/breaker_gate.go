@@ -103,6 +103,10 @@ type BreakerGate struct {
 	recentOpens map[string]time.Time
 	active      map[string]time.Time
 	suspect     bool
+	// pruned holds when each endpoint's old buckets were last deleted by a
+	// flush: once per bucket width is enough (a bucket leaves the window no
+	// faster), and deleting on every 100 ms flush cost more than the upsert.
+	pruned map[string]time.Time
 }
 
 var _ Gate = (*BreakerGate)(nil)
@@ -148,6 +152,7 @@ func NewBreakerGate(cfg BreakerGateConfig, st BreakerStore, trials TrialAcquirer
 		suppressed:  map[string]time.Time{},
 		recentOpens: map[string]time.Time{},
 		active:      map[string]time.Time{},
+		pruned:      map[string]time.Time{},
 	}
 }
 
@@ -448,6 +453,11 @@ func (g *BreakerGate) Run(ctx context.Context) {
 					delete(g.busyUntil, id)
 				}
 			}
+			for id, at := range g.pruned {
+				if now.Sub(at) > fleetActiveWindow {
+					delete(g.pruned, id)
+				}
+			}
 			g.mu.Unlock()
 		}
 	}
@@ -482,7 +492,10 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		if t.cfg.Trip == breaker.TripConsecutive {
 			runs = append(runs, store.RunCount{EndpointID: k.endpoint, Generation: k.generation, Run: t.run})
 		}
-		prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
+		if now := g.now(); now.Sub(g.prunedAt(k.endpoint)) >= max(t.cfg.Window/breaker.BucketsPerWindow, time.Second) {
+			g.setPrunedAt(k.endpoint, now)
+			prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
+		}
 		if t.failures > 0 {
 			if _, dup := cfgs[k.endpoint]; !dup {
 				want = append(want, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window})
@@ -549,6 +562,18 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 			g.logger.Info("breaker_shadow_transition", slog.String("endpoint", ev.EndpointID), slog.String("to", res.Transition.To.String()))
 		}
 	}
+}
+
+func (g *BreakerGate) prunedAt(id string) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pruned[id]
+}
+
+func (g *BreakerGate) setPrunedAt(id string, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruned[id] = at
 }
 
 // prune deletes buckets of past generations and of endpoints that went
