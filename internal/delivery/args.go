@@ -35,10 +35,11 @@ type DeliverArgs struct {
 	// (by an earlier job of a delivery that was parked or held and then
 	// released), so the retry schedule goes on where it was.
 	ScheduleOffset int `json:"schedule_offset,omitempty"`
-	// Payload is the message body when it is at most the enqueuer's inline
-	// limit; otherwise the worker loads it from the message. It is a string,
-	// not raw JSON, because River stores args as jsonb, which would reformat
-	// the body: the bytes sent must be the bytes accepted.
+	// Payload is the message body, carried by jobs queued before payloads
+	// moved out of the job (a string, not raw JSON, so River's jsonb could
+	// not reformat it). New jobs leave it empty: the worker loads the
+	// payload by message id, batched and cached (see payloads), which keeps
+	// River's job rows and their GIN-indexed args small.
 	Payload string `json:"payload,omitempty"`
 }
 
@@ -50,25 +51,15 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
 }
 
-// DefaultInlinePayloadMax is the largest payload carried inside a job's args.
-const DefaultInlinePayloadMax = 64 << 10
-
 // Enqueuer inserts delivery jobs with River in the caller's transaction.
 type Enqueuer struct {
 	Client *river.Client[pgx.Tx]
-	// InlinePayloadMax is the largest payload copied into job args; larger ones
-	// are loaded by the worker. Zero means DefaultInlinePayloadMax.
-	InlinePayloadMax int
 }
 
 var _ store.Enqueuer = (*Enqueuer)(nil)
 
 // EnqueueTx inserts one job per delivery and returns their ids in order.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.QueuedDelivery) ([]int64, error) {
-	limit := e.InlinePayloadMax
-	if limit == 0 {
-		limit = DefaultInlinePayloadMax
-	}
 	params := make([]river.InsertManyParams, len(deliveries))
 	for i, d := range deliveries {
 		args := DeliverArgs{
@@ -79,9 +70,6 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 			Series:         d.Series,
 			AttemptOffset:  d.AttemptCount,
 			ScheduleOffset: d.AttemptCount - d.SeriesBase,
-		}
-		if len(d.Payload) <= limit {
-			args.Payload = string(d.Payload)
 		}
 		params[i] = river.InsertManyParams{Args: args}
 	}

@@ -119,7 +119,8 @@ type Worker struct {
 	// retryAt hands the worker's chosen next-attempt time to NextRetry.
 	retryAt sync.Map // job id -> time.Time
 
-	slots *endpointSlots
+	slots    *endpointSlots
+	payloads *payloads
 }
 
 var _ river.Worker[DeliverArgs] = (*Worker)(nil)
@@ -147,7 +148,8 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint)}
+	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint),
+		payloads: newPayloads(deps.Deliveries, time.Millisecond, 8<<20)}
 }
 
 // JobTimeoutMargin is how much longer than the request timeout River lets a
@@ -261,15 +263,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return w.refused(ctx, job, adm)
 	}
 
-	payload := []byte(args.Payload)
+	payload := []byte(args.Payload) // jobs queued by older versions carried it
 	if len(payload) == 0 {
-		m, err := w.deps.Deliveries.MessagePayloads(ctx, []string{args.MessageID})
-		if err != nil || m[args.MessageID] == nil {
+		p, err := w.payloads.get(ctx, args.MessageID)
+		if err != nil {
 			adm.Finish(ctx, Outcome{At: w.deps.Now()})
-			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.Any("error", err))
+			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 			return river.JobSnooze(time.Second + w.jitter())
 		}
-		payload = m[args.MessageID]
+		payload = p
 	}
 
 	start := w.deps.Now()

@@ -215,9 +215,9 @@ func (l *chaosLoad) send(ctx context.Context, n int) {
 	eventType := chaosEventTypes[n%len(chaosEventTypes)]
 	payload := map[string]any{"n": n, "note": "chaos"}
 	if n%50 == 7 {
-		// Larger than a job's inline payload: the worker reads it from
-		// the message row.
-		payload["blob"] = strings.Repeat("x", delivery.DefaultInlinePayloadMax+1024)
+		// A large payload (workers load payloads from the message row,
+		// batched and cached).
+		payload["blob"] = strings.Repeat("x", 64<<10+1024)
 		l.mu.Lock()
 		l.largeSent++
 		l.mu.Unlock()

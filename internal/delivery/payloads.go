@@ -1,0 +1,122 @@
+package delivery
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// PayloadLoader loads message payloads by id.
+type PayloadLoader interface {
+	MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error)
+}
+
+// payloads gives the worker each message's payload. Jobs carry only the
+// message id: a payload inside River's args would be written with every
+// version of the job row (inserted, running, completed) and indexed by
+// River's GIN index on args, the costliest part of accepting a message. So
+// workers load payloads here instead: concurrent requests within linger
+// share one query, and a bounded cache serves a fanned-out message's other
+// deliveries without a query at all.
+type payloads struct {
+	loader   PayloadLoader
+	linger   time.Duration
+	maxBytes int
+
+	mu    sync.Mutex
+	batch *payloadBatch
+	// cache is an LRU of payloads by message id, at most maxBytes in all.
+	cache map[string]*list.Element
+	order *list.List
+	bytes int
+}
+
+type payloadEntry struct {
+	id      string
+	payload json.RawMessage
+}
+
+type payloadBatch struct {
+	ids    map[string]struct{}
+	done   chan struct{}
+	result map[string]json.RawMessage
+	err    error
+}
+
+func newPayloads(loader PayloadLoader, linger time.Duration, maxBytes int) *payloads {
+	return &payloads{loader: loader, linger: linger, maxBytes: maxBytes, cache: map[string]*list.Element{}, order: list.New()}
+}
+
+// get returns the payload of message id.
+func (p *payloads) get(ctx context.Context, id string) (json.RawMessage, error) {
+	p.mu.Lock()
+	if el, ok := p.cache[id]; ok {
+		p.order.MoveToFront(el)
+		payload := el.Value.(*payloadEntry).payload
+		p.mu.Unlock()
+		return payload, nil
+	}
+	b := p.batch
+	leader := b == nil
+	if leader {
+		b = &payloadBatch{ids: map[string]struct{}{}, done: make(chan struct{})}
+		p.batch = b
+	}
+	b.ids[id] = struct{}{}
+	p.mu.Unlock()
+
+	if leader {
+		// Let concurrent workers join this query, then run it for all.
+		time.Sleep(p.linger)
+		p.mu.Lock()
+		p.batch = nil
+		ids := make([]string, 0, len(b.ids))
+		for id := range b.ids {
+			ids = append(ids, id)
+		}
+		p.mu.Unlock()
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		b.result, b.err = p.loader.MessagePayloads(lctx, ids)
+		cancel()
+		if b.err == nil {
+			p.mu.Lock()
+			for id, payload := range b.result {
+				p.putLocked(id, payload)
+			}
+			p.mu.Unlock()
+		}
+		close(b.done)
+	} else {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if b.err != nil {
+		return nil, fmt.Errorf("load payload: %w", b.err)
+	}
+	payload, ok := b.result[id]
+	if !ok {
+		return nil, fmt.Errorf("load payload: message %s not found", id)
+	}
+	return payload, nil
+}
+
+func (p *payloads) putLocked(id string, payload json.RawMessage) {
+	if _, ok := p.cache[id]; ok || len(payload) > p.maxBytes/4 {
+		return
+	}
+	p.cache[id] = p.order.PushFront(&payloadEntry{id: id, payload: payload})
+	p.bytes += len(payload)
+	for p.bytes > p.maxBytes {
+		el := p.order.Back()
+		e := el.Value.(*payloadEntry)
+		p.order.Remove(el)
+		delete(p.cache, e.id)
+		p.bytes -= len(e.payload)
+	}
+}
