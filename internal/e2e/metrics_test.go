@@ -105,7 +105,6 @@ func TestMetricsAfterARunWithOneFailingEndpoint(t *testing.T) {
 
 	// Fleet-wide figures: each dispatcher exports the same values, those
 	// of the deliver queue (measured every second here).
-	var scheduled float64
 	Eventually(t, 10*time.Second, 100*time.Millisecond, "queue metrics equal to the queue", func() bool {
 		for _, state := range store.QueueStates {
 			var jobs float64
@@ -115,9 +114,6 @@ func TestMetricsAfterARunWithOneFailingEndpoint(t *testing.T) {
 					return false
 				}
 			}
-			if state == "scheduled" {
-				scheduled = jobs
-			}
 		}
 		for _, d := range ds {
 			if metricValue(t, d.MetricsURL, "webhook_oldest_pending_seconds") != 0 {
@@ -126,7 +122,13 @@ func TestMetricsAfterARunWithOneFailingEndpoint(t *testing.T) {
 		}
 		return true
 	})
-	require.Positive(t, scheduled, "refused deliveries wait for the breaker as scheduled jobs")
+	// Refused deliveries wait for the breaker parked: without a River job.
+	Eventually(t, 10*time.Second, 100*time.Millisecond, "refused deliveries parked and counted", func() bool {
+		var parked int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'waiting' AND job_id IS NULL`, failing.ID).Scan(&parked))
+		return parked > 0 && sum("webhook_delivery_parked_total") > 0
+	})
+	require.Zero(t, sum("webhook_delivery_unparked_total"), "nothing released while the breaker is open")
 	for _, d := range ds {
 		require.Equal(t, 30.0, metricValue(t, d.MetricsURL, `breaker_class_open_duration_seconds{class="fast"}`))
 		require.Zero(t, metricValue(t, d.MetricsURL, "breaker_fleet_suspect"))
