@@ -92,9 +92,9 @@ func handleCreateMessage(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, &tooLargeError{field: "payload", limit: d.MaxPayloadBytes})
 			return
 		}
-		m, created, err := d.Store.CreateMessage(r.Context(), store.NewMessage{
+		m, created, err := d.Messages.CreateMessage(r.Context(), store.NewMessage{
 			TenantID: req.TenantID, EventType: req.EventType, Payload: buf.Bytes(), IdempotencyKey: req.IdempotencyKey,
-		}, d.Enqueuer)
+		})
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

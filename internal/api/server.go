@@ -23,6 +23,9 @@ import (
 type Deps struct {
 	Store    *store.Store
 	Enqueuer store.Enqueuer
+	// Messages stores accepted messages; nil means a
+	// store.MessageCommitter over Store and Enqueuer (group commit).
+	Messages MessageCreator
 	Logger   *slog.Logger
 	// Token is the bootstrap admin token (API_TOKEN); empty disables it.
 	Token string
@@ -60,6 +63,15 @@ type Deps struct {
 	limiter  *rateLimiter
 }
 
+// MessageCreator stores an accepted message with its deliveries and their
+// jobs, or answers the first message of a used idempotency key with
+// created false.
+type MessageCreator interface {
+	CreateMessage(ctx context.Context, in store.NewMessage) (m store.Message, created bool, err error)
+}
+
+var _ MessageCreator = (*store.MessageCommitter)(nil)
+
 // NewServer returns the API's handler.
 func NewServer(d Deps) http.Handler {
 	return newRouter(d)
@@ -73,6 +85,9 @@ func newRouter(d Deps) chi.Router {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Messages == nil {
+		d.Messages = store.NewMessageCommitter(d.Store, d.Enqueuer, store.MessageCommitterConfig{})
 	}
 	if d.Rand == nil {
 		d.Rand = rand.Reader

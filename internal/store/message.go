@@ -71,117 +71,244 @@ func EventTypeFilters(eventType string) []string {
 // idempotency key already used by the tenant in the last 24 hours it creates
 // nothing and returns the first message with created=false.
 func (s *Store) CreateMessage(ctx context.Context, in NewMessage, enq Enqueuer) (msg Message, created bool, err error) {
-	now := time.Now()
-	msg = Message{
-		ID:             NewID("msg", now),
-		TenantID:       in.TenantID,
-		EventType:      in.EventType,
-		Payload:        in.Payload,
-		IdempotencyKey: in.IdempotencyKey,
+	res, err := s.CreateMessages(ctx, []NewMessage{in}, enq)
+	if err != nil {
+		return Message{}, false, err
 	}
-	var replayOf string
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var (
-			fresh     bool
-			ids       []string
-			statuses  []string
-			createdAt *time.Time
-		)
-		// One statement claims the idempotency key, inserts the message when
-		// the claim succeeded, and lists the subscribed endpoints.
-		err := tx.QueryRow(ctx, `
-			WITH k AS (
+	return res[0].Message, res[0].Created, nil
+}
+
+// CreatedMessage is CreateMessages' answer for one message: the message
+// stored, or, when its idempotency key was already used, the first message
+// with Created false.
+type CreatedMessage struct {
+	Message Message
+	Created bool
+}
+
+// CreateMessages stores messages as CreateMessage does, all of them in one
+// transaction: one statement claims their idempotency keys, inserts them and
+// lists their subscribed endpoints, one River insert queues every delivery
+// and one statement stores the deliveries. Messages of one tenant with the
+// same idempotency key are one message: the first creates it, the others
+// replay it. Either every message is stored or none is.
+func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueuer) ([]CreatedMessage, error) {
+	now := time.Now()
+	out := make([]CreatedMessage, len(ins))
+	// sameKeyAs[i] is the index of an earlier message with i's tenant and
+	// idempotency key, or -1.
+	sameKeyAs := make([]int, len(ins))
+	type tenantKey struct{ tenant, key string }
+	firstOfKey := make(map[tenantKey]int)
+	var (
+		ids, tenants, eventTypes, payloads, keys []string
+		filterOrds                               []int32
+		filters                                  []string
+		// batchIndex[j] is the index in ins of the j-th message sent.
+		batchIndex []int
+	)
+	for i, in := range ins {
+		sameKeyAs[i] = -1
+		if in.IdempotencyKey != "" {
+			k := tenantKey{in.TenantID, in.IdempotencyKey}
+			if j, ok := firstOfKey[k]; ok {
+				sameKeyAs[i] = j
+				continue
+			}
+			firstOfKey[k] = i
+		}
+		out[i].Message = Message{
+			ID:             NewID("msg", now),
+			TenantID:       in.TenantID,
+			EventType:      in.EventType,
+			Payload:        in.Payload,
+			IdempotencyKey: in.IdempotencyKey,
+		}
+		batchIndex = append(batchIndex, i)
+		ord := int32(len(batchIndex))
+		ids = append(ids, out[i].Message.ID)
+		tenants = append(tenants, in.TenantID)
+		eventTypes = append(eventTypes, in.EventType)
+		payloads = append(payloads, string(in.Payload))
+		keys = append(keys, in.IdempotencyKey)
+		for _, f := range EventTypeFilters(in.EventType) {
+			filterOrds = append(filterOrds, ord)
+			filters = append(filters, f)
+		}
+	}
+	// replayOf maps a message not created to the first message of its key.
+	replayOf := make(map[int]string)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// One statement claims the idempotency keys, inserts the messages
+		// whose claim succeeded (or that have no key), and lists each new
+		// message's subscribed endpoints, one row per endpoint.
+		rows, err := tx.Query(ctx, `
+			WITH input AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+					WITH ORDINALITY AS t(id, tenant_id, event_type, payload, key, ord)
+			), k AS (
 				INSERT INTO idempotency_keys (tenant_id, key, message_id)
-				SELECT $1, $4, $5 WHERE $4 <> ''
+				SELECT tenant_id, key, id FROM input WHERE key <> ''
 				ON CONFLICT (tenant_id, key) DO UPDATE
 					SET message_id = EXCLUDED.message_id, created_at = now()
 					WHERE idempotency_keys.created_at < now() - interval '24 hours'
 				RETURNING message_id
 			), m AS (
 				INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key)
-				SELECT $5, $1, $2, $3::text::json, nullif($4, '')
-				WHERE $4 = '' OR EXISTS (SELECT 1 FROM k)
-				RETURNING created_at
+				SELECT id, tenant_id, event_type, payload::json, nullif(key, '') FROM input
+				WHERE key = '' OR id IN (SELECT message_id FROM k)
+				RETURNING id, created_at
 			)
-			SELECT EXISTS (SELECT 1 FROM m),
-				(SELECT created_at FROM m),
-				coalesce(array_agg(e.id ORDER BY e.id), '{}'),
-				coalesce(array_agg(e.status ORDER BY e.id), '{}')
-			FROM endpoints e
-			WHERE EXISTS (SELECT 1 FROM m)
-				AND e.tenant_id = $1 AND e.deleted_at IS NULL
-				AND (cardinality(e.event_types) = 0 OR e.event_types && $6)`,
-			in.TenantID, in.EventType, string(in.Payload), in.IdempotencyKey, msg.ID,
-			EventTypeFilters(in.EventType),
-		).Scan(&fresh, &createdAt, &ids, &statuses)
+			SELECT i.ord, m.created_at, e.id, e.status
+			FROM input i
+			LEFT JOIN m ON m.id = i.id
+			LEFT JOIN LATERAL (
+				SELECT e.id, e.status FROM endpoints e
+				WHERE m.id IS NOT NULL AND e.tenant_id = i.tenant_id AND e.deleted_at IS NULL
+					AND (cardinality(e.event_types) = 0 OR e.event_types && ARRAY(
+						SELECT f.filter FROM unnest($6::int[], $7::text[]) AS f(ord, filter) WHERE f.ord = i.ord))
+			) e ON true
+			ORDER BY i.ord, e.id`,
+			ids, tenants, eventTypes, payloads, keys, filterOrds, filters)
 		if err != nil {
-			return fmt.Errorf("insert message: %w", err)
+			return fmt.Errorf("insert messages: %w", err)
 		}
-		if !fresh {
-			if err := tx.QueryRow(ctx, `SELECT message_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
-				in.TenantID, in.IdempotencyKey).Scan(&replayOf); err != nil {
-				return fmt.Errorf("look up idempotency key: %w", err)
+		var (
+			deliveries  []Delivery
+			deliveryMsg []int // index in ins of each delivery's message
+			queued      []Delivery
+			queuedMsg   []int
+			replays     []int
+		)
+		for rows.Next() {
+			var (
+				ord        int64
+				createdAt  *time.Time
+				endpointID *string
+				status     *string
+			)
+			if err := rows.Scan(&ord, &createdAt, &endpointID, &status); err != nil {
+				rows.Close()
+				return fmt.Errorf("insert messages: %w", err)
 			}
-			return nil
-		}
-		msg.CreatedAt = *createdAt
-		created = true
-		if len(ids) == 0 {
-			return nil
-		}
-		deliveries := make([]Delivery, len(ids))
-		var queued []Delivery
-		for i, id := range ids {
+			i := batchIndex[ord-1]
+			if createdAt == nil {
+				replays = append(replays, i)
+				continue
+			}
+			m := &out[i].Message
+			m.CreatedAt = *createdAt
+			out[i].Created = true
+			if endpointID == nil {
+				continue
+			}
 			d := Delivery{
 				ID:         NewID("dlv", now),
-				MessageID:  msg.ID,
-				EndpointID: id,
-				TenantID:   in.TenantID,
+				MessageID:  m.ID,
+				EndpointID: *endpointID,
+				TenantID:   m.TenantID,
 				Status:     DeliveryPending,
 				Series:     1,
-				CreatedAt:  msg.CreatedAt,
-				UpdatedAt:  msg.CreatedAt,
+				CreatedAt:  m.CreatedAt,
+				UpdatedAt:  m.CreatedAt,
 			}
-			if statuses[i] != EndpointEnabled {
+			if *status != EndpointEnabled {
 				d.Status = DeliveryHeld
 			}
-			deliveries[i] = d
+			deliveries = append(deliveries, d)
+			deliveryMsg = append(deliveryMsg, i)
 			if d.Status == DeliveryPending {
 				queued = append(queued, d)
+				queuedMsg = append(queuedMsg, i)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("insert messages: %w", err)
+		}
+		if len(replays) > 0 {
+			// A new statement, so keys claimed by transactions that
+			// committed while the insert waited on them are seen.
+			var rt, rk []string
+			for _, i := range replays {
+				rt = append(rt, ins[i].TenantID)
+				rk = append(rk, ins[i].IdempotencyKey)
+			}
+			rows, err := tx.Query(ctx, `
+				SELECT ik.tenant_id, ik.key, ik.message_id
+				FROM idempotency_keys ik, unnest($1::text[], $2::text[]) AS t(tenant_id, key)
+				WHERE ik.tenant_id = t.tenant_id AND ik.key = t.key`, rt, rk)
+			if err != nil {
+				return fmt.Errorf("look up idempotency keys: %w", err)
+			}
+			first := make(map[tenantKey]string, len(replays))
+			for rows.Next() {
+				var tenant, key, id string
+				if err := rows.Scan(&tenant, &key, &id); err != nil {
+					rows.Close()
+					return fmt.Errorf("look up idempotency keys: %w", err)
+				}
+				first[tenantKey{tenant, key}] = id
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("look up idempotency keys: %w", err)
+			}
+			for _, i := range replays {
+				id, ok := first[tenantKey{ins[i].TenantID, ins[i].IdempotencyKey}]
+				if !ok {
+					return fmt.Errorf("look up idempotency keys: no message for key %q of tenant %q", ins[i].IdempotencyKey, ins[i].TenantID)
+				}
+				replayOf[i] = id
 			}
 		}
 		if len(queued) > 0 {
-			jobIDs, err := enq.EnqueueTx(ctx, tx, queueAll(msg, queued))
+			qs := make([]QueuedDelivery, len(queued))
+			for j, d := range queued {
+				m := out[queuedMsg[j]].Message
+				qs[j] = QueuedDelivery{Delivery: d, EventType: m.EventType, Payload: m.Payload}
+			}
+			jobIDs, err := enq.EnqueueTx(ctx, tx, qs)
 			if err != nil {
 				return fmt.Errorf("enqueue deliveries: %w", err)
 			}
 			byID := make(map[string]int64, len(queued))
-			for i, d := range queued {
-				byID[d.ID] = jobIDs[i]
+			for j, d := range queued {
+				byID[d.ID] = jobIDs[j]
 			}
-			for i := range deliveries {
-				if j, ok := byID[deliveries[i].ID]; ok {
-					deliveries[i].JobID = &j
+			for j := range deliveries {
+				if id, ok := byID[deliveries[j].ID]; ok {
+					deliveries[j].JobID = &id
 				}
 			}
 		}
-		if err := insertDeliveries(ctx, tx, deliveries); err != nil {
-			return err
+		if len(deliveries) > 0 {
+			if err := insertDeliveries(ctx, tx, deliveries); err != nil {
+				return err
+			}
 		}
-		msg.Deliveries = deliveries
+		for j, d := range deliveries {
+			m := &out[deliveryMsg[j]].Message
+			m.Deliveries = append(m.Deliveries, d)
+		}
 		return nil
 	})
 	if err != nil {
-		return Message{}, false, err
+		return nil, err
 	}
-	if replayOf != "" {
-		first, err := s.GetMessage(ctx, replayOf)
+	for i, id := range replayOf {
+		first, err := s.GetMessage(ctx, id)
 		if err != nil {
-			return Message{}, false, fmt.Errorf("load idempotent message: %w", err)
+			return nil, fmt.Errorf("load idempotent message: %w", err)
 		}
-		return first, false, nil
+		out[i] = CreatedMessage{Message: first}
 	}
-	return msg, created, nil
+	for i, j := range sameKeyAs {
+		if j >= 0 {
+			out[i] = CreatedMessage{Message: out[j].Message}
+		}
+	}
+	return out, nil
 }
 
 func insertDeliveries(ctx context.Context, tx pgx.Tx, ds []Delivery) error {

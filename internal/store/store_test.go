@@ -40,11 +40,19 @@ type fakeEnqueuer struct {
 	next   int64
 	queued []store.Delivery
 	fail   error
+	calls  int
+}
+
+func (f *fakeEnqueuer) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func (f *fakeEnqueuer) EnqueueTx(_ context.Context, _ pgx.Tx, qs []store.QueuedDelivery) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls++
 	if f.fail != nil {
 		return nil, f.fail
 	}

@@ -1,0 +1,9 @@
+package store
+
+// Waiting returns how many messages wait for a group, for tests that need
+// a group formed before it commits.
+func (c *MessageCommitter) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}

@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MessageCommitter accepts messages with group commit: a message that
+// arrives while MaxInFlight groups are being committed waits, and the next
+// group takes every message that waited (up to MaxBatch) into one
+// transaction of CreateMessages. At low load each message is its own group
+// and waits for nothing; under load one statement, one River insert and one
+// fsync'd commit serve many API requests, as the dispatcher's ledger does
+// for attempts.
+//
+// It runs no goroutine of its own: the request that opens a group commits
+// it, and on finishing hands the next group to the first request waiting.
+// When a group's transaction fails, each of its messages is committed alone,
+// so a message that cannot be stored fails only its own request.
+type MessageCommitter struct {
+	store *Store
+	enq   Enqueuer
+	cfg   MessageCommitterConfig
+
+	mu       sync.Mutex
+	waiting  []*messageRequest
+	inFlight int
+	groups   int64
+	messages int64
+}
+
+// MessageCommitterConfig tunes a MessageCommitter.
+type MessageCommitterConfig struct {
+	// MaxInFlight is how many groups are committed at once, each on its
+	// own connection; zero means 2. Fewer groups in flight make bigger
+	// groups.
+	MaxInFlight int
+	// MaxBatch caps a group's messages; zero means 128.
+	MaxBatch int
+	// CommitTimeout bounds a group's transaction, which does not end when
+	// the request that commits it is cancelled (the others in its group
+	// still wait for it); zero means 15s.
+	CommitTimeout time.Duration
+}
+
+type messageRequest struct {
+	ctx  context.Context
+	in   NewMessage
+	lead chan []*messageRequest // the group this request is to commit
+	done chan struct{}
+	res  CreatedMessage
+	err  error
+}
+
+// NewMessageCommitter returns a committer storing messages in s with their
+// jobs inserted by enq.
+func NewMessageCommitter(s *Store, enq Enqueuer, cfg MessageCommitterConfig) *MessageCommitter {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 2
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 128
+	}
+	if cfg.CommitTimeout <= 0 {
+		cfg.CommitTimeout = 15 * time.Second
+	}
+	return &MessageCommitter{store: s, enq: enq, cfg: cfg}
+}
+
+// CreateMessage stores in as Store.CreateMessage does, in a group with the
+// messages accepted at the same time.
+func (c *MessageCommitter) CreateMessage(ctx context.Context, in NewMessage) (Message, bool, error) {
+	r := &messageRequest{ctx: ctx, in: in, lead: make(chan []*messageRequest, 1), done: make(chan struct{})}
+	var group []*messageRequest
+	c.mu.Lock()
+	if c.inFlight < c.cfg.MaxInFlight {
+		// Nothing waits while a group could start: this request is one.
+		c.inFlight++
+		group = []*messageRequest{r}
+	} else {
+		c.waiting = append(c.waiting, r)
+	}
+	c.mu.Unlock()
+	if group == nil {
+		// A waiting request stays until its group is done even when its
+		// context ends: it may be handed a group to commit.
+		select {
+		case <-r.done:
+			return r.res.Message, r.res.Created, r.err
+		case group = <-r.lead:
+		}
+	}
+	c.commit(group)
+	c.mu.Lock()
+	if len(c.waiting) > 0 {
+		n := min(len(c.waiting), c.cfg.MaxBatch)
+		next := c.waiting[:n:n]
+		c.waiting = c.waiting[n:]
+		next[0].lead <- next
+	} else {
+		c.inFlight--
+	}
+	c.mu.Unlock()
+	<-r.done
+	return r.res.Message, r.res.Created, r.err
+}
+
+// commit stores a group and answers each of its requests.
+func (c *MessageCommitter) commit(group []*messageRequest) {
+	live := group[:0:0]
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.err = fmt.Errorf("create message: %w", err)
+			close(r.done)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.groups++
+	c.messages += int64(len(live))
+	c.mu.Unlock()
+
+	ins := make([]NewMessage, len(live))
+	for i, r := range live {
+		ins[i] = r.in
+	}
+	res, err := c.create(live[0].ctx, ins)
+	if err == nil {
+		for i, r := range live {
+			r.res = res[i]
+			close(r.done)
+		}
+		return
+	}
+	if len(live) == 1 {
+		live[0].err = err
+		close(live[0].done)
+		return
+	}
+	// Whatever failed the group, each message now fails or succeeds alone.
+	for _, r := range live {
+		res, err := c.create(r.ctx, []NewMessage{r.in})
+		if err != nil {
+			r.err = err
+		} else {
+			r.res = res[0]
+		}
+		close(r.done)
+	}
+}
+
+// create stores messages within CommitTimeout, whether or not ctx ends.
+func (c *MessageCommitter) create(ctx context.Context, ins []NewMessage) ([]CreatedMessage, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommitTimeout)
+	defer cancel()
+	return c.store.CreateMessages(ctx, ins, c.enq)
+}
+
+// Stats returns how many groups were committed and how many messages they
+// held.
+func (c *MessageCommitter) Stats() (groups, messages int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups, c.messages
+}
