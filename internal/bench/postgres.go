@@ -205,6 +205,11 @@ func (c *cluster) createDatabase(ctx context.Context, name string) (*pgxpool.Poo
 	if _, err := c.admin.Exec(ctx, `CREATE DATABASE `+name+` TEMPLATE `+templateDB); err != nil {
 		return nil, 0, fmt.Errorf("create database %s: %w", name, err)
 	}
+	// Write out what earlier scenarios and the clone left dirty now, so a
+	// checkpoint's I/O does not land in this scenario's measurement.
+	if _, err := c.admin.Exec(ctx, `CHECKPOINT`); err != nil {
+		return nil, 0, fmt.Errorf("checkpoint before %s: %w", name, err)
+	}
 	var oid uint32
 	if err := c.admin.QueryRow(ctx, `SELECT oid FROM pg_database WHERE datname = $1`, name).Scan(&oid); err != nil {
 		return nil, 0, fmt.Errorf("database oid: %w", err)
