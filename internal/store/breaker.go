@@ -97,7 +97,7 @@ func scanBreaker(row pgx.Row, extra ...any) (string, breaker.Breaker, error) {
 // LoadBreakers returns the stored breakers of the given endpoints, or of
 // every endpoint when ids is nil. Windows are empty.
 func (s *Store) LoadBreakers(ctx context.Context, ids []string) (map[string]breaker.Breaker, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+breakerColumns+` FROM breaker_states s WHERE $1::text[] IS NULL OR s.endpoint_id = ANY($1)`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT `+breakerColumns+` FROM breaker_states s WHERE $1::text[] IS NULL OR s.endpoint_id = ANY($1)`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load breakers: %w", err)
 	}
@@ -799,7 +799,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	brows, err := s.pool.Query(ctx, `
 		SELECT b.endpoint_id, b.bucket_start, b.successes, b.failures
 		FROM breaker_buckets b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
-		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10`, ids, longest)
+		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10`, customPlan, ids, longest)
 	if err != nil {
 		return nil, fmt.Errorf("list breaker windows: %w", err)
 	}

@@ -366,7 +366,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
 				AND (u.status <> 'held' OR EXISTS (
 					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
-			RETURNING d.id, u.status`,
+			RETURNING d.id, u.status`, customPlan,
 			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
@@ -505,7 +505,7 @@ func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules 
 	if len(resetIDs) > 0 {
 		// Touches only endpoints with a streak running: healthy ones cost
 		// an index probe, no write.
-		if _, err := tx.Exec(ctx, `UPDATE auth_streaks SET failures = 0, first_at = NULL WHERE endpoint_id = ANY($1) AND failures > 0`, resetIDs); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE auth_streaks SET failures = 0, first_at = NULL WHERE endpoint_id = ANY($1) AND failures > 0`, customPlan, resetIDs); err != nil {
 			return nil, fmt.Errorf("reset auth streaks: %w", err)
 		}
 	}
@@ -673,7 +673,7 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	if _, err := tx.Exec(ctx, `
 		UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL,
 			breaker_open_until = NULL, updated_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, ids, jobIDs); err != nil {
+		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, customPlan, ids, jobIDs); err != nil {
 		return 0, fmt.Errorf("release deliveries: %w", err)
 	}
 	return len(batch), nil

@@ -118,7 +118,7 @@ func (s *Store) GetEndpoint(ctx context.Context, id string) (Endpoint, error) {
 
 // GetEndpoints returns the live endpoints among ids, keyed by id.
 func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = ANY($1) AND deleted_at IS NULL`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = ANY($1) AND deleted_at IS NULL`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load endpoints: %w", err)
 	}

@@ -168,7 +168,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 					AND (cardinality(e.event_types) = 0 OR e.event_types && ARRAY(
 						SELECT f.filter FROM unnest($6::int[], $7::text[]) AS f(ord, filter) WHERE f.ord = i.ord))
 			) e ON true
-			ORDER BY i.ord, e.id`,
+			ORDER BY i.ord, e.id`, customPlan,
 			ids, tenants, eventTypes, payloads, keys, filterOrds, filters)
 		if err != nil {
 			return fmt.Errorf("insert messages: %w", err)
@@ -237,7 +237,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 			rows, err := tx.Query(ctx, `
 				SELECT ik.tenant_id, ik.key, ik.message_id
 				FROM idempotency_keys ik, unnest($1::text[], $2::text[]) AS t(tenant_id, key)
-				WHERE ik.tenant_id = t.tenant_id AND ik.key = t.key`, rt, rk)
+				WHERE ik.tenant_id = t.tenant_id AND ik.key = t.key`, customPlan, rt, rk)
 			if err != nil {
 				return fmt.Errorf("look up idempotency keys: %w", err)
 			}
@@ -361,7 +361,7 @@ func (s *Store) GetMessage(ctx context.Context, id string) (Message, error) {
 // MessagePayloads returns the payloads of messages by id, for deliveries whose
 // job does not carry its payload inline.
 func (s *Store) MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, payload::text FROM messages WHERE id = ANY($1)`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT id, payload::text FROM messages WHERE id = ANY($1)`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load payloads: %w", err)
 	}

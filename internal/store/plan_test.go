@@ -1,0 +1,66 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// TestLedgerUpdatePlansForTheTableAsItIs: the ledger's UPDATE of
+// deliveries, run many times on one connection while the table is nearly
+// empty, still finds its rows by index once the table has grown. A generic
+// plan cached on the small table would seq-scan all 50,000 rows per call.
+func TestLedgerUpdatePlansForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	ep := b.endpoint(t, "acme")
+	// One connection: every call below runs where a plan would be cached.
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: b.db.URL, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool, nil)
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`1`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+
+	calls := 0
+	update := func() {
+		calls++
+		require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{{
+			DeliveryID: d.ID, Series: 1, Status: store.DeliveryPending, AttemptCount: calls,
+		}}))
+	}
+	// stats flushes this connection's table statistics and returns the
+	// deliveries table's rows read by seq scans and rows updated.
+	stats := func() (seqRead, updated int64) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			require.NoError(t, b.db.Pool.QueryRow(ctx, `
+				SELECT coalesce(seq_tup_read, 0), n_tup_upd FROM pg_stat_user_tables WHERE relname = 'deliveries'`).Scan(&seqRead, &updated))
+			return updated >= int64(calls)
+		}, 10*time.Second, 20*time.Millisecond, "statistics of %d updates", calls)
+		return seqRead, updated
+	}
+
+	for range 10 {
+		update()
+	}
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status)
+		SELECT 'dlv_fill_' || g, $1, $2, 'acme', 'pending' FROM generate_series(1, 50000) g`, m.ID, ep.ID)
+	require.NoError(t, err)
+	before, _ := stats()
+	for range 3 {
+		update()
+	}
+	after, _ := stats()
+	require.Less(t, after-before, int64(50000), "the grown table was seq-scanned by the ledger's update")
+}
