@@ -92,7 +92,7 @@ func runS3(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"breaker_flush_lag_p99_ms":    round1(ms(percentile(lags, 0.99))),
 		"breaker_flush_lag_max_ms":    round1(ms(percentile(lags, 1))),
 		"breaker_flush_lag_outcomes":  len(lags),
-		"breaker_flush_lag_method":    "per hot-endpoint outcome: first 25 ms poll of sum(breaker_buckets) that includes it, minus the receiver's answer time (upper bound by up to the poll interval)",
+		"breaker_flush_lag_method":    "per hot-endpoint outcome: first 25 ms poll whose count of flushed outcomes (every bucket ever seen, at its largest count, so pruning does not hide earlier ones) includes it, minus the receiver's answer time (upper bound by up to the poll interval)",
 		"river_job_max_dead_tuples":   maxDead,
 		"river_job_max_rows":          maxRows,
 		"river_job_final":             final,
@@ -137,23 +137,44 @@ func (s *stage) jobCensus(ctx context.Context, endpointID string) (map[string]jo
 	return out, rows.Err()
 }
 
-// visibleSample is the sum of the hot endpoint's breaker buckets at a time.
+// visibleSample is how many of the hot endpoint's outcomes had reached its
+// breaker buckets by a time.
 type visibleSample struct {
 	at    time.Duration
 	total int64
 }
 
-// sampleBuckets polls the hot endpoint's bucket sum every 25 ms until ctx
-// ends.
+// sampleBuckets polls the hot endpoint's buckets every 25 ms until ctx
+// ends. A bucket's count only grows until the flush prunes it, long after
+// its last outcome (past the class's window), so the sum over every bucket
+// ever seen, each at the largest count it was seen with, counts the
+// outcomes flushed so far; a plain sum of the rows present would fall at
+// every prune and never again include the outcomes that followed it.
 func (s *stage) sampleBuckets(ctx context.Context, endpointID string) []visibleSample {
+	type bucketKey struct {
+		generation int64
+		start      time.Time
+	}
+	seen := map[bucketKey]int64{}
+	var total int64
 	var out []visibleSample
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var n int64
-		err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(successes + failures), 0) FROM breaker_buckets WHERE endpoint_id = $1`, endpointID).Scan(&n)
+		rows, err := s.pool.Query(ctx, `SELECT generation, bucket_start, successes + failures FROM breaker_buckets WHERE endpoint_id = $1`, endpointID)
 		if err == nil {
-			out = append(out, visibleSample{at: s.clock.now(), total: n})
+			for rows.Next() {
+				var k bucketKey
+				var n int64
+				if rows.Scan(&k.generation, &k.start, &n) == nil && n > seen[k] {
+					total += n - seen[k]
+					seen[k] = n
+				}
+			}
+			rows.Close()
+			if rows.Err() == nil {
+				out = append(out, visibleSample{at: s.clock.now(), total: total})
+			}
 		}
 		select {
 		case <-ctx.Done():
