@@ -155,10 +155,17 @@ func (c *MessageCommitter) commit(group []*messageRequest) {
 	}
 }
 
-// create stores messages within CommitTimeout, whether or not ctx ends.
-func (c *MessageCommitter) create(ctx context.Context, ins []NewMessage) ([]CreatedMessage, error) {
+// create stores messages within CommitTimeout, whether or not ctx ends. A
+// panic below it becomes an error: the requests of the group and those
+// waiting behind it must still be answered and handed the next group.
+func (c *MessageCommitter) create(ctx context.Context, ins []NewMessage) (res []CreatedMessage, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommitTimeout)
 	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("create messages: panic: %v", p)
+		}
+	}()
 	return c.store.CreateMessages(ctx, ins, c.enq)
 }
 

@@ -242,3 +242,30 @@ func TestMessageCommitterReplaysKeysAcrossAndWithinGroups(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "messages"))
 	require.Equal(t, 1, b.count(t, "deliveries"))
 }
+
+// panickingEnqueuer panics on every insert, as a bug below the committer
+// would.
+type panickingEnqueuer struct{}
+
+func (panickingEnqueuer) EnqueueTx(context.Context, pgx.Tx, []store.QueuedDelivery) ([]int64, error) {
+	panic("enqueuer bug")
+}
+
+// TestMessageCommitterSurvivesAPanicBelowIt: a panic while storing fails
+// the request with an error and leaves the committer able to take the next
+// message (a lost leader would leave every later request waiting).
+func TestMessageCommitterSurvivesAPanicBelowIt(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	b.endpoint(t, "acme")
+	c := store.NewMessageCommitter(s, panickingEnqueuer{}, store.MessageCommitterConfig{MaxInFlight: 1})
+	for range 3 {
+		_, _, err := c.CreateMessage(context.Background(), store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`1`)})
+		require.ErrorContains(t, err, "panic: enqueuer bug")
+	}
+	// A message with no subscriber needs no insert and is stored.
+	_, created, err := c.CreateMessage(context.Background(), store.NewMessage{TenantID: "nobody", EventType: "a", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1, b.count(t, "messages"))
+}
