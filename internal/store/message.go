@@ -142,6 +142,10 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 		// One statement claims the idempotency keys, inserts the messages
 		// whose claim succeeded (or that have no key), and lists each new
 		// message's subscribed endpoints, one row per endpoint.
+		// It keeps pgx's cached statement (not customPlan): planning it
+		// costs 0.3-1 ms, on every group, and the tables it reads by key
+		// (endpoints by tenant, idempotency_keys) grow slowly enough for
+		// autoanalyze to replan it.
 		rows, err := tx.Query(ctx, `
 			WITH input AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
@@ -168,7 +172,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 					AND (cardinality(e.event_types) = 0 OR e.event_types && ARRAY(
 						SELECT f.filter FROM unnest($6::int[], $7::text[]) AS f(ord, filter) WHERE f.ord = i.ord))
 			) e ON true
-			ORDER BY i.ord, e.id`, customPlan,
+			ORDER BY i.ord, e.id`,
 			ids, tenants, eventTypes, payloads, keys, filterOrds, filters)
 		if err != nil {
 			return fmt.Errorf("insert messages: %w", err)
@@ -237,7 +241,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 			rows, err := tx.Query(ctx, `
 				SELECT ik.tenant_id, ik.key, ik.message_id
 				FROM idempotency_keys ik, unnest($1::text[], $2::text[]) AS t(tenant_id, key)
-				WHERE ik.tenant_id = t.tenant_id AND ik.key = t.key`, customPlan, rt, rk)
+				WHERE ik.tenant_id = t.tenant_id AND ik.key = t.key`, rt, rk)
 			if err != nil {
 				return fmt.Errorf("look up idempotency keys: %w", err)
 			}
