@@ -7,3 +7,11 @@ func (c *MessageCommitter) Waiting() int {
 	defer c.mu.Unlock()
 	return len(c.waiting)
 }
+
+// Stats returns how many groups were committed and how many messages they
+// held.
+func (c *MessageCommitter) Stats() (groups, messages int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups, c.messages
+}

@@ -180,8 +180,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 		var (
 			deliveries  []Delivery
 			deliveryMsg []int // index in ins of each delivery's message
-			queued      []Delivery
-			queuedMsg   []int
+			queued      []int // indexes in deliveries of those that get a job
 			replays     []int
 		)
 		for rows.Next() {
@@ -222,8 +221,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 			deliveries = append(deliveries, d)
 			deliveryMsg = append(deliveryMsg, i)
 			if d.Status == DeliveryPending {
-				queued = append(queued, d)
-				queuedMsg = append(queuedMsg, i)
+				queued = append(queued, len(deliveries)-1)
 			}
 		}
 		rows.Close()
@@ -268,22 +266,16 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 		}
 		if len(queued) > 0 {
 			qs := make([]QueuedDelivery, len(queued))
-			for j, d := range queued {
-				m := out[queuedMsg[j]].Message
-				qs[j] = QueuedDelivery{Delivery: d, EventType: m.EventType, Payload: m.Payload}
+			for j, di := range queued {
+				m := out[deliveryMsg[di]].Message
+				qs[j] = QueuedDelivery{Delivery: deliveries[di], EventType: m.EventType, Payload: m.Payload}
 			}
 			jobIDs, err := enq.EnqueueTx(ctx, tx, qs)
 			if err != nil {
 				return fmt.Errorf("enqueue deliveries: %w", err)
 			}
-			byID := make(map[string]int64, len(queued))
-			for j, d := range queued {
-				byID[d.ID] = jobIDs[j]
-			}
-			for j := range deliveries {
-				if id, ok := byID[deliveries[j].ID]; ok {
-					deliveries[j].JobID = &id
-				}
+			for j, di := range queued {
+				deliveries[di].JobID = &jobIDs[j]
 			}
 		}
 		if len(deliveries) > 0 {
@@ -300,10 +292,15 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 	if err != nil {
 		return nil, err
 	}
+	firsts := make(map[string]Message, len(replayOf))
 	for i, id := range replayOf {
-		first, err := s.GetMessage(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("load idempotent message: %w", err)
+		first, ok := firsts[id]
+		if !ok {
+			var err error
+			if first, err = s.GetMessage(ctx, id); err != nil {
+				return nil, fmt.Errorf("load idempotent message: %w", err)
+			}
+			firsts[id] = first
 		}
 		out[i] = CreatedMessage{Message: first}
 	}

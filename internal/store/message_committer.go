@@ -27,7 +27,7 @@ type MessageCommitter struct {
 	mu       sync.Mutex
 	waiting  []*messageRequest
 	inFlight int
-	groups   int64
+	groups   int64 // committed groups and the messages they held, for tests
 	messages int64
 }
 
@@ -109,7 +109,7 @@ func (c *MessageCommitter) CreateMessage(ctx context.Context, in NewMessage) (Me
 
 // commit stores a group and answers each of its requests.
 func (c *MessageCommitter) commit(group []*messageRequest) {
-	live := group[:0:0]
+	live := make([]*messageRequest, 0, len(group))
 	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			r.err = fmt.Errorf("create message: %w", err)
@@ -167,12 +167,4 @@ func (c *MessageCommitter) create(ctx context.Context, ins []NewMessage) (res []
 		}
 	}()
 	return c.store.CreateMessages(ctx, ins, c.enq)
-}
-
-// Stats returns how many groups were committed and how many messages they
-// held.
-func (c *MessageCommitter) Stats() (groups, messages int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.groups, c.messages
 }
