@@ -582,7 +582,7 @@ func (g *BreakerGate) setPrunedAt(id string, at time.Time) {
 func (g *BreakerGate) prune(ctx context.Context) {
 	keep := time.Hour
 	if mw, ok := g.configs.(interface{ MaxWindow() time.Duration }); ok {
-		keep = mw.MaxWindow() + mw.MaxWindow()/10
+		keep = breaker.BucketSpan(mw.MaxWindow())
 	}
 	for ctx.Err() == nil {
 		n, err := g.store.PruneBuckets(ctx, keep, 10000)

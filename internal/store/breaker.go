@@ -177,7 +177,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		pruneWin = make([]time.Duration, len(prune))
 	)
 	for i, p := range prune {
-		pruneIDs[i], pruneWin[i] = p.EndpointID, p.Window
+		pruneIDs[i], pruneWin[i] = p.EndpointID, breaker.BucketSpan(p.Window)
 	}
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
@@ -187,7 +187,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			r.EndpointID, r.Generation, int32(r.Run.Failures), int32(r.Run.Prefix), int32(r.Run.Max), int32(r.Run.Suffix), r.Run.Mixed
 	}
 	for i, w := range want {
-		wantIDs[i], wantWin[i] = w.EndpointID, w.Window
+		wantIDs[i], wantWin[i] = w.EndpointID, breaker.BucketSpan(w.Window)
 	}
 	var out []Evidence
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -218,16 +218,16 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
 				coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
 				coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
-			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
+			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
 			JOIN breaker_states s ON s.endpoint_id = w.endpoint_id
 			LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
-				AND b.bucket_start > clock_timestamp() - w.win - w.win / 10
+				AND b.bucket_start > clock_timestamp() - w.span
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
 		batch.Queue(`
 			DELETE FROM breaker_buckets b
-			USING unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
-			WHERE b.endpoint_id = w.endpoint_id AND b.bucket_start < clock_timestamp() - w.win - w.win / 10`,
+			USING unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
+			WHERE b.endpoint_id = w.endpoint_id AND b.bucket_start < clock_timestamp() - w.span`,
 			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
@@ -431,14 +431,37 @@ type Trial struct {
 	ticket     breaker.Ticket
 }
 
+// trialKeySQL is the advisory lock key of trial slot slot of endpoint id
+// (both SQL expressions): the one definition every statement uses.
+func trialKeySQL(id, slot string) string {
+	return `hashtextextended('hookd-trial/' || ` + id + ` || '/' || ` + slot + `, 0)`
+}
+
+// trialsHeldSQL counts the granted trial slot locks of endpoint id among
+// its first slots slots (SQL expressions), this session's own included.
+// pg_locks splits a bigint advisory key into classid (high 32 bits) and
+// objid (low 32 bits).
+func trialsHeldSQL(id, slots string) string {
+	k := trialKeySQL(id, "slot")
+	return `(SELECT count(*) FROM pg_locks l, generate_series(0, ` + slots + ` - 1) AS slot
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.classid::bigint = (` + k + ` >> 32) & 4294967295
+			AND l.objid::bigint = ` + k + ` & 4294967295)`
+}
+
 // trialLockSQL takes the first free slot lock of an endpoint, if any.
-const trialLockSQL = `
+var trialLockSQL = `
 	SELECT k FROM (
-		SELECT hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) AS k
+		SELECT ` + trialKeySQL("$1", "slot") + ` AS k
 		FROM generate_series(0, $2 - 1) AS slot
 	) keys
 	WHERE pg_try_advisory_lock(k)
 	LIMIT 1`
+
+// trialBreakerSQL locks an endpoint's breaker row ($1) and reads it with the
+// database's time and the trial slot locks held among its $2 slots.
+var trialBreakerSQL = `SELECT ` + breakerColumns + `, clock_timestamp(), ` + trialsHeldSQL("s.endpoint_id", "$2") + `
+	FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE OF s`
 
 // Acquire tries to admit a trial to endpointID's breaker under config c at
 // the database's time. It returns the Trial (nil unless the decision is a
@@ -466,14 +489,15 @@ func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Co
 	)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var now time.Time
-		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, endpointID), &now)
+		var held int
+		_, b, err := scanBreaker(tx.QueryRow(ctx, trialBreakerSQL, endpointID, c.HalfOpenConcurrency), &now, &held)
 		if err != nil {
 			return fmt.Errorf("lock breaker: %w", err)
 		}
 		prev := b.Generation
-		// Holding a slot's lock means fewer than half_open_concurrency
-		// trials are in flight fleet-wide: the locks are the count.
-		b.TrialsInFlight = 0
+		// The slot locks are the fleet's count of trials in flight; ours,
+		// just taken, is not yet one of them.
+		b.TrialsInFlight = max(held-1, 0)
 		dec = b.Allow(c, now.UTC())
 		after = b
 		if dec.Transition != nil {
@@ -501,12 +525,14 @@ func (t *Trial) Finish(ctx context.Context, c breaker.Config, o breaker.Outcome,
 	)
 	err := pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
 		var now time.Time
-		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, t.endpointID), &now)
+		var held int
+		_, b, err := scanBreaker(tx.QueryRow(ctx, trialBreakerSQL, t.endpointID, c.HalfOpenConcurrency), &now, &held)
 		if err != nil {
 			return fmt.Errorf("lock breaker: %w", err)
 		}
 		prev := b.Generation
-		b.TrialsInFlight = 1
+		// The slot locks held, ours included, are the trials in flight.
+		b.TrialsInFlight = max(held, 1)
 		res = b.Record(c, now.UTC(), t.ticket, o, rnd)
 		after = b
 		if !res.Applied {
@@ -566,9 +592,9 @@ func (s *Store) GetBreakerStatus(ctx context.Context, endpointID string, c break
 		FROM breaker_states s
 		JOIN endpoints e ON e.id = s.endpoint_id AND e.deleted_at IS NULL
 		LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
-			AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10
+			AND b.bucket_start > clock_timestamp() - $2::interval
 		WHERE s.endpoint_id = $1
-		GROUP BY s.endpoint_id`, endpointID, c.Window), &st.Now, &updated, &starts, &succ, &fail)
+		GROUP BY s.endpoint_id`, endpointID, breaker.BucketSpan(c.Window)), &st.Now, &updated, &starts, &succ, &fail)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return BreakerStatus{}, err
@@ -695,13 +721,8 @@ type BreakerSummary struct {
 }
 
 // trialInFlightSQL reports whether any trial slot lock of the endpoint $1
-// with $2 slots is held: pg_locks splits a bigint advisory key into classid
-// (high 32 bits) and objid (low 32 bits).
-const trialInFlightSQL = `EXISTS (
-	SELECT 1 FROM pg_locks l, generate_series(0, $2 - 1) AS slot
-	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		AND l.classid::bigint = (hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) >> 32) & 4294967295
-		AND l.objid::bigint = hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) & 4294967295)`
+// with $2 slots is held.
+var trialInFlightSQL = trialsHeldSQL("$1", "$2") + ` > 0`
 
 // BreakerDetails returns an endpoint's breaker status with whether a trial
 // is in flight and its opens in the last 24 hours.
@@ -799,7 +820,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	brows, err := s.pool.Query(ctx, `
 		SELECT b.endpoint_id, b.bucket_start, b.successes, b.failures
 		FROM breaker_buckets b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
-		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10`, customPlan, ids, longest)
+		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval`, customPlan, ids, breaker.BucketSpan(longest))
 	if err != nil {
 		return nil, fmt.Errorf("list breaker windows: %w", err)
 	}
@@ -820,11 +841,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	xrows, err := s.pool.Query(ctx, `
 		SELECT i.id,
 			(SELECT count(*) FROM breaker_transitions t WHERE t.endpoint_id = i.id AND t.to_state = 'open' AND NOT t.shadow AND t.at > now() - interval '24 hours'),
-			EXISTS (
-				SELECT 1 FROM pg_locks l, generate_series(0, i.slots - 1) AS slot
-				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-					AND l.classid::bigint = (hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) >> 32) & 4294967295
-					AND l.objid::bigint = hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) & 4294967295)
+			`+trialsHeldSQL("i.id", "i.slots")+` > 0
 		FROM unnest($1::text[], $2::int[]) AS i(id, slots)`, ids, slots)
 	if err != nil {
 		return nil, fmt.Errorf("list breaker activity: %w", err)

@@ -715,11 +715,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 			GROUP BY endpoint_id
 		)
 		SELECT `+breakerColumns+`, p.parked, clock_timestamp(),
-			EXISTS (
-				SELECT 1 FROM pg_locks l, generate_series(0, $1 - 1) AS slot
-				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-					AND l.classid::bigint = (hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) >> 32) & 4294967295
-					AND l.objid::bigint = hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) & 4294967295)
+			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0
 		FROM p JOIN breaker_states s ON s.endpoint_id = p.endpoint_id`, maxTrialSlots, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
