@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,6 +183,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
 	}
+	// Every flush locks the breaker rows of its runs in endpoint order, so
+	// two flushes of the same endpoints never wait for each other in a
+	// cycle (which Postgres breaks by aborting one, tally and all).
+	runs = slices.SortedFunc(slices.Values(runs), func(a, b RunCount) int { return strings.Compare(a.EndpointID, b.EndpointID) })
 	for i, r := range runs {
 		runIDs[i], runGens[i], runFails[i], runPre[i], runMax[i], runSuf[i], runMixed[i] =
 			r.EndpointID, r.Generation, int32(r.Run.Failures), int32(r.Run.Prefix), int32(r.Run.Max), int32(r.Run.Suffix), r.Run.Mixed
@@ -192,6 +197,9 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 	var out []Evidence
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
+		batch.Queue(`
+			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
+			ORDER BY endpoint_id FOR UPDATE`, runIDs)
 		batch.Queue(`
 			INSERT INTO breaker_buckets AS bb (endpoint_id, generation, bucket_start, successes, failures)
 			SELECT i.endpoint_id, i.generation, i.bucket_start, i.successes, i.failures
@@ -225,12 +233,17 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
 		batch.Queue(`
-			DELETE FROM breaker_buckets b
-			USING unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
-			WHERE b.endpoint_id = w.endpoint_id AND b.bucket_start < clock_timestamp() - w.span`,
+			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM breaker_buckets b
+				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
+				WHERE b.bucket_start < clock_timestamp() - w.span
+				FOR UPDATE OF b SKIP LOCKED))`,
 			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock breakers: %w", err)
+		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("add to breaker buckets: %w", err)
 		}
@@ -375,14 +388,16 @@ func saveBreaker(ctx context.Context, q queryRower, id string, prev int64, b bre
 }
 
 // PruneBuckets deletes buckets of past generations and buckets older than
-// keep, at most limit rows, and returns how many went.
+// keep, at most limit rows, and returns how many went. Rows a flush has
+// locked are skipped (whoever locked them deletes or updates them), so a
+// prune never waits on a flush in a cycle.
 func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM breaker_buckets WHERE ctid IN (
+		DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
 			SELECT b.ctid FROM breaker_buckets b
 			LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
 			WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
-			LIMIT $2)`, keep, limit)
+			LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune breaker buckets: %w", err)
 	}
