@@ -411,10 +411,22 @@ func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int)
 // connection closes and Postgres releases the lock at once, so another
 // worker can probe; idle_session_timeout on these connections bounds a host
 // that vanished without closing its sockets.
+//
+// A worker never waits for a trial connection: a slot token (one per pool
+// connection) is taken without blocking, so a full pool answers "busy" at
+// once, and every step of a trial (taking the lock, reading and writing the
+// breaker, recording the outcome, unlocking) has its own deadline, so a
+// stalled database cannot hold a worker, a lock or a connection for good.
 type TrialPool struct {
-	pool  *pgxpool.Pool
-	store *Store
+	pool   *pgxpool.Pool
+	store  *Store
+	tokens chan struct{}
+	// step bounds each trial step (default trialStepTimeout).
+	step time.Duration
 }
+
+// trialStepTimeout bounds each statement group of a trial.
+const trialStepTimeout = 5 * time.Second
 
 // OpenTrialPool opens the trial pool: size connections at most, each ended
 // by the server after idleTimeout without a statement; appName names the pool's sessions in pg_stat_activity.
@@ -432,7 +444,7 @@ func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleT
 	if err != nil {
 		return nil, fmt.Errorf("open trial pool: %w", err)
 	}
-	return &TrialPool{pool: pool, store: s}, nil
+	return &TrialPool{pool: pool, store: s, tokens: make(chan struct{}, size), step: trialStepTimeout}, nil
 }
 
 // Close closes the pool.
@@ -440,6 +452,7 @@ func (p *TrialPool) Close() { p.pool.Close() }
 
 // Trial is an admitted half-open probe holding its slot's lock.
 type Trial struct {
+	pool       *TrialPool
 	conn       *pgxpool.Conn
 	endpointID string
 	lockKey    int64
@@ -482,22 +495,43 @@ var trialBreakerSQL = `SELECT ` + breakerColumns + `, clock_timestamp(), ` + tri
 // the database's time. It returns the Trial (nil unless the decision is a
 // Trial admission), the decision, and the breaker as stored afterwards. When
 // every slot is taken the decision is Rejected with reason half_open_busy.
+//
+// When every connection of this process's pool is held by a trial in flight
+// it answers Rejected with reason half_open_busy at once, without waiting.
 func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Config, meta TransitionMeta) (*Trial, breaker.Decision, breaker.Breaker, error) {
+	busy := breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}
+	select {
+	case p.tokens <- struct{}{}:
+	default:
+		return nil, busy, breaker.Breaker{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.step)
+	defer cancel()
+	// With a token the pool has a connection to spare: this waits at most
+	// for a new connection to be dialled, within the step's deadline.
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
+		<-p.tokens
 		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("acquire trial connection: %w", err)
 	}
-	var key int64
-	err = conn.QueryRow(ctx, trialLockSQL, endpointID, c.HalfOpenConcurrency).Scan(&key)
+	t := &Trial{pool: p, conn: conn, endpointID: endpointID}
+	err = conn.QueryRow(ctx, trialLockSQL, endpointID, c.HalfOpenConcurrency).Scan(&t.lockKey)
 	if errors.Is(err, pgx.ErrNoRows) {
+		t.conn, t.lockKey = nil, 0
 		conn.Release()
-		return nil, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, breaker.Breaker{}, nil
+		<-p.tokens
+		return nil, busy, breaker.Breaker{}, nil
 	}
 	if err != nil {
+		// The lock may have been taken with its answer lost: close the
+		// connection, which releases it on the server.
+		cctx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Conn().Close(cctx)
+		cancelClose()
 		conn.Release()
+		<-p.tokens
 		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("take trial lock: %w", err)
 	}
-	t := &Trial{conn: conn, endpointID: endpointID, lockKey: key}
 	var (
 		dec   breaker.Decision
 		after breaker.Breaker
@@ -534,6 +568,8 @@ func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Co
 // releases its slot and returns the result and the breaker as stored.
 func (t *Trial) Finish(ctx context.Context, c breaker.Config, o breaker.Outcome, rnd func() float64, meta TransitionMeta) (breaker.Result, breaker.Breaker, error) {
 	defer t.release(ctx)
+	ctx, cancel := context.WithTimeout(ctx, t.pool.step)
+	defer cancel()
 	var (
 		res   breaker.Result
 		after breaker.Breaker
@@ -568,13 +604,14 @@ func (t *Trial) release(ctx context.Context) {
 	if t.conn == nil {
 		return
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.pool.step)
 	defer cancel()
 	if _, err := t.conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, t.lockKey); err != nil {
 		_ = t.conn.Conn().Close(uctx)
 	}
 	t.conn.Release()
 	t.conn = nil
+	<-t.pool.tokens
 }
 
 // BreakerStatus is a breaker as the API shows it: its stored fields and

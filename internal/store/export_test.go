@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // Waiting returns how many messages wait for a group, for tests that need
 // a group formed before it commits.
 func (c *MessageCommitter) Waiting() int {
@@ -15,3 +17,6 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 	defer c.mu.Unlock()
 	return c.groups, c.messages
 }
+
+// SetStepTimeout changes the deadline of each trial step.
+func (p *TrialPool) SetStepTimeout(d time.Duration) { p.step = d }
