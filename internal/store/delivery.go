@@ -724,6 +724,12 @@ type ParkedEndpoint struct {
 	Breaker       breaker.Breaker
 	Now           time.Time
 	TrialInFlight bool
+	// Queued counts the endpoint's deliveries that have a job due now
+	// (queued, running, or snoozed): the backlog a release adds to.
+	Queued int
+	// Failures counts the failures in the shared buckets of the breaker's
+	// current generation: for a closed breaker, those since it closed.
+	Failures int
 }
 
 // maxTrialSlots bounds the trial slots ParkedEndpoints looks at when it
@@ -741,7 +747,10 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 			GROUP BY endpoint_id
 		)
 		SELECT `+breakerColumns+`, p.parked, clock_timestamp(),
-			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0
+			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
+			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = p.endpoint_id AND q.status IN ('pending', 'waiting')
+				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
+			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation)
 		FROM p JOIN breaker_states s ON s.endpoint_id = p.endpoint_id`, maxTrialSlots, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
@@ -751,7 +760,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 	for rows.Next() {
 		var pe ParkedEndpoint
 		var now time.Time
-		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight)
+		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures)
 		if err != nil {
 			return nil, fmt.Errorf("list parked endpoints: %w", err)
 		}
