@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -103,6 +105,17 @@ func TestComposeLetsTheTourReachItsReceiver(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 9000, port)
 	require.Equal(t, "receiver", runs[i].Config.Build.Target)
+	require.NoError(t, errors.Join(deploycheck.CheckImage(loadDockerfile(t), "receiver", "./internal/delivery/deliverytest/cmd/receiver", "receiver")...))
+
+	// The receiver's flags are Go's flag package's: built, it parses the
+	// service's command and stops at -h (exit 0); an unknown flag exits 2.
+	bin := filepath.Join(t.TempDir(), "receiver")
+	out, err := exec.Command("go", "build", "-o", bin, "../../internal/delivery/deliverytest/cmd/receiver").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	out, err = exec.Command(bin, append(slices.Clone(runs[i].Args), "-h")...).CombinedOutput()
+	require.NoError(t, err, "receiver %q: %s", runs[i].Args, out)
+	out, err = exec.Command(bin, "--address", addr, "-h").CombinedOutput()
+	require.Error(t, err, "an unknown flag fails: %s", out)
 	for _, r := range runs {
 		if r.Service == "api" || r.Service == "dispatcher" {
 			require.Equal(t, "true", r.Env["ALLOW_PRIVATE_TARGETS"], "service %s must allow the receiver's private address", r.Service)
