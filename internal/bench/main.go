@@ -180,7 +180,8 @@ type riverSettings struct {
 	JobRetention      string `json:"completed_job_retention"`
 }
 
-// defaultRiver is the dispatcher's defaults (cmd/dispatcher/run.go).
+// defaultRiver is the dispatcher's defaults (dispatcher.DefaultConfig and
+// cmd/dispatcher's --db-max-conns).
 var defaultRiver = riverSettings{Workers: 100, DBMaxConns: 30, FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
 
 // env returns the settings as dispatcher environment variables.
