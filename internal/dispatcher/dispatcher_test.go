@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"testing"
@@ -30,15 +32,24 @@ const waitFor = time.Minute
 
 var metricsLine = regexp.MustCompile(`^dispatcher metrics on (http://\S+)/metrics$`)
 
-// TestRunDeliversThenStopsEveryGoroutine runs a Dispatcher with breakers on
-// against a fresh database and a receiver on 127.0.0.1: a message is
-// delivered, the metrics server answers, and once ctx is cancelled Run
-// returns nil with the delivery recorded and every goroutine it started
-// gone.
+// TestRunDeliversThenStopsEveryGoroutine runs a Dispatcher, with breakers
+// on and off, against a fresh database and a receiver on 127.0.0.1: a
+// message is delivered, the metrics server answers, and once ctx is
+// cancelled Run returns nil with the delivery recorded and every goroutine
+// it started gone.
 //
-// Not parallel: goleak compares against the goroutines alive when the
-// dispatcher starts, so no other test may start any meanwhile.
+// Not parallel, here and in every test that runs a Dispatcher: goleak
+// compares against the goroutines alive when the dispatcher starts, so no
+// other test may start any meanwhile.
 func TestRunDeliversThenStopsEveryGoroutine(t *testing.T) {
+	for _, breakers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("breakers=%v", breakers), func(t *testing.T) {
+			runAndStop(t, breakers)
+		})
+	}
+}
+
+func runAndStop(t *testing.T, breakers bool) {
 	db := storetest.New(t)
 	arrived := make(chan string, 1)
 	secret := newSecret(t)
@@ -61,6 +72,7 @@ func TestRunDeliversThenStopsEveryGoroutine(t *testing.T) {
 	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.AllowPrivateTargets = true
 	cfg.ShutdownGrace = 10 * time.Second
+	cfg.Breakers = breakers
 	stdout, lines := io.Pipe()
 	d, err := dispatcher.New(cfg, dispatcher.Deps{
 		Pool:   db.Pool,
@@ -133,6 +145,25 @@ func TestRunDeliversThenStopsEveryGoroutine(t *testing.T) {
 	require.Equal(t, 1, got.AttemptCount)
 	_, err = http.Get(base + "/healthz")
 	require.Error(t, err, "the metrics server is closed")
+	goleak.VerifyNone(t, before)
+}
+
+// TestRunFailingToStartLeavesNothing: when Run cannot start (the metrics
+// address is taken) it says why and leaves no goroutine behind, the trial
+// pool's included.
+func TestRunFailingToStartLeavesNothing(t *testing.T) {
+	db := storetest.New(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	before := goleak.IgnoreCurrent()
+	cfg := dispatcher.DefaultConfig()
+	cfg.MetricsAddr = taken.Addr().String()
+	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: db.Pool})
+	require.NoError(t, err)
+	err = d.Run(t.Context())
+	require.ErrorContains(t, err, "listen for metrics: ")
+	require.ErrorContains(t, err, "address already in use")
 	goleak.VerifyNone(t, before)
 }
 
