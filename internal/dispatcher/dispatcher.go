@@ -356,23 +356,7 @@ func (d *Dispatcher) serveMetrics(g *errgroup.Group, gctx context.Context, ln ne
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve metrics: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), metricsShutdown)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			// Scrapes still open after the deadline are cut.
-			d.logger.Warn("metrics_shutdown", slog.String("error", err.Error()))
-			_ = srv.Close()
-		}
-		return nil
-	})
+	g.Go(func() error { return telemetry.RunServer(gctx, srv, ln, metricsShutdown) })
 }
 
 // minLevel raises a handler's threshold: River logs every retry at info,
