@@ -12,19 +12,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/deploycheck"
+	"github.com/hookd/hookd/internal/dispatcher"
 	"github.com/hookd/hookd/internal/telemetry"
 	"github.com/hookd/hookd/internal/telemetry/telemetrytest"
 )
 
-// catalogue returns the families the dispatcher exports: the registrations
-// run makes (the runtime collectors and delivery.NewDispatcherMetrics).
+// catalogue returns the families the dispatcher exports
+// (dispatcher.RegisterMetrics, which its New calls).
 func catalogue(t *testing.T) telemetrytest.Catalogue {
 	t.Helper()
 	rec := telemetrytest.NewRecorder()
-	telemetry.RegisterRuntime(rec)
-	delivery.NewDispatcherMetrics(rec, &delivery.EndpointLabels{})
+	dispatcher.RegisterMetrics(rec, 0)
 	cat, err := rec.Catalogue()
 	require.NoError(t, err)
 	return cat
