@@ -152,11 +152,11 @@ func (k *K8s) Workloads() ([]Workload, error) {
 		// Unset, both are 25%: the surge rounded up, the unavailable down.
 		surge, err := scaled(maxSurge, replicas, true)
 		if err != nil {
-			return nil, fmt.Errorf("Deployment/%s: maxSurge: %w", d.Name, err)
+			return nil, fmt.Errorf("%s: maxSurge: %w", "Deployment/"+d.Name, err)
 		}
 		unavailable, err := scaled(maxUnavailable, replicas, false)
 		if err != nil {
-			return nil, fmt.Errorf("Deployment/%s: maxUnavailable: %w", d.Name, err)
+			return nil, fmt.Errorf("%s: maxUnavailable: %w", "Deployment/"+d.Name, err)
 		}
 		if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
 			surge, unavailable = 0, 0
@@ -246,7 +246,7 @@ func (k *K8s) values(kind, name string) (map[string]string, error) {
 	case "ConfigMap":
 		i := slices.IndexFunc(k.ConfigMaps, func(c corev1.ConfigMap) bool { return c.Name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("ConfigMap %s is not among the manifests", name)
+			return nil, fmt.Errorf("%s %s is not among the manifests", kind, name)
 		}
 		for key, v := range k.ConfigMaps[i].Data {
 			out[key] = v
@@ -254,7 +254,7 @@ func (k *K8s) values(kind, name string) (map[string]string, error) {
 	case "Secret":
 		i := slices.IndexFunc(k.Secrets, func(s corev1.Secret) bool { return s.Name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("Secret %s is not among the manifests", name)
+			return nil, fmt.Errorf("%s %s is not among the manifests", kind, name)
 		}
 		for key, v := range k.Secrets[i].Data {
 			out[key] = string(v)

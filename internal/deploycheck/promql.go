@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -47,9 +48,9 @@ func SeriesSelector(series string) (Selector, error) {
 	if err != nil {
 		return Selector{}, fmt.Errorf("parse series %q: %w", series, err)
 	}
-	s := Selector{Metric: ls.Get(labels.MetricName)}
+	s := Selector{Metric: ls.Get(model.MetricNameLabel)}
 	ls.Range(func(l labels.Label) {
-		if l.Name != labels.MetricName {
+		if l.Name != model.MetricNameLabel {
 			s.Labels = append(s.Labels, l.Name)
 		}
 	})
@@ -59,7 +60,7 @@ func SeriesSelector(series string) (Selector, error) {
 func selector(name string, ms []*labels.Matcher) (Selector, error) {
 	s := Selector{Metric: name}
 	for _, m := range ms {
-		if m.Name != labels.MetricName {
+		if m.Name != model.MetricNameLabel {
 			s.Labels = append(s.Labels, m.Name)
 		} else if m.Type == labels.MatchEqual {
 			s.Metric = m.Value
