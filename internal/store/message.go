@@ -13,10 +13,10 @@ import (
 
 // Message is one event a tenant asked to send.
 type Message struct {
-	ID             string
-	TenantID       string
-	EventType      string
-	Payload        json.RawMessage
+	ID        string
+	TenantID  string
+	EventType string
+	Payload   json.RawMessage
 	// PayloadExpired reports that the payload was dropped by payload
 	// retention (Payload is then nil); the metadata stays.
 	PayloadExpired bool
