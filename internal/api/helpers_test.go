@@ -340,6 +340,7 @@ type (
 		TenantID       string          `json:"tenant_id"`
 		EventType      string          `json:"event_type"`
 		Payload        json.RawMessage `json:"payload"`
+		PayloadExpired *bool           `json:"payload_expired"`
 		IdempotencyKey *string         `json:"idempotency_key"`
 		CreatedAt      time.Time       `json:"created_at"`
 		Deliveries     []deliveryJSON  `json:"deliveries"`
