@@ -161,7 +161,7 @@ DECLARE
     -- clock ahead of the database's may have minted ids in the future),
     -- on a whole millisecond.
     hi timestamptz := date_trunc('milliseconds', greatest(
-        now() + interval '1 second',
+        now(),
         (SELECT hookd_id_time(max(id)) + interval '1 millisecond' FROM messages_legacy),
         (SELECT hookd_id_time(max(id)) + interval '1 millisecond' FROM deliveries_legacy),
         (SELECT max(attempted_at) + interval '1 millisecond' FROM delivery_attempts_legacy)));

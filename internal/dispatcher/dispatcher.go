@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/telemetry"
 )
@@ -78,6 +79,9 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
+	// maintainer keeps storage bounded (partitions, retention); one
+	// dispatcher of the fleet works at a time.
+	maintainer *retention.Maintainer
 	// senders are closed once River has stopped: their idle keep-alive
 	// connections would otherwise hold goroutines past Run.
 	senders []*delivery.Sender
@@ -134,6 +138,10 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	d.maintainer = retention.New(r.retention, retention.Deps{
+		Store: d.store, Now: d.clock.Now, Logger: d.logger,
+		Metrics: retention.NewMetrics(d.reg, d.metrics.Delivery.Expired),
+	})
 	return d, nil
 }
 
@@ -190,6 +198,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	fmt.Fprintf(d.stdout, "dispatcher metrics on http://%s/metrics\n", ln.Addr())
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
+	g.Go(func() error { d.maintainer.Run(gctx); return nil })
 	// The ledger's last flush must not be cancelled: Stop makes Run write
 	// what it holds and return.
 	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })

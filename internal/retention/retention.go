@@ -48,17 +48,29 @@ type Config struct {
 	Batch int
 }
 
-// Validate reports a setting that cannot work, naming its flag.
+// ConfigError is a Config field whose value is not allowed.
+type ConfigError struct {
+	// Field is the dispatcher Config field's name (PartitionInterval,
+	// Retention, PayloadRetention, HistoryRetention).
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("retention config: %s %s", e.Field, e.Reason)
+}
+
+// Validate returns a *ConfigError for the first setting that cannot work.
 func (c Config) Validate() error {
 	switch {
 	case c.Interval < time.Minute || c.Interval%time.Second != 0:
-		return fmt.Errorf("partition-interval: must be at least 1m, in whole seconds")
+		return &ConfigError{"PartitionInterval", "must be at least 1m, in whole seconds"}
 	case c.Retention < 2*c.Interval:
-		return fmt.Errorf("retention: must be at least two partition intervals (%s)", 2*c.Interval)
+		return &ConfigError{"Retention", fmt.Sprintf("must be at least two partition intervals (%s)", 2*c.Interval)}
 	case c.PayloadRetention < c.Interval || c.PayloadRetention > c.Retention:
-		return fmt.Errorf("payload-retention: must be from one partition interval (%s) to the retention (%s)", c.Interval, c.Retention)
-	case c.HistoryRetention < time.Hour:
-		return fmt.Errorf("history-retention: must be at least 1h")
+		return &ConfigError{"PayloadRetention", fmt.Sprintf("must be from one partition interval (%s) to the retention (%s)", c.Interval, c.Retention)}
+	case c.HistoryRetention < time.Minute:
+		return &ConfigError{"HistoryRetention", "must be at least 1m"}
 	}
 	return nil
 }

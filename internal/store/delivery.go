@@ -191,6 +191,20 @@ type AttemptFilter struct {
 // database's.
 const clockSkewMargin = time.Minute
 
+// listAttemptsSQL lists attempts newest first (see AttemptFilter). It is
+// planned for its parameters (customPlan): the optional time bounds then
+// select the attempt partitions to read.
+const listAttemptsSQL = `
+		SELECT id, delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
+			status_code, coalesce(error_class, ''), classification, response_excerpt, trial
+		FROM delivery_attempts
+		WHERE ($1 = '' OR delivery_id = $1) AND ($2 = '' OR endpoint_id = $2)
+			AND ($3 = '' OR classification = $3)
+			AND ($4::timestamptz IS NULL OR attempted_at >= $4)
+			AND ($5::timestamptz IS NULL OR attempted_at < $5)
+			AND id < $6
+		ORDER BY id DESC LIMIT $7`
+
 // ListAttempts returns attempts newest first. A delivery's attempts are
 // read from the partitions since its creation only.
 func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, error) {
@@ -205,16 +219,7 @@ func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, e
 			}
 		}
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
-			status_code, coalesce(error_class, ''), classification, response_excerpt, trial
-		FROM delivery_attempts
-		WHERE ($1 = '' OR delivery_id = $1) AND ($2 = '' OR endpoint_id = $2)
-			AND ($3 = '' OR classification = $3)
-			AND ($4::timestamptz IS NULL OR attempted_at >= $4)
-			AND ($5::timestamptz IS NULL OR attempted_at < $5)
-			AND id < $6
-		ORDER BY id DESC LIMIT $7`,
+	rows, err := s.pool.Query(ctx, listAttemptsSQL, customPlan,
 		f.DeliveryID, f.EndpointID, f.Classification, f.Since, f.Until, after, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)

@@ -214,7 +214,7 @@ func (s *Store) ddl(ctx context.Context, fn func(pgx.Tx) error) error {
 // table t, first moving any row of that range out of the default
 // partition (a partition cannot be attached while the default holds rows
 // of its range), all in one transaction. It returns the rows moved.
-func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time) (int64, error) {
+func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time) (PartitionChange, error) {
 	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
 	var moved int64
 	err := s.ddl(ctx, func(tx pgx.Tx) error {
@@ -244,9 +244,9 @@ func (s *Store) createPartition(ctx context.Context, t partitioned, from, to tim
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("partition %s: %w", name, err)
+		return PartitionChange{}, fmt.Errorf("partition %s: %w", name, err)
 	}
-	return moved, nil
+	return PartitionChange{Partition: Partition{Name: name, Parent: t.name, From: from, To: to}, Moved: moved}, nil
 }
 
 // PartitionChange is one partition the maintainer created or dropped.
@@ -276,11 +276,11 @@ func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval ti
 		}
 		for cursor.Before(end) {
 			next := floorTime(cursor, interval).Add(interval)
-			moved, err := s.createPartition(ctx, t, cursor, next)
+			c, err := s.createPartition(ctx, t, cursor, next)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, PartitionChange{Partition: Partition{Parent: t.name, From: cursor, To: next}, Moved: moved})
+			out = append(out, c)
 			cursor = next
 		}
 	}
@@ -340,11 +340,11 @@ func (s *Store) DrainDefault(ctx context.Context, interval time.Duration, limit 
 					return out, fmt.Errorf("drain default partition of %s: %v belongs to partition %s", t.name, at, p.Name)
 				}
 			}
-			moved, err := s.createPartition(ctx, t, from, to)
+			c, err := s.createPartition(ctx, t, from, to)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, PartitionChange{Partition: Partition{Parent: t.name, From: from, To: to}, Moved: moved})
+			out = append(out, c)
 		}
 	}
 	return out, nil
