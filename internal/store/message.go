@@ -362,9 +362,10 @@ func (s *Store) GetMessage(ctx context.Context, id string) (Message, error) {
 	if key != nil {
 		m.IdempotencyKey = *key
 	}
-	// A message's deliveries carry its id's time (childID): the id range
-	// keeps the lookup in the message's partition.
-	if lo, hi, ok := idRange("dlv", id); ok {
+	// A message's deliveries carry its id's time (childID; before
+	// partitioning, ids minted a little later): the id range keeps the
+	// lookup in the message's partition, or the next one.
+	if lo, hi, ok := idRange("dlv", id, clockSkewMargin); ok {
 		m.Deliveries, err = s.listDeliveries(ctx, `d.message_id = $1 AND d.id >= $2 AND d.id < $3`, id, lo, hi)
 	} else {
 		m.Deliveries, err = s.listDeliveries(ctx, `d.message_id = $1`, id)

@@ -132,14 +132,14 @@ func childID(prefix, parent string) string {
 	return prefix + "_" + rest[:10] + string(chars[:])
 }
 
-// idRange returns the bounds [lo, hi) of the ids with prefix minted in the
-// same millisecond as id.
-func idRange(prefix, id string) (lo, hi string, ok bool) {
+// idRange returns the bounds [lo, hi) of the ids with prefix minted from
+// id's time to width after it.
+func idRange(prefix, id string, width time.Duration) (lo, hi string, ok bool) {
 	t, ok := IDTime(id)
 	if !ok {
 		return "", "", false
 	}
-	return IDBound(prefix, t), IDBound(prefix, t.Add(time.Millisecond)), true
+	return IDBound(prefix, t), IDBound(prefix, t.Add(width)), true
 }
 
 // floorTime aligns t down to a multiple of interval since the epoch.
