@@ -34,3 +34,6 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 	defer c.mu.Unlock()
 	return c.groups, c.messages
 }
+
+// GetDeliverySQL is GetDelivery's statement.
+const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`
