@@ -332,8 +332,10 @@ func TestDefaultPartitionDrained(t *testing.T) {
 	msg := b.message(t, "acme", "")
 	require.Equal(t, "messages_default", b.partitionOf(t, "messages", "id", msg.ID))
 	require.Equal(t, "deliveries_default", b.partitionOf(t, "deliveries", "id", msg.Deliveries[0].ID))
-	// A message minted by a clock an hour ahead, far past any partition.
-	old := store.NewID("msg", time.Now().Add(time.Hour))
+	// A message minted by a clock an hour ahead, far past any partition
+	// (not by NewID: it would make every later id of this process an hour
+	// ahead too).
+	old := store.IDBound("msg", time.Now().Add(time.Hour))[:len("msg_")+10] + "0000000000000001"
 	_, err := b.db.Pool.Exec(ctx, `INSERT INTO messages (id, tenant_id, event_type) VALUES ($1, 'acme', 'x')`, old)
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, `INSERT INTO message_payloads (message_id, payload) VALUES ($1, '[]')`, old)
