@@ -218,6 +218,21 @@ func (s *Store) createPartition(ctx context.Context, t partitioned, from, to tim
 	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
 	var moved int64
 	err := s.ddl(ctx, func(tx pgx.Tx) error {
+		// Rows to move are rows someone may be updating: writers of the
+		// table wait while they move (a writer that had already routed
+		// its row to the default partition would otherwise find it gone,
+		// or put one there that the new partition's range forbids). In
+		// steady state the default is empty and nothing waits.
+		var busy bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
+			t.bound(from), t.bound(to)).Scan(&busy); err != nil {
+			return fmt.Errorf("look at the default partition: %w", err)
+		}
+		if busy {
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock %s: %w", t.name, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE hookd_moved (LIKE `+t.name+`) ON COMMIT DROP`); err != nil {
 			return fmt.Errorf("create move table: %w", err)
 		}
