@@ -471,7 +471,7 @@ func (b *testBundle) sendMessage(t *testing.T, tenant, eventType string) message
 }
 
 // tables are the tables a write can touch.
-var tables = []string{"endpoints", "messages", "deliveries", "idempotency_keys", "river_job", "delivery_attempts",
+var tables = []string{"endpoints", "messages", "message_payloads", "deliveries", "idempotency_keys", "river_job", "delivery_attempts",
 	"traffic_classes", "class_changes", "breaker_transitions"}
 
 // counts returns the row count of every table in tables.
