@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/telemetry"
 	"github.com/hookd/hookd/internal/telemetry/telemetrytest"
 )
@@ -22,7 +23,8 @@ func catalogues(t *testing.T) []telemetrytest.Catalogue {
 	telemetry.NewHTTPMetrics(api)
 	dispatcher := telemetrytest.NewRecorder()
 	telemetry.RegisterRuntime(dispatcher)
-	delivery.NewDispatcherMetrics(dispatcher, &delivery.EndpointLabels{})
+	dm := delivery.NewDispatcherMetrics(dispatcher, &delivery.EndpointLabels{})
+	retention.NewMetrics(dispatcher, dm.Delivery.Expired)
 	var cats []telemetrytest.Catalogue
 	for _, r := range []*telemetrytest.Recorder{api, dispatcher} {
 		c, err := r.Catalogue()
