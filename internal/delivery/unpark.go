@@ -55,7 +55,7 @@ type paceState struct {
 // and an endpoint that just recovered, perhaps barely, takes the whole
 // fleet's cap at once and trips again. Instead the unparker keeps at most a
 // window of the endpoint's deliveries queued (its own new traffic
-// included): the window starts at Start, like a few more trials, doubles on
+// included): the window starts at Start, a few trials' worth, doubles on
 // each pass that finds at least half of it drained (the endpoint keeps up)
 // up to Max, about the per-endpoint cap times the dispatchers, and halves
 // (to no less than 1) on a pass that finds new failures counted by the
@@ -64,7 +64,7 @@ type paceState struct {
 // endpoint shows it takes, and a barely recovered endpoint is not handed
 // more than it answered well.
 type UnparkPace struct {
-	// Start is the first window. Default 10.
+	// Start is the first window: a few trials' worth. Default 4.
 	Start int
 	// Max is the largest window. Default 100.
 	Max int
@@ -76,7 +76,7 @@ type UnparkPace struct {
 // SetPace sets the release pace; call it before Run.
 func (u *Unparker) SetPace(p UnparkPace) {
 	if p.Start <= 0 {
-		p.Start = 10
+		p.Start = 4
 	}
 	if p.Max < p.Start {
 		p.Max = max(100, p.Start)
