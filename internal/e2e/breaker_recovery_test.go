@@ -93,6 +93,7 @@ func TestRecoveredBreakerReleasesItsBacklogWithoutReTripping(t *testing.T) {
 	})
 	drained := time.Since(recovered)
 	require.Equal(t, messages, rc.Stats("/marginal").DistinctDelivered)
+	require.Zero(t, rc.Stats("/marginal").Duplicates, "no process or database fault: no delivery reached the receiver twice")
 
 	// After the first close that followed the recovery, no open.
 	rows, err := db.Pool.Query(context.Background(), `SELECT to_state, at FROM breaker_transitions WHERE endpoint_id = $1 AND at > $2 ORDER BY id`, ep.ID, recovered)
