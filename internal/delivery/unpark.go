@@ -47,6 +47,9 @@ type Unparker struct {
 type paceState struct {
 	window   int
 	failures int
+	// congested is set once a failure was seen: the window then grows by
+	// Start per pass instead of doubling.
+	congested bool
 }
 
 // UnparkPace is how a closed breaker's parked backlog is released. Released
@@ -59,8 +62,9 @@ type paceState struct {
 // each pass that finds at least half of it drained (the endpoint keeps up)
 // up to Max, about the per-endpoint cap times the dispatchers, and halves
 // (to no less than 1) on a pass that finds new failures counted by the
-// breaker since the last; a pass runs every Interval while a backlog is
-// being released. So the release follows the rate and the concurrency the
+// breaker since the last; after a failure it grows by Start per pass, not
+// doubling (TCP's congestion avoidance after slow start). A pass runs
+// every Interval while a backlog is being released. So the release follows the rate and the concurrency the
 // endpoint shows it takes, and a barely recovered endpoint is not handed
 // more than it answered well.
 type UnparkPace struct {
@@ -183,7 +187,9 @@ func (u *Unparker) paced(pe store.ParkedEndpoint) int {
 	case !ok:
 		st.window = u.pace.Start
 	case pe.Failures > st.failures:
-		st.window = max(st.window/2, 1)
+		st.window, st.congested = max(st.window/2, 1), true
+	case pe.Queued <= st.window/2 && st.congested:
+		st.window = min(st.window+u.pace.Start, u.pace.Max)
 	case pe.Queued <= st.window/2:
 		st.window = min(2*st.window, u.pace.Max)
 	}

@@ -16,8 +16,9 @@ import (
 // TestClosedBreakerBacklogIsReleasedAtAPace: a closed breaker's parked
 // backlog is not queued all at once: at most a window of the endpoint's
 // deliveries has a job at a time; the window doubles while the endpoint
-// drains what it was given, halves when the breaker counts new failures,
-// never passes its maximum, and in the end everything is released.
+// drains what it was given, halves when the breaker counts new failures
+// and then grows by its start size only, never passes its maximum, and in
+// the end everything is released.
 func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
@@ -63,7 +64,13 @@ func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
 	fail()
 	u.Pass(ctx, nil)
 	require.Equal(t, 10, queued(), "a new failure: the window halves")
-	released := 10 + 20 + 10
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 20, queued(), "after a failure the window grows by its start size")
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 30, queued())
+	released := 10 + 20 + 10 + 20 + 30
 	for passes := 0; released < backlog; passes++ {
 		require.Less(t, passes, 20, "the backlog is released in the end")
 		drain()
