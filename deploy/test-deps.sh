@@ -57,8 +57,8 @@ if ! command -v chromium >/dev/null; then
 	apt_install chromium
 fi
 
-# deploy/prometheus_test.go runs promtool on the alert rules (and fails
-# without it): Debian's prometheus package ships it.
+# cmd/dispatcher/observability_test.go runs promtool on the alert rules
+# (and fails without it): Debian's prometheus package ships it.
 if ! command -v promtool >/dev/null; then
 	log "installing promtool (Debian's prometheus package; its service is not started)"
 	no_service_start apt_install --no-install-recommends prometheus

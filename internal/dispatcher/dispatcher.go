@@ -115,8 +115,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		clock:  store.NewDBClock(deps.Pool),
 		enq:    &delivery.Enqueuer{},
 	}
-	telemetry.RegisterRuntime(d.reg)
-	d.metrics = delivery.NewDispatcherMetrics(d.reg, &delivery.EndpointLabels{Max: cfg.MetricsEndpointCap})
+	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
 	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
 	d.listener = store.NewListener(d.url, d.logger)
@@ -356,23 +355,7 @@ func (d *Dispatcher) serveMetrics(g *errgroup.Group, gctx context.Context, ln ne
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve metrics: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), metricsShutdown)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			// Scrapes still open after the deadline are cut.
-			d.logger.Warn("metrics_shutdown", slog.String("error", err.Error()))
-			_ = srv.Close()
-		}
-		return nil
-	})
+	g.Go(func() error { return telemetry.RunServer(gctx, srv, ln, metricsShutdown) })
 }
 
 // minLevel raises a handler's threshold: River logs every retry at info,
@@ -392,4 +375,12 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// RegisterMetrics registers every series a dispatcher exports on reg,
+// endpoint-labelled series capped at endpointCap (the generated table in
+// docs/observability.md lists them).
+func RegisterMetrics(reg prometheus.Registerer, endpointCap int) *delivery.DispatcherMetrics {
+	telemetry.RegisterRuntime(reg)
+	return delivery.NewDispatcherMetrics(reg, &delivery.EndpointLabels{Max: endpointCap})
 }
