@@ -30,8 +30,8 @@ run:
 
 ## test: install missing test dependencies, vet, run every test with the race detector (private PostgreSQL clusters), the bench's smoke form and each fuzz target briefly; fails if a server at 127.0.0.1:5432 was not left as found
 # pgstate records the server at 127.0.0.1:5432 (PGSTATE_URL), when one
-# runs, before the tests and fails after them if they restarted it, changed
-# its configuration or left a test database on it.
+# runs, before the tests and fails after them if they restarted, stopped or
+# reconfigured it; test databases left on it are reported.
 test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
