@@ -134,10 +134,11 @@ func TestFailingReceiverGetsTheDeliveryOnAttemptThree(t *testing.T) {
 // webhook arrives twice only where the kill interrupted its attempt.
 func TestKilledDispatcherLosesNothing(t *testing.T) {
 	t.Parallel()
-	// After its first 100 requests the receiver answers nothing until the
-	// kill, so the kill lands mid-run with attempts in flight however fast
-	// the machine delivers (sending the messages can take longer than
-	// delivering them).
+	// The messages are queued before the dispatcher starts, and after its
+	// first 100 requests the receiver answers nothing until the kill: the
+	// kill lands mid-run with attempts in flight however fast or slow the
+	// machine is. Should the kill come late, an attempt that timed out
+	// waiting is retried within a second.
 	const answerFirst = 100
 	var requests atomic.Int64
 	var killed atomic.Bool
@@ -147,13 +148,14 @@ func TestKilledDispatcherLosesNothing(t *testing.T) {
 		}
 		return deliverytest.Response{Status: http.StatusOK, Delay: 20 * time.Millisecond}
 	})
-	env := map[string]string{"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "RESCUE_STUCK_AFTER": "8s"}
-	first := StartDispatcher(t, "dispatcher-1", p.db.URL, env)
+	env := map[string]string{"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "RESCUE_STUCK_AFTER": "8s",
+		"RETRY_SCHEDULE": "0s" + strings.Repeat(",1s", 30)}
 	p.api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": p.receiver.URL("/k"), "secret": testSecret})
 	const messages = 600
 	for i := range messages {
 		p.api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
 	}
+	first := StartDispatcher(t, "dispatcher-1", p.db.URL, env)
 	Eventually(t, time.Minute, 10*time.Millisecond, "deliveries made, then attempts in flight", func() bool {
 		st := p.receiver.Stats("/k")
 		return requests.Load() > answerFirst && st.InFlight > 0
