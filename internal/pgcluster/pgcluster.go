@@ -264,13 +264,19 @@ func (c *Cluster) sysProcAttr() *syscall.SysProcAttr {
 const (
 	watchdogEnv    = "HOOKD_PGCLUSTER_WATCHDOG"
 	watchdogBinEnv = "HOOKD_PGCLUSTER_BIN"
+	// watchdogKeepEnv: a byte on the lifeline means its owner let the
+	// watchdog go and will clean up itself.
+	watchdogKeepEnv = "HOOKD_PGCLUSTER_KEEP"
 )
 
 // A copy of the executable started as a watchdog does only that, before any
 // test or main runs.
 func init() {
 	if dir := os.Getenv(watchdogEnv); dir != "" {
-		WaitForParent()
+		released := WaitForParent()
+		if released && os.Getenv(watchdogKeepEnv) != "" {
+			os.Exit(0)
+		}
 		c := &Cluster{dir: dir, bin: os.Getenv(watchdogBinEnv)}
 		c.runAs = os.Geteuid() == 0
 		if c.runAs {
@@ -282,6 +288,21 @@ func init() {
 		removeDir(c)
 		os.Exit(0)
 	}
+}
+
+// RemoveOnExit starts a watchdog that deletes dir (stopping the cluster in
+// it first, if one runs there) when this process exits, however it exits.
+// release retires the watchdog without it touching dir.
+func RemoveOnExit(dir string) (release func(), err error) {
+	cmd, lifeline, err := Watchdog(map[string]string{watchdogEnv: dir, watchdogKeepEnv: "1"})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		_, _ = lifeline.Write([]byte{1}) // keep: this process cleans up itself
+		_ = lifeline.Close()
+		_ = cmd.Wait()
+	}, nil
 }
 
 func (c *Cluster) startWatchdog() error {
@@ -324,11 +345,12 @@ func Watchdog(env map[string]string) (*exec.Cmd, *os.File, error) {
 }
 
 // WaitForParent blocks, in a watchdog, until the process that started it
-// exits or lets it go. Interrupts are ignored meanwhile: the cleanup must
-// run.
-func WaitForParent() {
+// exits or closes the lifeline, and reports whether the parent wrote on it
+// first (let it go). Interrupts are ignored meanwhile: the cleanup must run.
+func WaitForParent() (released bool) {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	n, _ := io.Copy(io.Discard, os.Stdin)
+	return n > 0
 }
 
 // removeDir stops the cluster in dir, if its postmaster runs, and deletes

@@ -79,8 +79,19 @@ func TestWatchdogRemovesTheClusterOfAKilledOwner(t *testing.T) {
 	o := startOwner(t)
 	require.NoError(t, o.cmd.Process.Kill())
 	_ = o.cmd.Wait()
-	require.Eventually(t, func() bool { return noDir(o.dir) && gone(o.postmaster) },
-		time.Minute, 50*time.Millisecond, "the watchdog left %s (postmaster %d)", o.dir, o.postmaster)
+	require.Eventually(t, func() bool { return noDir(o.dir) && gone(o.postmaster) && noDir(o.extra) },
+		time.Minute, 50*time.Millisecond, "the watchdogs left %s (postmaster %d) or %s", o.dir, o.postmaster, o.extra)
+}
+
+// TestRemoveOnExitReleased: a released watchdog leaves its directory to
+// its owner.
+func TestRemoveOnExitReleased(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	release, err := pgcluster.RemoveOnExit(dir)
+	require.NoError(t, err)
+	release() // returns once the watchdog exited
+	require.DirExists(t, dir)
 }
 
 // TestReapRemovesClustersWhoseOwnerAndWatchdogAreGone kills an owner and its
@@ -110,7 +121,16 @@ func runOwner() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println(filepath.Dir(c.DataDir()), c.PostmasterPID(), c.WatchdogPID())
+	extra, err := os.MkdirTemp("", "pgcluster-test-")
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if _, err := pgcluster.RemoveOnExit(extra); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println(filepath.Dir(c.DataDir()), c.PostmasterPID(), c.WatchdogPID(), extra)
 	select {} // until killed
 }
 
@@ -118,6 +138,7 @@ type owner struct {
 	cmd                  *exec.Cmd
 	dir                  string
 	postmaster, watchdog int
+	extra                string // a directory under RemoveOnExit
 }
 
 func startOwner(t *testing.T) *owner {
@@ -134,10 +155,13 @@ func startOwner(t *testing.T) *owner {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		pgcluster.Reap()
+		if o.extra != "" {
+			_ = os.RemoveAll(o.extra)
+		}
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(t, err, "owner: %q", line)
-	_, err = fmt.Sscan(line, &o.dir, &o.postmaster, &o.watchdog)
+	_, err = fmt.Sscan(line, &o.dir, &o.postmaster, &o.watchdog, &o.extra)
 	require.NoError(t, err, "owner: %q", line)
 	require.DirExists(t, o.dir)
 	return o
