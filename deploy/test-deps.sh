@@ -70,6 +70,14 @@ if ! command -v chromium >/dev/null; then
 	apt-get install -y -qq chromium >/dev/null
 fi
 
+# The README's tour (internal/tour) reads the API's answers with jq.
+if ! command -v jq >/dev/null; then
+	log "installing jq for the README's tour test"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq jq >/dev/null
+fi
+
 # deploy/prometheus_test.go runs promtool on the alert rules (and fails
 # without it): Debian's prometheus package ships it. Only the tool is
 # wanted, not a Prometheus server on :9090 (the dispatcher's default metrics

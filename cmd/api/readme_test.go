@@ -11,14 +11,14 @@ import (
 	"github.com/hookd/hookd/deploy"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's configuration table from the flags")
+var updateREADME = flag.Bool("update-readme", false, "rewrite docs/configuration.md's configuration table from the flags")
 
-// TestREADMEConfigurationTable keeps the README's api table equal to the
+// TestREADMEConfigurationTable keeps docs/configuration.md's api table equal to the
 // flags: on failure it prints the table to paste (or run the test with
 // -update-readme).
 func TestREADMEConfigurationTable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	require.NoError(t, err)
 	fs, _ := newFlagSet(func(string) string { return "" }, io.Discard)
 	want := deploy.FlagTable(fs.Flags())
@@ -26,10 +26,10 @@ func TestREADMEConfigurationTable(t *testing.T) {
 	if *updateREADME {
 		doc, err := deploy.ReplaceTableAfter(string(readme), "### api", want)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../README.md", []byte(doc), 0o644))
+		require.NoError(t, os.WriteFile("../../docs/configuration.md", []byte(doc), 0o644))
 		return
 	}
 	got, err := deploy.TableAfter(string(readme), "### api")
-	require.NoError(t, err, "README.md needs a '### api' heading followed by this table:\n\n%s", want)
-	require.Equal(t, want, got, "README.md's api table disagrees with the flags; generated from them:\n\n%s", want)
+	require.NoError(t, err, "docs/configuration.md needs a '### api' heading followed by this table:\n\n%s", want)
+	require.Equal(t, want, got, "docs/configuration.md's api table disagrees with the flags; generated from them:\n\n%s", want)
 }
