@@ -125,7 +125,7 @@ func TestGrafanaDashboardReadsExportedMetrics(t *testing.T) {
 	}
 	require.NoError(t, errors.Join(errs...))
 
-	// The operator issue's series are all on the dashboard.
+	// The documented breaker and delivery series are all on the dashboard.
 	for _, m := range []string{
 		"webhook_delivery_total", "webhook_delivery_5xx_total", "webhook_delivery_duration_seconds",
 		"breaker_open_total", "breaker_state", "breaker_trip_suppressed_total", "breaker_rejected_total",

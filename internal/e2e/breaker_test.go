@@ -17,7 +17,8 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// fastClass is the breaker issue's fast test class.
+// fastClass is a traffic class fast enough for a test: a 2 s window and a
+// 2 s open duration.
 var fastClass = map[string]any{
 	"name": "fast", "trip": "rate", "failure_rate_threshold": 0.5, "window": "2s", "min_throughput": 20,
 	"open_duration": "2s", "half_open_trials": 3, "half_open_concurrency": 1,
@@ -95,7 +96,7 @@ func nonClosedSpans(t *testing.T, db *storetest.DB, endpointID string) (spans []
 	return spans, halfOpens
 }
 
-// TestBreakerAcrossTwoDispatchers is the breaker issue's real-process test:
+// TestBreakerAcrossTwoDispatchers is the breaker's real-process test:
 // two dispatchers, an endpoint failing everything for 10 s then recovering,
 // under the fast class, next to a healthy endpoint.
 func TestBreakerAcrossTwoDispatchers(t *testing.T) {
@@ -181,7 +182,7 @@ func TestBreakerAcrossTwoDispatchers(t *testing.T) {
 			}
 		}
 	}
-	// Seed 002's formula: with no background errors a 50% rate over a 2 s
+	// The time-to-open estimate: with no background errors a 50% rate over a 2 s
 	// window opens 1 s into the outage; after that only probes get through,
 	// one per half-open period.
 	r := float64(before) / 2
