@@ -20,8 +20,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,13 +28,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/hookd/hookd/internal/delivery"
 )
 
 func main() {
@@ -145,186 +140,3 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
-
-func readResults(path string) (*results, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read results: %w", err)
-	}
-	var res results
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("decode results: %w", err)
-	}
-	return &res, nil
-}
-
-func writeResults(path string, res *results) error {
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
-}
-
-// riverSettings are the River client settings S0's bare client shares with
-// every dispatcher the bench starts (passed to it through their
-// environment twins), so S0 is the ceiling of exactly that configuration.
-type riverSettings struct {
-	Workers           int    `json:"workers"`
-	DBMaxConns        int    `json:"db_max_conns"`
-	FetchCooldown     string `json:"fetch_cooldown"`
-	FetchPollInterval string `json:"fetch_poll_interval"`
-	JobRetention      string `json:"completed_job_retention"`
-}
-
-// defaultRiver is the dispatcher's defaults (cmd/dispatcher/run.go).
-var defaultRiver = riverSettings{Workers: 100, DBMaxConns: 30, FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
-
-// env returns the settings as dispatcher environment variables.
-func (r riverSettings) env() map[string]string {
-	return map[string]string{
-		"WORKERS":                 fmt.Sprint(r.Workers),
-		"DB_MAX_CONNS":            fmt.Sprint(r.DBMaxConns),
-		"FETCH_COOLDOWN":          r.FetchCooldown,
-		"FETCH_POLL_INTERVAL":     r.FetchPollInterval,
-		"COMPLETED_JOB_RETENTION": r.JobRetention,
-	}
-}
-
-// plan sizes the scenarios: the full suite or the smoke form.
-type plan struct {
-	drain          time.Duration // longest wait for a backlog to drain
-	maxOutstanding int64         // closed-loop bound on deliveries accepted and not yet delivered
-	posters        int           // closed-loop concurrent posts
-
-	s0Jobs int
-
-	fanTenants   int // S1, S2, S3, S4: tenants x 10 endpoints
-	warmup       time.Duration
-	s1Measure    time.Duration
-	rateTenants  int
-	rate         float64 // S1 latency run: messages/s offered
-	rateDuration time.Duration
-	s2Measure    time.Duration
-	s3Measure    time.Duration
-	s3HotRate    float64
-	s4Measure    time.Duration
-	s5Healthy    time.Duration
-	s5Fail       time.Duration
-	s5Recover    time.Duration
-	s6Tenants    int
-	s6Measure    time.Duration
-}
-
-var fullPlan = plan{
-	drain: 15 * time.Second, maxOutstanding: 1000, posters: 16,
-	s0Jobs:     200_000,
-	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
-	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute,
-	s2Measure: 10 * time.Second,
-	s3Measure: 2 * time.Minute, s3HotRate: 400,
-	s4Measure: 20 * time.Second,
-	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
-	s6Tenants: 1000, s6Measure: 35 * time.Second,
-}
-
-var smokePlan = plan{
-	drain: 5 * time.Second, maxOutstanding: 500, posters: 8,
-	s0Jobs:     10_000,
-	fanTenants: 10, warmup: 400 * time.Millisecond, s1Measure: 1500 * time.Millisecond,
-	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second,
-	s2Measure: time.Second,
-	s3Measure: 2 * time.Second, s3HotRate: 100,
-	s4Measure: 2500 * time.Millisecond,
-	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
-	s6Tenants: 50, s6Measure: 2 * time.Second,
-}
-
-// bench is one run of the suite.
-type bench struct {
-	opts    options
-	plan    plan
-	river   riverSettings
-	logger  *slog.Logger
-	root    string // module root
-	scratch string // binaries, logs, the cluster
-	secret  string // every endpoint's signing secret
-
-	pg                    *cluster
-	apiBin, dispatcherBin string
-
-	// halfRate is S1's half-load message rate, which S4 offers too.
-	halfRate float64
-}
-
-// newBench finds the module root, builds the binaries and starts the
-// private cluster.
-func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench, err error) {
-	b := &bench{opts: opts, plan: fullPlan, river: defaultRiver, logger: logger}
-	if opts.smoke {
-		b.plan = smokePlan
-	}
-	if b.root, err = moduleRoot(); err != nil {
-		return nil, err
-	}
-	if b.scratch, err = os.MkdirTemp("", "hookd-bench-"); err != nil {
-		return nil, fmt.Errorf("create scratch dir: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			b.close()
-		}
-	}()
-	if b.secret, err = delivery.GenerateSecret(rand.Reader); err != nil {
-		return nil, fmt.Errorf("generate secret: %w", err)
-	}
-	logger.Info("bench_build", slog.String("dir", b.scratch))
-	if b.apiBin, b.dispatcherBin, err = buildBinaries(ctx, b.root, filepath.Join(b.scratch, "bin")); err != nil {
-		return nil, err
-	}
-	pgBin := opts.pgBin
-	if pgBin == "" {
-		if pgBin, err = findPGBin(); err != nil {
-			return nil, err
-		}
-	}
-	if b.pg, err = startCluster(ctx, pgBin, b.scratch, logger); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// close stops the cluster and removes the scratch directory.
-func (b *bench) close() {
-	if b.pg != nil {
-		b.pg.stop()
-		b.pg = nil
-	}
-	if b.scratch != "" {
-		_ = os.RemoveAll(b.scratch)
-		b.scratch = ""
-	}
-}
-
-// moduleRoot returns the directory of go.mod, from the working directory up.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find module root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func numCPU() int { return runtime.NumCPU() }

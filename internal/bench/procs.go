@@ -3,15 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -168,86 +165,4 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
-}
-
-// rssBytes returns a process's resident set size from /proc/PID/status.
-func rssBytes(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read process status: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS: %w", err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("no VmRSS in process status")
-}
-
-// clockTicks is USER_HZ, the unit of /proc CPU times (100 on Linux).
-const clockTicks = 100
-
-// cpuSeconds returns a process's user+system CPU time.
-func cpuSeconds(pid int) float64 {
-	_, utime, stime, ok := procStat(pid)
-	if !ok {
-		return 0
-	}
-	return float64(utime+stime) / clockTicks
-}
-
-// procStat returns a process's parent id and CPU ticks from /proc/PID/stat.
-func procStat(pid int) (ppid int, utime, stime int64, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	// After the command: state(0) ppid(1) ... utime(11) stime(12).
-	if len(f) < 13 {
-		return 0, 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	utime, _ = strconv.ParseInt(f[11], 10, 64)
-	stime, _ = strconv.ParseInt(f[12], 10, 64)
-	return ppid, utime, stime, true
-}
-
-// machineBusySeconds returns the CPU time all cores spent busy since boot,
-// from /proc/stat (everything but idle and iowait).
-func machineBusySeconds() float64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0
-	}
-	var busy int64
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		if i >= 8 { // guest time is already counted in user
-			break
-		}
-		busy += n
-	}
-	return float64(busy) / clockTicks
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/config"
+	"github.com/hookd/hookd/internal/dispatcher"
+)
+
+// TestEveryConfigFieldHasAFlag: each dispatcher.Config field but the actor
+// (derived from the host) is set by a real flag, so a refused field is
+// reported as the flag the operator set.
+func TestEveryConfigFieldHasAFlag(t *testing.T) {
+	t.Parallel()
+	fs, set := newFlagSet(func(string) string { return "" }, io.Discard)
+	names := fs.Names()
+	typ := reflect.TypeFor[dispatcher.Config]()
+	for i := range typ.NumField() {
+		field := typ.Field(i).Name
+		if field == "Actor" {
+			continue
+		}
+		flag, ok := flagOf[field]
+		require.True(t, ok, "Config.%s has no flag in flagOf", field)
+		require.Contains(t, names, "--"+flag, "Config.%s", field)
+	}
+	require.Len(t, flagOf, typ.NumField()-1, "flagOf names a field Config does not have")
+	require.Equal(t, dispatcher.DefaultConfig(), set.config(), "the flags' defaults are DefaultConfig")
+}
+
+// TestRefusedValuesNameTheFlag: a value the dispatcher refuses is a usage
+// error naming the flag and its environment twin, reported before any
+// connection is made.
+func TestRefusedValuesNameTheFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--workers", "0"}, want: "--workers (WORKERS): must be from 1 to 10000"},
+		{env: map[string]string{"SHUTDOWN_GRACE": "0s"}, want: "--shutdown-grace (SHUTDOWN_GRACE): must be positive"},
+		{args: []string{"run", "--retry-schedule", "0s,-1s"}, want: "--retry-schedule (RETRY_SCHEDULE): parse schedule: entry 2: negative delay -1s"},
+		{args: []string{"--rescue-stuck-after", "10s"}, want: "--rescue-stuck-after (RESCUE_STUCK_AFTER): must exceed the request timeout + 5s (20s)"},
+		{args: []string{"--operational-webhook-url", "https://ops.example/"}, want: "--operational-webhook-secret (OPERATIONAL_WEBHOOK_SECRET): parse secret: missing \"whsec_\" prefix (required with the operational webhook URL)"},
+		{args: []string{"migrate", "--db-max-conns", "3"}, want: "--db-max-conns (DB_MAX_CONNS): must be at least 4"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+			var ue *config.UsageError
+			require.ErrorAs(t, err, &ue)
+			require.EqualError(t, err, tt.want)
+		})
+	}
+}

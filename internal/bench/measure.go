@@ -1,0 +1,76 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// window is a measured interval of a scenario, on its clock.
+type window struct{ from, to time.Duration }
+
+func (w window) seconds() float64 { return (w.to - w.from).Seconds() }
+
+// measurement is what the receiver saw of one group in a window.
+type measurement struct {
+	// Delivered counts the group's first 2xx answers within the window.
+	Delivered int
+	// Messages counts the group's messages accepted within the window.
+	Messages int
+	// Latencies are accepted -> 2xx latencies of the deliveries of messages
+	// accepted within the window, sorted.
+	Latencies []time.Duration
+	// Missing counts deliveries of messages accepted within the window that
+	// never got a 2xx.
+	Missing int
+}
+
+// measure dedupes the 2xx answers (first per message and path) and returns
+// group g's deliveries in w and the latencies of messages accepted in w.
+// wantPerMessage is the number of deliveries each message gets (its fan-out).
+func (t *tracker) measure(events []delivered, g int, w window, wantPerMessage int) measurement {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m measurement
+	seen := make(map[string]struct{}, len(events))
+	got := map[string]int{}
+	for _, e := range events {
+		if groupOf(e.path) != g {
+			continue
+		}
+		key := e.msg + "|" + e.path
+		if _, dup := seen[key]; dup {
+			continue
+		}
+		seen[key] = struct{}{}
+		if e.at >= w.from && e.at < w.to {
+			m.Delivered++
+		}
+		a, ok := t.msgs[e.msg]
+		if !ok || a.at < w.from || a.at >= w.to {
+			continue
+		}
+		got[e.msg]++
+		m.Latencies = append(m.Latencies, max(e.at-a.at, 0))
+	}
+	for id, a := range t.msgs {
+		if a.group == g && a.at >= w.from && a.at < w.to {
+			m.Messages++
+			m.Missing += max(wantPerMessage-got[id], 0)
+		}
+	}
+	slices.Sort(m.Latencies)
+	return m
+}
+
+// percentile returns the q-quantile (nearest rank) of sorted durations.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// ms converts a duration to milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

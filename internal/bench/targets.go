@@ -1,0 +1,219 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// evaluate fills the headline figures and checks every target.
+func evaluate(r *results) {
+	s0, s1, rate, s2, s3, s4, s5, s6 := r.find("s0"), r.find("s1"), r.find("s1rate"), r.find("s2"), r.find("s3"), r.find("s4"), r.find("s5"), r.find("s6")
+	add := func(t target) { r.Targets = append(r.Targets, t) }
+	na := func(scenario, goal string) target {
+		return target{Scenario: scenario, Goal: goal, Measured: "not run", Status: "n/a"}
+	}
+
+	if s0 != nil {
+		r.S0NoopJobsPerS = s0.DeliveriesPerS
+	}
+	if s1 != nil {
+		r.S1DeliveriesPerS, r.S1P99Ms, r.RoundtripsPerDelivery = s1.DeliveriesPerS, s1.LatencyP99Ms, s1.Roundtrips
+	}
+	if s0 != nil && s1 != nil && s0.DeliveriesPerS > 0 {
+		v := s1.DeliveriesPerS / s0.DeliveriesPerS
+		add(atLeast("s1", "S1 deliveries/s >= 0.5 x S0 no-op jobs/s", v, 0.5,
+			fmt.Sprintf("%.2f x (%.0f / %.0f)", v, s1.DeliveriesPerS, s0.DeliveriesPerS)))
+	} else {
+		add(na("s1", "S1 deliveries/s >= 0.5 x S0 no-op jobs/s"))
+	}
+
+	var rts []string
+	worst := -1.0
+	if s1 != nil {
+		rts = append(rts, fmt.Sprintf("S1 %.2f", s1.Roundtrips))
+		worst = max(worst, s1.Roundtrips)
+	}
+	if s2 != nil {
+		on, _ := s2.Extra["breaker_on_median_per_s"].(float64)
+		off, _ := s2.Extra["breaker_off_median_per_s"].(float64)
+		r.S2BreakerOnPerS, r.S2BreakerOffPerS = on, off
+		if off > 0 {
+			add(atLeast("s2", "S2 breaker on >= 0.9 x breaker off", on/off, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f, medians)", on/off, on, off)))
+		}
+		rtOn, _ := s2.Extra["breaker_on_roundtrips_per_delivery"].(float64)
+		rtOff, _ := s2.Extra["breaker_off_roundtrips_per_delivery"].(float64)
+		rts = append(rts, fmt.Sprintf("S2 on %.2f", rtOn), fmt.Sprintf("S2 off %.2f", rtOff))
+		worst = max(worst, rtOn, rtOff)
+	} else {
+		add(na("s2", "S2 breaker on >= 0.9 x breaker off"))
+	}
+	if worst >= 0 {
+		add(atMost("s1", "Postgres round trips per delivery <= 3 in S1/S2", worst, 3, strings.Join(rts, ", ")))
+	} else {
+		add(na("s1", "Postgres round trips per delivery <= 3 in S1/S2"))
+	}
+
+	rateGoal := "S1 at the offered rate: p99 accepted -> delivered < 250 ms"
+	backlogGoal := "S1 at the offered rate: no growing backlog"
+	if rate != nil {
+		offered, _ := rate.Extra["offered_msgs_per_s"].(float64)
+		rateGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: p99 accepted -> delivered < 250 ms", offered, rate.MeasuredS)
+		backlogGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: no growing backlog", offered, rate.MeasuredS)
+		r.S1RateP99Ms = rate.LatencyP99Ms
+		add(below("s1rate", rateGoal, rate.LatencyP99Ms, 250, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms)", rate.LatencyP99Ms, rate.LatencyP50Ms)))
+		grow, _ := rate.Extra["growing_backlog"].(bool)
+		slope, _ := rate.Extra["backlog_slope_per_s"].(float64)
+		r.S1RateGrowingBacklog = grow
+		t := target{Scenario: "s1rate", Goal: backlogGoal, Value: slope,
+			Measured: fmt.Sprintf("slope %+.1f/s, accepted %.0f of %.0f msg/s", slope, rate.MessagesPerS, offered), Status: "met"}
+		if grow {
+			t.Status = "missed"
+		}
+		add(t)
+	} else {
+		add(na("s1rate", rateGoal))
+		add(na("s1rate", backlogGoal))
+	}
+
+	if s3 != nil {
+		r.S3MaxLockWaitMs = s3.MaxLockWaitMs
+		detail := fmt.Sprintf("%.1f ms (%d waits over %d ms logged)", s3.MaxLockWaitMs, s3.LockWaitsLogged, lockWaitThreshold.Milliseconds())
+		add(atMost("s3", "S3 no lock wait over 50 ms", s3.MaxLockWaitMs, 50, detail))
+		if s1 != nil && s1.DeliveriesPerS > 0 {
+			v := s3.DeliveriesPerS / s1.DeliveriesPerS
+			add(atLeast("s3", "S3 other endpoints' deliveries/s within 10% of S1", v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f)", v, s3.DeliveriesPerS, s1.DeliveriesPerS)))
+		} else {
+			add(na("s3", "S3 other endpoints' deliveries/s within 10% of S1"))
+		}
+	} else {
+		add(na("s3", "S3 no lock wait over 50 ms"))
+		add(na("s3", "S3 other endpoints' deliveries/s within 10% of S1"))
+	}
+
+	if s4 != nil {
+		r.S4HealthyP99Ms, r.S4HealthyPerS = s4.LatencyP99Ms, s4.DeliveriesPerS
+		if s1 != nil && s1.LatencyP99Ms > 0 {
+			v := s4.LatencyP99Ms / s1.LatencyP99Ms
+			add(atMost("s4", "S4 healthy p99 <= 2 x S1 p99", v, 2, fmt.Sprintf("%.2f x (%.1f / %.1f ms)", v, s4.LatencyP99Ms, s1.LatencyP99Ms)))
+			w := s4.DeliveriesPerS / s1.DeliveriesPerS
+			add(atLeast("s4", "S4 healthy deliveries/s >= 0.8 x S1", w, 0.8, fmt.Sprintf("%.2f x (%.0f / %.0f)", w, s4.DeliveriesPerS, s1.DeliveriesPerS)))
+		} else {
+			add(na("s4", "S4 healthy p99 <= 2 x S1 p99"))
+			add(na("s4", "S4 healthy deliveries/s >= 0.8 x S1"))
+		}
+		inFlight := toFloat(s4.Extra["hang_max_in_flight"])
+		add(atMost("s4", fmt.Sprintf("S4 hanging endpoint never holds more than MAX_PER_ENDPOINT (%d) workers", maxPerEndpoint), inFlight, maxPerEndpoint,
+			fmt.Sprintf("%.0f in flight at most", inFlight)))
+		goal := fmt.Sprintf("S4 breaker opens within window + 1 s (%.0f s) of the first timeout", (hangWindow + time.Second).Seconds())
+		if after, ok := s4.Extra["breaker_open_after_s"].(float64); ok {
+			add(atMost("s4", goal, after, (hangWindow + time.Second).Seconds(), fmt.Sprintf("opened %.2f s after the first timeout", after)))
+		} else {
+			add(target{Scenario: "s4", Goal: goal, Measured: "the breaker never opened", Status: "missed"})
+		}
+	} else {
+		for _, g := range []string{"S4 healthy p99 <= 2 x S1 p99", "S4 healthy deliveries/s >= 0.8 x S1", "S4 hanging endpoint within its cap", "S4 breaker opens within window + 1 s"} {
+			add(na("s4", g))
+		}
+	}
+
+	if s5 != nil {
+		probes := int(toFloat(s5.Extra["max_probes_in_flight"]))
+		halfOpens := int(toFloat(s5.Extra["half_opens"]))
+		r.S5MaxProbesInFlight = probes
+		t := atMost("s5", "S5 never more than 1 probe in flight", float64(probes), 1, fmt.Sprintf("%d at most, over %d probes, %d half-opens", probes, int(toFloat(s5.Extra["probes"])), halfOpens))
+		if halfOpens == 0 {
+			t.Status, t.Measured = "missed", "not exercised: the breaker never went half-open"
+		}
+		add(t)
+		add(atMost("s5", "S5 no idle-in-transaction session over 1 s", s5.MaxIdleInTxMs, 1000, fmt.Sprintf("%.0f ms longest (sampled every 50 ms)", s5.MaxIdleInTxMs)))
+		locks := toFloat(s5.Extra["advisory_locks_after_run"])
+		add(atMost("s5", "S5 no advisory lock left after the run", locks, 0, fmt.Sprintf("%.0f advisory locks", locks)))
+	} else {
+		for _, g := range []string{"S5 never more than 1 probe in flight", "S5 no idle-in-transaction session over 1 s", "S5 no advisory lock left after the run"} {
+			add(na("s5", g))
+		}
+	}
+
+	if s6 != nil {
+		r.S6RSSMB = s6.DispatcherRSSMB
+		add(atMost("s6", "S6 dispatcher RSS <= 150 MB", s6.DispatcherRSSMB, 150, fmt.Sprintf("%.1f MB peak", s6.DispatcherRSSMB)))
+		left := toFloat(s6.Extra["old_bucket_rows_left"])
+		perEndpoint := toFloat(s6.Extra["max_bucket_rows_per_endpoint"])
+		bound := toFloat(s6.Extra["rows_per_endpoint_bound"])
+		ran, _ := s6.Extra["prune_pass_expected"].(bool)
+		t := target{Scenario: "s6", Goal: "S6 breaker bucket rows bounded (old buckets pruned)", Value: perEndpoint,
+			Measured: fmt.Sprintf("at most %.0f rows per endpoint (bound %.0f); %.0f seeded old rows left", perEndpoint, bound, left)}
+		switch {
+		case perEndpoint > bound || (ran && left > 0):
+			t.Status = "missed"
+			if perEndpoint > bound {
+				t.Margin = fmt.Sprintf("%.1f x the per-endpoint bound", perEndpoint/bound)
+			}
+		case !ran:
+			t.Status = "met"
+			t.Measured += " (run shorter than a prune pass: old rows not yet due)"
+		default:
+			t.Status = "met"
+		}
+		add(t)
+	} else {
+		add(na("s6", "S6 dispatcher RSS <= 150 MB"))
+		add(na("s6", "S6 breaker bucket rows bounded (old buckets pruned)"))
+	}
+}
+
+// atLeast checks value >= goal.
+func atLeast(scenario, goal string, value, want float64, measured string) target {
+	t := target{Scenario: scenario, Goal: goal, Value: round3(value), Measured: measured}
+	if value >= want {
+		t.Status = "met"
+		if want > 0 {
+			t.Margin = fmt.Sprintf("%.0f%% above", (value/want-1)*100)
+		}
+	} else {
+		t.Status = "missed"
+		t.Margin = fmt.Sprintf("%.0f%% short", (1-value/want)*100)
+	}
+	return t
+}
+
+// atMost checks value <= goal.
+func atMost(scenario, goal string, value, want float64, measured string) target {
+	t := target{Scenario: scenario, Goal: goal, Value: round3(value), Measured: measured}
+	switch {
+	case value <= want:
+		t.Status = "met"
+		if want > 0 {
+			t.Margin = fmt.Sprintf("%.0f%% headroom", (1-value/want)*100)
+		}
+	case want > 0:
+		t.Status = "missed"
+		t.Margin = fmt.Sprintf("%.0f%% over", (value/want-1)*100)
+	default:
+		t.Status = "missed"
+		t.Margin = fmt.Sprintf("%g over", value)
+	}
+	return t
+}
+
+// below checks value < goal.
+func below(scenario, goal string, value, want float64, measured string) target {
+	t := atMost(scenario, goal, value, want, measured)
+	if value == want {
+		t.Status = "missed"
+	}
+	return t
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	}
+	return 0
+}

@@ -1,0 +1,175 @@
+package dispatcher
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/trafficclass"
+)
+
+// Config is the dispatcher's tuning. Start from DefaultConfig: every field is
+// checked by Validate, and a zero value is not a default (except where said).
+type Config struct {
+	// MetricsAddr serves /metrics, /healthz and /readyz.
+	MetricsAddr string
+	// Workers is how many deliveries are in flight at once in this process.
+	Workers int
+	// RequestTimeout bounds one delivery attempt.
+	RequestTimeout time.Duration
+	// RetrySchedule is the delay before each attempt, comma-separated, in
+	// the form delivery.ParseSchedule reads.
+	RetrySchedule string
+	// MaxPerEndpoint is how many attempts to one endpoint are in flight in
+	// this process; excess deliveries are snoozed.
+	MaxPerEndpoint int
+	// ShutdownGrace is how long in-flight deliveries get to finish once
+	// Run's context ends; then their contexts are cancelled.
+	ShutdownGrace time.Duration
+	// FetchCooldown is the least time between River job fetches.
+	FetchCooldown time.Duration
+	// FetchPollInterval is River's fallback poll interval.
+	FetchPollInterval time.Duration
+	// CompletedJobRetention is how long River keeps completed jobs.
+	CompletedJobRetention time.Duration
+	// RescueStuckAfter is when a running job of a dead process is retried;
+	// 0 means RequestTimeout + 60s. It must exceed the job timeout.
+	RescueStuckAfter time.Duration
+	// MetricsEndpointCap is the most endpoints with their own metric
+	// series (0 = no cap).
+	MetricsEndpointCap int
+	// QueueMetricsInterval is how often the deliver queue's depth and
+	// backlog age are measured.
+	QueueMetricsInterval time.Duration
+	// Breakers runs every delivery through its endpoint's circuit breaker.
+	Breakers bool
+	// BreakerFlushInterval is how often counted outcomes go to the shared
+	// breaker window.
+	BreakerFlushInterval time.Duration
+	// TrialPoolSize is the connections kept for half-open trials.
+	TrialPoolSize int
+	// FleetSuspectShare is the share of active endpoints opening within a
+	// minute above which no breaker opens on transport errors; 0 disables.
+	FleetSuspectShare float64
+	// ReclassifyInterval is how often auto endpoints' traffic classes are
+	// re-evaluated.
+	ReclassifyInterval time.Duration
+	// OperationalWebhookURL receives endpoint.disabled events; empty sends
+	// none.
+	OperationalWebhookURL string
+	// OperationalWebhookSecret is the whsec_ secret signing operational
+	// webhooks, required with the URL.
+	OperationalWebhookSecret string
+	// AllowPrivateTargets turns the SSRF guard off: deliveries may dial
+	// loopback and private addresses (development and tests).
+	AllowPrivateTargets bool
+	// Actor names this process in the breaker transition history; empty
+	// means host/pid.
+	Actor string
+}
+
+// DefaultConfig returns the defaults the dispatcher's flags document.
+func DefaultConfig() Config {
+	return Config{
+		MetricsAddr:           "127.0.0.1:9090",
+		Workers:               100,
+		RequestTimeout:        15 * time.Second,
+		RetrySchedule:         delivery.DefaultSchedule.String(),
+		MaxPerEndpoint:        10,
+		ShutdownGrace:         30 * time.Second,
+		FetchCooldown:         5 * time.Millisecond,
+		FetchPollInterval:     250 * time.Millisecond,
+		CompletedJobRetention: time.Hour,
+		MetricsEndpointCap:    1000,
+		QueueMetricsInterval:  15 * time.Second,
+		Breakers:              true,
+		BreakerFlushInterval:  100 * time.Millisecond,
+		TrialPoolSize:         8,
+		FleetSuspectShare:     0.3,
+		ReclassifyInterval:    trafficclass.ReclassifyInterval,
+	}
+}
+
+// ConfigError is a Config field whose value is not allowed.
+type ConfigError struct {
+	// Field is the Config field's name, such as "Workers".
+	Field string
+	// Reason says what is allowed, such as "must be from 1 to 10000".
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("dispatcher config: %s %s", e.Field, e.Reason)
+}
+
+func invalid(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate returns a *ConfigError for the first field out of range.
+func (c Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolved is a valid Config's parsed and derived values.
+type resolved struct {
+	schedule    delivery.Schedule
+	opsSecret   delivery.Secret
+	jobTimeout  time.Duration
+	rescueAfter time.Duration
+}
+
+func (c Config) resolve() (resolved, error) {
+	var r resolved
+	var err error
+	if r.schedule, err = delivery.ParseSchedule(c.RetrySchedule); err != nil {
+		return r, invalid("RetrySchedule", "%v", err)
+	}
+	switch {
+	case c.MetricsAddr == "":
+		return r, invalid("MetricsAddr", "must be set")
+	case c.Workers < 1 || c.Workers > 10000:
+		return r, invalid("Workers", "must be from 1 to 10000")
+	case c.RequestTimeout < 100*time.Millisecond || c.RequestTimeout > 5*time.Minute:
+		return r, invalid("RequestTimeout", "must be from 100ms to 5m")
+	case c.MaxPerEndpoint < 1:
+		return r, invalid("MaxPerEndpoint", "must be at least 1")
+	case c.ShutdownGrace <= 0:
+		return r, invalid("ShutdownGrace", "must be positive")
+	case c.FetchCooldown < time.Millisecond:
+		return r, invalid("FetchCooldown", "must be at least 1ms")
+	case c.FetchPollInterval < c.FetchCooldown:
+		return r, invalid("FetchPollInterval", "must be at least the fetch cooldown")
+	case c.CompletedJobRetention < time.Minute:
+		return r, invalid("CompletedJobRetention", "must be at least 1m")
+	case c.RescueStuckAfter < 0:
+		return r, invalid("RescueStuckAfter", "must not be negative")
+	case c.MetricsEndpointCap < 0:
+		return r, invalid("MetricsEndpointCap", "must not be negative")
+	case c.QueueMetricsInterval < time.Second:
+		return r, invalid("QueueMetricsInterval", "must be at least 1s")
+	case c.BreakerFlushInterval < 10*time.Millisecond || c.BreakerFlushInterval > 10*time.Second:
+		return r, invalid("BreakerFlushInterval", "must be from 10ms to 10s")
+	case c.FleetSuspectShare < 0 || c.FleetSuspectShare >= 1:
+		return r, invalid("FleetSuspectShare", "must be in [0, 1)")
+	case c.ReclassifyInterval < time.Minute:
+		return r, invalid("ReclassifyInterval", "must be at least 1m")
+	case c.TrialPoolSize < 1 || c.TrialPoolSize > 1000:
+		return r, invalid("TrialPoolSize", "must be from 1 to 1000")
+	}
+	if c.OperationalWebhookURL != "" {
+		if r.opsSecret, err = delivery.ParseSecret(c.OperationalWebhookSecret); err != nil {
+			return r, invalid("OperationalWebhookSecret", "%v (required with the operational webhook URL)", err)
+		}
+	}
+	r.jobTimeout = c.RequestTimeout + delivery.JobTimeoutMargin
+	r.rescueAfter = c.RescueStuckAfter
+	if r.rescueAfter == 0 {
+		r.rescueAfter = c.RequestTimeout + 60*time.Second
+	}
+	if r.rescueAfter <= r.jobTimeout {
+		return r, invalid("RescueStuckAfter", "must exceed the request timeout + %s (%s)", delivery.JobTimeoutMargin, r.jobTimeout)
+	}
+	return r, nil
+}

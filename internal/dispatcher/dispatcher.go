@@ -1,0 +1,379 @@
+// Package dispatcher runs hookd's delivery process: a River client whose
+// deliver worker signs and sends each queued webhook, and the loops around
+// it (the attempt ledger, the breaker gate, the unparker, the LISTEN
+// connection, the database clock, the queue metrics and the metrics server).
+// New checks the Config and wires what needs no I/O; Run connects, starts
+// every part under one errgroup and returns once every goroutine it started
+// has returned.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
+)
+
+// Deps are the dispatcher's collaborators.
+type Deps struct {
+	// Pool is the dispatcher's connection pool, migrated; required. The
+	// caller closes it after Run returns. The LISTEN connection and the
+	// trial pool open connections of their own with its connection string.
+	Pool *pgxpool.Pool
+	// Logger receives the dispatcher's logs; nil discards.
+	Logger *slog.Logger
+	// Stdout gets one line naming the metrics URL once it listens
+	// ("dispatcher metrics on http://127.0.0.1:9090/metrics"); nil
+	// discards.
+	Stdout io.Writer
+}
+
+// Timings of the loops that have no setting of their own.
+const (
+	clockSyncInterval = 10 * time.Second
+	endpointCacheTTL  = 30 * time.Second
+	unparkInterval    = 2 * time.Second
+	listenReadyWithin = 30 * time.Second
+	// metricsShutdown bounds how long open scrapes may run on after the
+	// deliveries have stopped.
+	metricsShutdown = 5 * time.Second
+)
+
+// Dispatcher is one delivery process. Run it once.
+type Dispatcher struct {
+	cfg    Config
+	r      resolved
+	url    string
+	logger *slog.Logger
+	stdout io.Writer
+
+	reg          *prometheus.Registry
+	metrics      *delivery.DispatcherMetrics
+	store        *store.Store
+	clock        *store.DBClock
+	cache        *delivery.EndpointCache
+	listener     *store.Listener
+	classes      *delivery.ClassBook
+	autoDisables *delivery.AutoDisables
+	ledger       *delivery.Ledger
+	// enq gets the River client in Run; the unparker and the operational
+	// webhooks insert jobs through it.
+	enq      *delivery.Enqueuer
+	unparker *delivery.Unparker
+	// senders are closed once River has stopped: their idle keep-alive
+	// connections would otherwise hold goroutines past Run.
+	senders []*delivery.Sender
+
+	ran atomic.Bool
+}
+
+// New checks cfg and wires the parts that need no I/O; a bad Config gives a
+// *ConfigError naming the field.
+func New(cfg Config, deps Deps) (*Dispatcher, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if deps.Pool == nil {
+		return nil, errors.New("dispatcher: Deps.Pool is required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Stdout == nil {
+		deps.Stdout = io.Discard
+	}
+	if cfg.Actor == "" {
+		cfg.Actor = hostActor()
+	}
+	d := &Dispatcher{
+		cfg:    cfg,
+		r:      r,
+		url:    deps.Pool.Config().ConnString(),
+		logger: deps.Logger,
+		stdout: deps.Stdout,
+		reg:    prometheus.NewRegistry(),
+		store:  store.New(deps.Pool, deps.Logger),
+		clock:  store.NewDBClock(deps.Pool),
+		enq:    &delivery.Enqueuer{},
+	}
+	telemetry.RegisterRuntime(d.reg)
+	d.metrics = delivery.NewDispatcherMetrics(d.reg, &delivery.EndpointLabels{Max: cfg.MetricsEndpointCap})
+
+	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
+	d.listener = store.NewListener(d.url, d.logger)
+	d.listener.Handle(store.EndpointChannel, d.cache.Invalidate)
+	d.listener.OnReconnect(d.cache.InvalidateAll)
+
+	d.classes = delivery.NewClassBook(d.store, d.logger)
+	d.classes.OpenDurations = d.metrics.Breaker.ClassOpenDuration
+	d.listener.Handle(store.ClassChannel, d.classes.HandleNotice)
+	// A class changed while the listener was away sent a NOTIFY nobody heard.
+	d.listener.OnReconnect(func() { d.classes.HandleNotice("") })
+
+	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
+	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{AfterDisable: d.autoDisables.InTx, OnDisabled: d.autoDisables.After})
+	// Deliveries refused by an open breaker are parked without a job; the
+	// unparker gives them one back when the breaker lets traffic through.
+	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	return d, nil
+}
+
+// Run delivers until ctx ends, then stops in order: River stops fetching and
+// gives in-flight deliveries ShutdownGrace before cancelling them; then the
+// ledger writes what it holds, the breaker gate flushes its last outcomes
+// and the metrics server closes. Run returns once every goroutine it started
+// has returned: nil after ctx ended, or the error that stopped it early.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if !d.ran.CompareAndSwap(false, true) {
+		return errors.New("dispatcher: Run called twice")
+	}
+	err := d.run(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Stopped while starting, as asked.
+		return nil
+	}
+	return err
+}
+
+func (d *Dispatcher) run(ctx context.Context) (err error) {
+	if err := d.clock.Sync(ctx); err != nil {
+		return err
+	}
+	if err := d.classes.Load(ctx); err != nil {
+		return err
+	}
+	var trials *store.TrialPool
+	if d.cfg.Breakers {
+		if trials, err = d.store.OpenTrialPool(ctx, d.url, int32(d.cfg.TrialPoolSize), d.cfg.RequestTimeout+10*time.Second, "hookd-trials/"+d.cfg.Actor); err != nil {
+			return err
+		}
+		defer trials.Close()
+	}
+	ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics: %w", err)
+	}
+
+	// The loops outlive River's soft stop, since in-flight deliveries still
+	// record attempts, count breaker outcomes and read the clock: they end
+	// when River has stopped, or all at once when one of them fails.
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	g, gctx := errgroup.WithContext(loopCtx)
+	defer func() {
+		stopLoops()
+		if werr := g.Wait(); err == nil {
+			err = werr
+		}
+		d.logger.Info("dispatcher_stopped")
+	}()
+
+	d.serveMetrics(g, gctx, ln)
+	fmt.Fprintf(d.stdout, "dispatcher metrics on http://%s/metrics\n", ln.Addr())
+	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
+	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
+	// The ledger's last flush must not be cancelled: Stop makes Run write
+	// what it holds and return.
+	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })
+	g.Go(func() error { <-gctx.Done(); d.ledger.Stop(); return nil })
+
+	var gate delivery.Gate = delivery.OpenGate{}
+	if d.cfg.Breakers {
+		bgate := delivery.NewBreakerGate(delivery.BreakerGateConfig{
+			FlushInterval:     d.cfg.BreakerFlushInterval,
+			Actor:             d.cfg.Actor,
+			FleetSuspectShare: d.cfg.FleetSuspectShare,
+			OnChange:          d.unparker.Kick,
+		}, d.store, trials, d.classes, d.clock.Now, rand.Float64, d.logger, d.metrics.Breaker)
+		d.listener.Handle(store.BreakerChannel, bgate.HandleNotice)
+		d.listener.OnReconnect(func() {
+			if err := bgate.Load(gctx); err != nil && gctx.Err() == nil {
+				d.logger.Warn("breaker_reload", slog.String("error", err.Error()))
+			}
+		})
+		// LISTEN first, then load: a transition between the two is then
+		// seen twice rather than missed.
+		g.Go(func() error { d.listener.Run(gctx); return nil })
+		ready := time.NewTimer(listenReadyWithin)
+		defer ready.Stop()
+		select {
+		case <-d.listener.Ready():
+		case <-ctx.Done():
+			return nil
+		case <-gctx.Done():
+			return nil // the failed loop's error is Run's
+		case <-ready.C:
+			return fmt.Errorf("listen for breaker transitions: not ready after %s", listenReadyWithin)
+		}
+		if err := bgate.Load(ctx); err != nil {
+			return err
+		}
+		g.Go(func() error { bgate.Run(gctx); return nil })
+		gate = bgate
+	} else {
+		g.Go(func() error { d.listener.Run(gctx); return nil })
+	}
+
+	client, err := d.newRiverClient(gate)
+	if err != nil {
+		return err
+	}
+	// Cancelling Start's context begins River's soft stop: no new fetches,
+	// and in-flight jobs get SoftStopTimeout before their contexts are
+	// cancelled. A failed loop stops River as the end of ctx does.
+	riverCtx, stopRiver := context.WithCancel(ctx)
+	defer stopRiver()
+	if err := client.Start(riverCtx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	if d.cfg.Breakers {
+		g.Go(func() error { d.unparker.Run(gctx); return nil })
+	}
+	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()))
+	select {
+	case <-ctx.Done():
+	case <-gctx.Done():
+	}
+	d.logger.Info("dispatcher_stopping", slog.Duration("grace", d.cfg.ShutdownGrace))
+	stopRiver()
+	<-client.Stopped()
+	for _, s := range d.senders {
+		s.CloseIdle()
+	}
+	return nil
+}
+
+// newRiverClient builds the River client running the deliver, reclassify
+// and operational webhook workers behind gate, and hands it to the parts
+// that insert jobs.
+func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], error) {
+	// The SSRF guard vets every address a delivery dials, after DNS.
+	senderCfg := delivery.SenderConfig{Timeout: d.cfg.RequestTimeout, DialControl: delivery.GuardDial}
+	if d.cfg.AllowPrivateTargets {
+		senderCfg.DialControl = nil
+		d.logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: deliveries may reach loopback and private addresses"))
+	}
+	sender := delivery.NewSender(senderCfg)
+	// The operational webhook URL is the operator's own setting, often an
+	// internal service, so its sender is not guarded.
+	opsSender := delivery.NewSender(delivery.SenderConfig{Timeout: d.cfg.RequestTimeout})
+	d.senders = []*delivery.Sender{sender, opsSender}
+	worker := delivery.NewWorker(delivery.WorkerConfig{
+		Schedule:       d.r.schedule,
+		MaxPerEndpoint: d.cfg.MaxPerEndpoint,
+		Park:           d.cfg.Breakers,
+	}, delivery.WorkerDeps{
+		Endpoints:  d.cache,
+		Deliveries: d.store,
+		Ledger:     d.ledger,
+		Gate:       gate,
+		AuthRules:  d.classes,
+		Sender:     sender,
+		Metrics:    d.metrics.Delivery,
+		Logger:     d.logger,
+		Now:        d.clock.Now,
+		Rand:       rand.Float64,
+	})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &delivery.ReclassifyWorker{Store: d.store, Logger: d.logger})
+	river.AddWorker(workers, &delivery.OperationalWorker{
+		URL: d.cfg.OperationalWebhookURL, Secret: d.r.opsSecret, Now: d.clock.Now, Sender: opsSender,
+	})
+	client, err := river.NewClient(riverpgxv5.New(d.store.Pool()), &river.Config{
+		Logger:                      slog.New(minLevel{Handler: d.logger.Handler(), min: slog.LevelWarn}),
+		Workers:                     workers,
+		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.cfg.Workers}, river.QueueDefault: {MaxWorkers: 10}},
+		FetchCooldown:               d.cfg.FetchCooldown,
+		FetchPollInterval:           d.cfg.FetchPollInterval,
+		CompletedJobRetentionPeriod: d.cfg.CompletedJobRetention,
+		JobTimeout:                  d.r.jobTimeout,
+		RescueStuckJobsAfter:        d.r.rescueAfter,
+		SoftStopTimeout:             d.cfg.ShutdownGrace,
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(d.cfg.ReclassifyInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return delivery.ReclassifyArgs{}, nil }, nil)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	if d.cfg.OperationalWebhookURL != "" {
+		d.autoDisables.Client = client
+	}
+	d.enq.Client = client
+	return client, nil
+}
+
+// hostActor names this process in the breaker transition history.
+func hostActor() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "dispatcher"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// serveMetrics serves /metrics, /healthz (alive) and /readyz (database
+// reachable) on ln until gctx ends, then shuts the server down.
+func (d *Dispatcher) serveMetrics(g *errgroup.Group, gctx context.Context, ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", telemetry.Handler(d.reg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := d.store.Ping(ctx); err != nil {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"type":"https://hookd.dev/problems/unavailable","title":"Service Unavailable","status":503,"detail":"the database is unavailable"}`+"\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ready"}`+"\n")
+	})
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}
+	g.Go(func() error { return telemetry.RunServer(gctx, srv, ln, metricsShutdown) })
+}
+
+// minLevel raises a handler's threshold: River logs every retry at info,
+// which the delivery log already records.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
