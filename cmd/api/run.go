@@ -161,8 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// /metrics has a listener of its own: it needs no token, and the
 	// API's listener is the one exposed to clients.
 	reg := prometheus.NewRegistry()
-	telemetry.RegisterRuntime(reg)
-	handler = telemetry.NewHTTPMetrics(reg).Wrap(handler)
+	handler = registerMetrics(reg).Wrap(handler)
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", telemetry.Handler(reg))
 	metricsLn, err := net.Listen("tcp", *set.metricsAddr)
@@ -199,4 +198,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	err = g.Wait()
 	logger.Info("api_stopped")
 	return err
+}
+
+// registerMetrics registers every series the api exports on reg (the
+// generated table in docs/observability.md lists them).
+func registerMetrics(reg prometheus.Registerer) *telemetry.HTTPMetrics {
+	telemetry.RegisterRuntime(reg)
+	return telemetry.NewHTTPMetrics(reg)
 }

@@ -115,8 +115,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		clock:  store.NewDBClock(deps.Pool),
 		enq:    &delivery.Enqueuer{},
 	}
-	telemetry.RegisterRuntime(d.reg)
-	d.metrics = delivery.NewDispatcherMetrics(d.reg, &delivery.EndpointLabels{Max: cfg.MetricsEndpointCap})
+	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
 	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
 	d.listener = store.NewListener(d.url, d.logger)
@@ -376,4 +375,12 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// RegisterMetrics registers every series a dispatcher exports on reg,
+// endpoint-labelled series capped at endpointCap (the generated table in
+// docs/observability.md lists them).
+func RegisterMetrics(reg prometheus.Registerer, endpointCap int) *delivery.DispatcherMetrics {
+	telemetry.RegisterRuntime(reg)
+	return delivery.NewDispatcherMetrics(reg, &delivery.EndpointLabels{Max: endpointCap})
 }
