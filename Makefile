@@ -18,7 +18,11 @@ CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: build run test fuzz lint clean bench bench-smoke chaos
+.PHONY: help build run test fuzz lint clean bench bench-smoke chaos
+
+## help: list the targets and what each does
+help:
+	@awk 'sub(/^## /, "") { split($$0, f, ": "); printf "  %-12s %s\n", f[1], substr($$0, length(f[1]) + 3) }' $(MAKEFILE_LIST)
 
 ## build: build bin/api and bin/dispatcher
 build:

@@ -57,6 +57,12 @@ if ! command -v chromium >/dev/null; then
 	apt_install chromium
 fi
 
+# The README's tour (internal/tour) reads the API's answers with jq.
+if ! command -v jq >/dev/null; then
+	log "installing jq for the README's tour test"
+	apt_install jq
+fi
+
 # cmd/dispatcher/observability_test.go runs promtool on the alert rules
 # (and fails without it): Debian's prometheus package ships it.
 if ! command -v promtool >/dev/null; then

@@ -11,7 +11,9 @@ import (
 	"github.com/hookd/hookd/internal/breaker"
 )
 
-func TestDefaultConfigIsSeed004(t *testing.T) {
+// TestDefaultConfig pins the defaults: half the window failing over 30 s,
+// never on fewer than 20 observations, open 30 s, three serialized trials.
+func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig()
 	require.NoError(t, c.Validate())

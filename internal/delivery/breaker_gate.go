@@ -706,7 +706,8 @@ func (g *BreakerGate) CheckFleet() {
 }
 
 // logSuppressed logs a trip the min_throughput guard held back, once per
-// endpoint per window, in the form seed 004's grep looks for.
+// endpoint per window, so that an operator can count the guard's work
+// (grep -c 'breaker_trip_suppressed reason=min_throughput').
 func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Suppression, now time.Time) {
 	if g.metrics != nil {
 		g.metrics.TripSuppressed.WithLabelValues(SuppressedMinThroughput).Inc()
@@ -773,7 +774,8 @@ type BreakerMetrics struct {
 	Rejected       *prometheus.CounterVec
 	FleetSuspect   prometheus.Gauge
 	// OpenDuration is observed when a trial closes a breaker, by traffic
-	// class: seed 004's time in open, to compare with ClassOpenDuration.
+	// class: the time in open, whose median should stay close to
+	// ClassOpenDuration.
 	OpenDuration *prometheus.HistogramVec
 	// ClassOpenDuration is each traffic class's configured open_duration
 	// (the ClassBook sets it).

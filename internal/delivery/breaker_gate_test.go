@@ -292,8 +292,8 @@ func TestFleetGuardStopsTransportTrips(t *testing.T) {
 }
 
 // TestSuppressedTripIsLoggedOncePerWindow: two failures against a min
-// throughput of 20 do not trip; the guard's work is logged in the form seed
-// 004's grep counts, once per endpoint per window.
+// throughput of 20 do not trip; the guard's work is logged as
+// breaker_trip_suppressed reason=min_throughput, once per endpoint per window.
 func TestSuppressedTripIsLoggedOncePerWindow(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)

@@ -38,8 +38,8 @@ func (p *pipeline) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-// TestFanOutDeliversEveryMessageOnce is the pipeline issue's main
-// end-to-end check: 1,000 messages fanned out to 3 endpoints through real
+// TestFanOutDeliversEveryMessageOnce is the pipeline's main end-to-end
+// check: 1,000 messages fanned out to 3 endpoints through real
 // api and dispatcher processes; every one of the 3,000 deliveries arrives
 // once with a valid signature and every attempt is logged.
 func TestFanOutDeliversEveryMessageOnce(t *testing.T) {
