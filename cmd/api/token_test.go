@@ -35,7 +35,7 @@ func TestTokenCreateListRevoke(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, tokenLine, out, "the token alone on stdout")
 	token := strings.TrimSpace(out)
-	require.Regexp(t, `^api: created token "ci" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
+	require.Regexp(t, `^api: created an admin token "ci" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
 
 	// Only its hash is stored.
 	var stored []byte
@@ -59,8 +59,8 @@ func TestTokenCreateListRevoke(t *testing.T) {
 	require.Equal(t, 0, code)
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^NAME\s+ID\s+CREATED\s+LAST USED\s+REVOKED$`, lines[0])
-	require.Regexp(t, `^ci\s+`+id+`\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+-\s+-$`, lines[1])
+	require.Regexp(t, `^NAME\s+ID\s+SCOPE\s+TENANT\s+ACCESS\s+CREATED\s+EXPIRES\s+LAST USED\s+REVOKED$`, lines[0])
+	require.Regexp(t, `^ci\s+`+id+`\s+admin\s+-\s+read-write\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+-\s+-\s+-$`, lines[1])
 	require.Regexp(t, `^deploy\s+tok_`, lines[2])
 	require.NotContains(t, out, token)
 	require.NotContains(t, out, "hkd_")
@@ -77,7 +77,7 @@ func TestTokenCreateListRevoke(t *testing.T) {
 
 	code, out, _ = cli(t, db.URL, "token", "list")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `(?m)^ci\s+`+id+`\s+\S+\s+-\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out, "revoked, with when")
+	require.Regexp(t, `(?m)^ci\s+`+id+`\s+admin\s+-\s+read-write\s+\S+\s+-\s+-\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out, "revoked, with when")
 
 	// The name is free again; revoke by id.
 	code, _, _ = cli(t, db.URL, "token", "create", "--name", "ci")
@@ -99,8 +99,8 @@ func TestTokenCommandUsageErrors(t *testing.T) {
 	}{
 		{[]string{"token"}, "api: token: want a subcommand: create, list or revoke (api token --help)\n"},
 		{[]string{"token", "frobnicate"}, "api: token: unknown subcommand \"frobnicate\": want create, list or revoke\n"},
-		{[]string{"token", "create"}, "api: token create: --name is required\n"},
-		{[]string{"token", "create", "--name", ""}, "api: token create: --name is required\n"},
+		{[]string{"token", "create"}, "api: token create: --name is required (or --tenant)\n"},
+		{[]string{"token", "create", "--name", ""}, "api: token create: --name is required (or --tenant)\n"},
 		{[]string{"token", "create", "--name", "bootstrap"}, "api: token create: --name \"bootstrap\" \"bootstrap\" names the bootstrap API_TOKEN\n"},
 		{[]string{"token", "create", "--name", "a b"}, "api: token create: --name \"a b\" must be 1-64 characters of letters, digits and . _ @ -, starting with a letter or digit\n"},
 		{[]string{"token", "create", "--nmae", "ci"}, "api: flag provided but not defined: -nmae\n"},

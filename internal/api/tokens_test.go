@@ -60,7 +60,7 @@ func (b *testBundle) storedToken(t *testing.T, name string) (string, store.APITo
 	t.Helper()
 	tok, sum, err := api.NewToken(rand.Reader)
 	require.NoError(t, err)
-	rec, err := b.store.CreateAPIToken(context.Background(), name, sum)
+	rec, err := b.store.CreateAPIToken(context.Background(), store.NewAPIToken{Name: name, Sum: sum})
 	require.NoError(t, err)
 	return tok, rec
 }
@@ -226,25 +226,25 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			name, err := auth.Check(ctx, tok)
+			p, err := auth.Check(ctx, tok)
 			require.NoError(t, err)
-			require.Equal(t, "ci", name)
+			require.Equal(t, api.Principal{Name: "ci"}, p)
 		})
 	}
 	wg.Wait()
 	require.LessOrEqual(t, counting.n.Load(), int64(20))
 	lookups := counting.n.Load()
 	for range 50 {
-		name, err := auth.Check(ctx, tok)
+		p, err := auth.Check(ctx, tok)
 		require.NoError(t, err)
-		require.Equal(t, "ci", name)
+		require.Equal(t, "ci", p.Name)
 	}
 	require.Equal(t, lookups, counting.n.Load(), "served from the cache")
 
 	// The bootstrap token and malformed tokens never reach the store.
-	name, err := auth.Check(ctx, "boot-token")
+	p, err := auth.Check(ctx, "boot-token")
 	require.NoError(t, err)
-	require.Equal(t, api.BootstrapTokenName, name)
+	require.Equal(t, api.Principal{Name: api.BootstrapTokenName}, p)
 	name, ok := auth.Authenticate(ctx, tok)
 	require.True(t, ok, "the dashboard login's check")
 	require.Equal(t, "ci", name)
@@ -257,9 +257,9 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 	_, err = b.store.RevokeAPIToken(ctx, store.TokenRef{ID: rec.ID})
 	require.NoError(t, err)
 	clock.Advance(api.TokenCacheTTL - time.Millisecond)
-	name, err = auth.Check(ctx, tok)
+	p, err = auth.Check(ctx, tok)
 	require.NoError(t, err, "still cached just before the TTL")
-	require.Equal(t, "ci", name)
+	require.Equal(t, "ci", p.Name)
 	clock.Advance(time.Millisecond)
 	_, err = auth.Check(ctx, tok)
 	require.ErrorIs(t, err, api.ErrBadToken, "refused once the TTL has passed")
