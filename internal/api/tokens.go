@@ -64,7 +64,10 @@ func (r createTokenRequest) validate() error {
 	if err := ValidateTokenName(r.Name); err != nil {
 		fe.add("name", err.Error())
 	}
-	if r.TenantID != nil {
+	switch {
+	case r.TenantID != nil && *r.TenantID == "":
+		fe.add("tenant_id", "must not be empty: leave it out for an admin token")
+	case r.TenantID != nil:
 		validateTenantID(&fe, "tenant_id", *r.TenantID)
 	}
 	if r.ExpiresIn != nil {

@@ -55,12 +55,20 @@ func (b *testBundle) raw(t *testing.T, method, path, auth string, body any) rawA
 	return rawAnswer{status: res.StatusCode, header: res.Header, body: got}
 }
 
-// storedToken creates a stored token named name and returns it.
+// storedToken creates a stored admin token named name and returns it.
 func (b *testBundle) storedToken(t *testing.T, name string) (string, store.APIToken) {
+	t.Helper()
+	return b.scopedToken(t, store.NewAPIToken{Name: name})
+}
+
+// scopedToken stores the token in describes (its Sum is filled in) and
+// returns it.
+func (b *testBundle) scopedToken(t *testing.T, in store.NewAPIToken) (string, store.APIToken) {
 	t.Helper()
 	tok, sum, err := api.NewToken(rand.Reader)
 	require.NoError(t, err)
-	rec, err := b.store.CreateAPIToken(context.Background(), store.NewAPIToken{Name: name, Sum: sum})
+	in.Sum = sum
+	rec, err := b.store.CreateAPIToken(context.Background(), in)
 	require.NoError(t, err)
 	return tok, rec
 }
