@@ -70,7 +70,7 @@ if ! command -v chromium >/dev/null; then
 	apt-get install -y -qq chromium >/dev/null
 fi
 
-# deploy/prometheus_test.go runs promtool on the alert rules (and fails
+# cmd/dispatcher/observability_test.go runs promtool on the alert rules (and fails
 # without it): Debian's prometheus package ships it. Only the tool is
 # wanted, not a Prometheus server on :9090 (the dispatcher's default metrics
 # port), so a policy-rc.d keeps the package's service from starting.

@@ -6,22 +6,26 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookd/hookd/deploy"
 	"github.com/hookd/hookd/internal/config"
+	"github.com/hookd/hookd/internal/deploycheck"
 )
 
-// binary describes the api to the manifest checks: its real flags, and a
-// parse of a command line and environment by run itself.
-func binary() deploy.Binary {
+// binary describes the api to the deployment checks: its real flags, and
+// run itself parsing a command line and an environment.
+func binary() deploycheck.Binary {
 	fs, _ := newFlagSet(func(string) string { return "" }, io.Discard)
-	return deploy.Binary{Name: "api", Package: "./cmd/api", Flags: fs.Names(), Check: checkArgs}
+	return deploycheck.Binary{Name: "api", Flags: fs.Names(), Parse: checkArgs}
 }
+
+var apiPorts = deploycheck.Ports{Health: "--listen-addr", Metrics: "--metrics-addr"}
 
 // checkArgs runs run on args with --help appended, so it parses the
 // subcommand, the flags and the environment and stops there.
@@ -40,64 +44,134 @@ func checkArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
-func loadManifests(t *testing.T) (compose string, df *deploy.Dockerfile) {
+// composeEnv is what the compose file's required ${VAR}s read.
+var composeEnv = map[string]string{"API_TOKEN": "t"}
+
+func loadDockerfile(t *testing.T) *deploycheck.Dockerfile {
+	t.Helper()
+	df, err := deploycheck.LoadDockerfile("../../Dockerfile")
+	require.NoError(t, err)
+	return df
+}
+
+// composeRuns loads docker-compose.yml, passed through edit first when
+// edit is not nil.
+func composeRuns(t *testing.T, edit func(string) string) []deploycheck.ComposeRun {
 	t.Helper()
 	b, err := os.ReadFile("../../docker-compose.yml")
 	require.NoError(t, err)
-	df, err = deploy.LoadDockerfile("../../Dockerfile")
+	if edit != nil {
+		b = []byte(edit(string(b)))
+	}
+	p, err := deploycheck.LoadCompose("../../docker-compose.yml", b, composeEnv)
 	require.NoError(t, err)
-	return string(b), df
+	runs, errs := deploycheck.ComposeRuns(p, loadDockerfile(t))
+	require.NoError(t, errors.Join(errs...))
+	return runs
 }
 
-func TestComposeAndDockerfileUseRealFlags(t *testing.T) {
+// TestDockerfileShipsTheAPI: the image is built with cgo off, holds the
+// api on its PATH, runs as non-root, and its default command is one the
+// api accepts.
+func TestDockerfileShipsTheAPI(t *testing.T) {
 	t.Parallel()
-	compose, df := loadManifests(t)
-	c, err := deploy.ParseCompose([]byte(compose))
+	df := loadDockerfile(t)
+	require.NoError(t, errors.Join(deploycheck.CheckImage(df, "", "./cmd/api", "api")...))
+	img, err := df.Image("")
 	require.NoError(t, err)
+	require.Equal(t, "api", img.Program())
+	argv := slices.Concat(img.Entrypoint, img.Cmd)
+	require.NoError(t, errors.Join(binary().CheckInvocation(argv[1:], nil)...))
+}
 
-	services, errs := deploy.CheckCompose(c, df, binary())
+func TestComposeRunsRealFlags(t *testing.T) {
+	t.Parallel()
+	services, errs := deploycheck.CheckCompose(composeRuns(t, nil), binary(), apiPorts)
 	require.NoError(t, errors.Join(errs...))
 	require.Equal(t, []string{"api", "migrate"}, services)
-	require.NoError(t, errors.Join(deploy.CheckDockerfile(df, binary())...))
 }
 
-func TestManifestCheckFailsOnRenames(t *testing.T) {
+// TestComposeLetsTheTourReachItsReceiver: the receiver service listens on
+// the compose network, and the api and the dispatcher may deliver to it
+// (a private address the SSRF guard refuses by default).
+func TestComposeLetsTheTourReachItsReceiver(t *testing.T) {
 	t.Parallel()
-	compose, df := loadManifests(t)
+	runs := composeRuns(t, nil)
+	i := slices.IndexFunc(runs, func(r deploycheck.ComposeRun) bool { return r.Service == "receiver" })
+	require.GreaterOrEqual(t, i, 0, "docker-compose.yml has no receiver service")
+	require.Equal(t, "receiver", runs[i].Program)
+	addr := runs[i].Args[slices.Index(runs[i].Args, "--addr")+1]
+	port, err := deploycheck.ServedPort(addr)
+	require.NoError(t, err)
+	require.Equal(t, 9000, port)
+	require.Equal(t, "receiver", runs[i].Config.Build.Target)
+	require.NoError(t, errors.Join(deploycheck.CheckImage(loadDockerfile(t), "receiver", "./internal/delivery/deliverytest/cmd/receiver", "receiver")...))
 
-	t.Run("environment variable renamed in the manifest", func(t *testing.T) {
-		t.Parallel()
-		require.Contains(t, compose, "LISTEN_ADDR:")
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, "LISTEN_ADDR:", "LISTEN_ADDRESS:", 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), "service api: environment variable LISTEN_ADDRESS is not the twin of any api flag")
-	})
+	// The receiver's flags are Go's flag package's: built, it parses the
+	// service's command and stops at -h (exit 0); an unknown flag exits 2.
+	bin := filepath.Join(t.TempDir(), "receiver")
+	out, err := exec.Command("go", "build", "-o", bin, "../../internal/delivery/deliverytest/cmd/receiver").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	out, err = exec.Command(bin, append(slices.Clone(runs[i].Args), "-h")...).CombinedOutput()
+	require.NoError(t, err, "receiver %q: %s", runs[i].Args, out)
+	out, err = exec.Command(bin, "--address", addr, "-h").CombinedOutput()
+	require.Error(t, err, "an unknown flag fails: %s", out)
+	for _, r := range runs {
+		if r.Service == "api" || r.Service == "dispatcher" {
+			require.Equal(t, "true", r.Env["ALLOW_PRIVATE_TARGETS"], "service %s must allow the receiver's private address", r.Service)
+		}
+	}
+}
+
+func TestComposeCheckFailsOnRenames(t *testing.T) {
+	t.Parallel()
+	b := binary()
+	for name, tc := range map[string]struct {
+		from, to, want string
+	}{
+		"environment variable renamed in the file": {
+			"LISTEN_ADDR:", "LISTEN_ADDRESS:",
+			"service api: environment variable LISTEN_ADDRESS is not the twin of any api flag",
+		},
+		"subcommand misspelt": {
+			`["api", "migrate"]`, `["api", "migrations"]`,
+			`unexpected argument "migrations"`,
+		},
+		"unknown flag in a command": {
+			`["api", "serve"]`, `["api", "serve", "--listen=:8080"]`,
+			"service api: --listen is not one of api's flags",
+		},
+		"bad value": {
+			`NO_MIGRATE: "true"`, `NO_MIGRATE: "yes please"`,
+			`NO_MIGRATE="yes please": must be true or false`,
+		},
+		"metrics published on the host": {
+			"    ports:\n      - \"8080:8080\"\n", "    ports:\n      - \"8080:8080\"\n      - \"9091:9091\"\n",
+			"service api: publishes /metrics (port 9091) on the host",
+		},
+		"metrics on loopback": {
+			"METRICS_ADDR: 0.0.0.0:9091", "METRICS_ADDR: 127.0.0.1:9091",
+			`service api: --metrics-addr: "127.0.0.1:9091" listens on loopback`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runs := composeRuns(t, func(s string) string {
+				require.Contains(t, s, tc.from)
+				return strings.Replace(s, tc.from, tc.to, 1)
+			})
+			_, errs := deploycheck.CheckCompose(runs, b, apiPorts)
+			require.ErrorContains(t, errors.Join(errs...), tc.want)
+		})
+	}
 	t.Run("flag renamed in the code", func(t *testing.T) {
 		t.Parallel()
-		c, err := deploy.ParseCompose([]byte(compose))
-		require.NoError(t, err)
 		b := binary()
 		require.Equal(t, "LISTEN_ADDR", b.Flags["--listen-addr"])
 		delete(b.Flags, "--listen-addr")
 		b.Flags["--listen-address"] = "LISTEN_ADDRESS"
-		_, errs := deploy.CheckCompose(c, df, b)
+		_, errs := deploycheck.CheckCompose(composeRuns(t, nil), b, apiPorts)
 		require.ErrorContains(t, errors.Join(errs...), "service api: environment variable LISTEN_ADDR is not the twin of any api flag")
-	})
-	t.Run("subcommand misspelt", func(t *testing.T) {
-		t.Parallel()
-		require.Contains(t, compose, `["api", "migrate"]`)
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, `["api", "migrate"]`, `["api", "migrations"]`, 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), `unexpected argument "migrations"`)
-	})
-	t.Run("unknown flag in a command", func(t *testing.T) {
-		t.Parallel()
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, `["api", "serve"]`, `["api", "serve", "--listen=:8080"]`, 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), "service api: --listen is not one of api's flags")
 	})
 }
 

@@ -2,51 +2,54 @@ package main
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/hookd/hookd/deploy"
+	"github.com/hookd/hookd/internal/deploycheck"
 )
-
-var apiPorts = deploy.K8sPorts{Health: "--listen-addr", Metrics: "--metrics-addr"}
 
 // k8sManifests loads deploy/k8s, each file's text passed through edit
 // first when edit is not nil.
-func k8sManifests(t *testing.T, edit func(file, text string) string) []deploy.K8sObject {
+func k8sManifests(t *testing.T, edit func(file, text string) string) *deploycheck.K8s {
 	t.Helper()
-	files, err := filepath.Glob("../../deploy/k8s/*.yaml")
+	k, err := deploycheck.LoadK8s("../../deploy/k8s", edit)
 	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	var objs []deploy.K8sObject
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		text := string(b)
-		if edit != nil {
-			text = edit(filepath.Base(f), text)
-		}
-		o, err := deploy.ParseK8s(filepath.Base(f), []byte(text))
-		require.NoError(t, err)
-		objs = append(objs, o...)
-	}
-	return objs
+	return k
 }
 
-func TestK8sManifestsUseRealFlags(t *testing.T) {
+func TestK8sManifestsRunRealFlags(t *testing.T) {
 	t.Parallel()
-	_, df := loadManifests(t)
-	containers, errs := deploy.CheckK8sContainers(k8sManifests(t, nil), df, binary(), apiPorts)
+	containers, errs := deploycheck.CheckK8s(k8sManifests(t, nil), loadDockerfile(t), binary(), apiPorts)
 	require.NoError(t, errors.Join(errs...))
 	require.ElementsMatch(t, []string{"Deployment/hookd-api/api", "Job/hookd-migrate/migrate"}, containers)
 }
 
-func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
+// TestK8sAPIReplicasShareTheSessionKey: with more than one api pod, a
+// dashboard login made on one must be valid on the others, so every pod
+// reads SESSION_KEY from the same Secret (left empty, each process would
+// pick a random key).
+func TestK8sAPIReplicasShareTheSessionKey(t *testing.T) {
 	t.Parallel()
-	_, df := loadManifests(t)
+	k := k8sManifests(t, nil)
+	i := slices.IndexFunc(k.Deployments, func(d appsv1.Deployment) bool { return d.Name == "hookd-api" })
+	require.GreaterOrEqual(t, i, 0)
+	d := k.Deployments[i]
+	require.Greater(t, *d.Spec.Replicas, int32(1), "the check matters with replicas")
+	for _, c := range d.Spec.Template.Spec.Containers {
+		require.True(t, deploycheck.FromSecret(c, "SESSION_KEY"), "container %s: SESSION_KEY must come from a Secret shared by every replica", c.Name)
+		env, errs := k.Env(c)
+		require.NoError(t, errors.Join(errs...))
+		require.NotEmpty(t, env["SESSION_KEY"])
+	}
+}
+
+func TestK8sCheckFailsOnRenames(t *testing.T) {
+	t.Parallel()
+	df := loadDockerfile(t)
 	replace := func(file, old, new string) func(string, string) string {
 		return func(f, text string) string {
 			if f != file {
@@ -73,8 +76,16 @@ func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
 			want: "Deployment/hookd-api/api: --listen is not one of api's flags",
 		},
 		"bad value": {
-			edit: replace("config.yaml", `DB_MAX_CONNS: "20"`, `DB_MAX_CONNS: "twenty"`),
-			want: `DB_MAX_CONNS="twenty": must be an integer`,
+			edit: replace("config.yaml", `DB_MAX_CONNS: "6"`, `DB_MAX_CONNS: "six"`),
+			want: `DB_MAX_CONNS="six": must be an integer`,
+		},
+		"a Secret without the key an env reads": {
+			edit: replace("secret.yaml", "  SESSION_KEY:", "  SESSION:"),
+			want: "Deployment/hookd-api/api: env SESSION_KEY: Secret hookd has no key SESSION_KEY",
+		},
+		"an image the kustomization does not set": {
+			edit: replace("api.yaml", "image: hookd/hookd", "image: hookd:local"),
+			want: `Deployment/hookd-api/api: runs api from image "hookd:local", which kustomization.yaml's images do not set`,
 		},
 		"probe on the wrong port": {
 			edit: replace("config.yaml", `LISTEN_ADDR: "0.0.0.0:8080"`, `LISTEN_ADDR: "0.0.0.0:8000"`),
@@ -86,7 +97,7 @@ func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
 		},
 		"listening on loopback": {
 			edit: replace("config.yaml", `LISTEN_ADDR: "0.0.0.0:8080"`, `LISTEN_ADDR: "127.0.0.1:8080"`),
-			want: `--listen-addr="127.0.0.1:8080" listens on loopback`,
+			want: `--listen-addr: "127.0.0.1:8080" listens on loopback`,
 		},
 		"metrics address left at its default": {
 			edit: replace("config.yaml", `  METRICS_ADDR: "0.0.0.0:9091"`+"\n", ""),
@@ -99,17 +110,22 @@ func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, errs := deploy.CheckK8sContainers(k8sManifests(t, tc.edit), df, binary(), apiPorts)
+			_, errs := deploycheck.CheckK8s(k8sManifests(t, tc.edit), df, binary(), apiPorts)
 			require.ErrorContains(t, errors.Join(errs...), tc.want)
 		})
 	}
+	t.Run("a misspelt field", func(t *testing.T) {
+		t.Parallel()
+		_, err := deploycheck.LoadK8s("../../deploy/k8s", replace("api.yaml", "readinessProbe:", "readinesProbe:"))
+		require.ErrorContains(t, err, `api.yaml: error unmarshaling JSON: while decoding JSON: json: unknown field "readinesProbe"`)
+	})
 	t.Run("flag renamed in the code", func(t *testing.T) {
 		t.Parallel()
 		b := binary()
 		require.Equal(t, "LISTEN_ADDR", b.Flags["--listen-addr"])
 		delete(b.Flags, "--listen-addr")
 		b.Flags["--listen-address"] = "LISTEN_ADDRESS"
-		_, errs := deploy.CheckK8sContainers(k8sManifests(t, nil), df, b, apiPorts)
+		_, errs := deploycheck.CheckK8s(k8sManifests(t, nil), df, b, deploycheck.Ports{Health: "--listen-address", Metrics: "--metrics-addr"})
 		require.ErrorContains(t, errors.Join(errs...), "Deployment/hookd-api/api: environment variable LISTEN_ADDR is not the twin of any api flag")
 	})
 }

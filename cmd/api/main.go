@@ -7,6 +7,10 @@
 //	api token create|list|revoke [flags]   manage stored API tokens
 package main
 
+// The tables of docs/configuration.md and docs/observability.md that
+// mirror this binary's flags and series.
+//go:generate go test -count=1 -run=TestGeneratedDocs . -args -update-docs
+
 import (
 	"context"
 	"errors"

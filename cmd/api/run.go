@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hookd/hookd/internal/api"
 	"github.com/hookd/hookd/internal/config"
@@ -160,15 +161,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// /metrics has a listener of its own: it needs no token, and the
 	// API's listener is the one exposed to clients.
 	reg := prometheus.NewRegistry()
-	telemetry.RegisterRuntime(reg)
-	handler = telemetry.NewHTTPMetrics(reg).Wrap(handler)
+	handler = registerMetrics(reg).Wrap(handler)
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", telemetry.Handler(reg))
-	metricsSrv, metricsLn, err := telemetry.Serve(*set.metricsAddr, metricsMux, logger)
+	metricsLn, err := net.Listen("tcp", *set.metricsAddr)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen for metrics: %w", err)
 	}
-	defer metricsSrv.Close()
+	defer metricsLn.Close()
+	metricsSrv := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(stdout, "api metrics on http://%s/metrics\n", metricsLn.Addr())
 
 	ln, err := net.Listen("tcp", *set.listenAddr)
@@ -185,19 +186,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	logger.Info("api_listening", slog.String("addr", ln.Addr().String()))
 	fmt.Fprintf(stdout, "api listening on http://%s\n", ln.Addr())
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	logger.Info("api_stopping")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *set.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	_ = metricsSrv.Shutdown(sctx)
-	return nil
+	// Both servers stop together: when ctx ends (a signal) or either fails.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		<-gctx.Done()
+		logger.Info("api_stopping")
+		return nil
+	})
+	g.Go(func() error { return telemetry.RunServer(gctx, srv, ln, *set.shutdownTimeout) })
+	g.Go(func() error { return telemetry.RunServer(gctx, metricsSrv, metricsLn, *set.shutdownTimeout) })
+	err = g.Wait()
+	logger.Info("api_stopped")
+	return err
+}
+
+// registerMetrics registers every series the api exports on reg (the
+// generated table in docs/observability.md lists them).
+func registerMetrics(reg prometheus.Registerer) *telemetry.HTTPMetrics {
+	telemetry.RegisterRuntime(reg)
+	return telemetry.NewHTTPMetrics(reg)
 }

@@ -12,16 +12,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookd/hookd/deploy"
 	"github.com/hookd/hookd/internal/config"
+	"github.com/hookd/hookd/internal/deploycheck"
 )
 
-// binary describes the dispatcher to the manifest checks: its real flags,
-// and a parse of a command line and environment by run itself.
-func binary() deploy.Binary {
+// binary describes the dispatcher to the deployment checks: its real
+// flags, and run itself parsing a command line and an environment.
+func binary() deploycheck.Binary {
 	fs, _ := newFlagSet(func(string) string { return "" }, io.Discard)
-	return deploy.Binary{Name: "dispatcher", Package: "./cmd/dispatcher", Flags: fs.Names(), Check: checkArgs}
+	return deploycheck.Binary{Name: "dispatcher", Flags: fs.Names(), Parse: checkArgs}
 }
+
+// The dispatcher's metrics address serves /healthz and /readyz too.
+var dispatcherPorts = deploycheck.Ports{Health: "--metrics-addr", Metrics: "--metrics-addr"}
 
 // checkArgs runs run on args with --help appended, so it parses the
 // subcommand, the flags and the environment and stops there.
@@ -40,64 +43,83 @@ func checkArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
-func loadManifests(t *testing.T) (compose string, df *deploy.Dockerfile) {
+func loadDockerfile(t *testing.T) *deploycheck.Dockerfile {
+	t.Helper()
+	df, err := deploycheck.LoadDockerfile("../../Dockerfile")
+	require.NoError(t, err)
+	return df
+}
+
+// composeRuns loads docker-compose.yml, passed through edit first when
+// edit is not nil.
+func composeRuns(t *testing.T, edit func(string) string) []deploycheck.ComposeRun {
 	t.Helper()
 	b, err := os.ReadFile("../../docker-compose.yml")
 	require.NoError(t, err)
-	df, err = deploy.LoadDockerfile("../../Dockerfile")
+	if edit != nil {
+		b = []byte(edit(string(b)))
+	}
+	p, err := deploycheck.LoadCompose("../../docker-compose.yml", b, map[string]string{"API_TOKEN": "t"})
 	require.NoError(t, err)
-	return string(b), df
+	runs, errs := deploycheck.ComposeRuns(p, loadDockerfile(t))
+	require.NoError(t, errors.Join(errs...))
+	return runs
 }
 
-func TestComposeAndDockerfileUseRealFlags(t *testing.T) {
+// TestDockerfileShipsTheDispatcher: the shipped image holds the
+// dispatcher, built with cgo off, next to the api.
+func TestDockerfileShipsTheDispatcher(t *testing.T) {
 	t.Parallel()
-	compose, df := loadManifests(t)
-	c, err := deploy.ParseCompose([]byte(compose))
-	require.NoError(t, err)
+	require.NoError(t, errors.Join(deploycheck.CheckImage(loadDockerfile(t), "", "./cmd/dispatcher", "dispatcher")...))
+}
 
-	services, errs := deploy.CheckCompose(c, df, binary())
+func TestComposeRunsRealFlags(t *testing.T) {
+	t.Parallel()
+	services, errs := deploycheck.CheckCompose(composeRuns(t, nil), binary(), dispatcherPorts)
 	require.NoError(t, errors.Join(errs...))
 	require.Equal(t, []string{"dispatcher"}, services)
-	require.NoError(t, errors.Join(deploy.CheckDockerfile(df, binary())...))
 }
 
-func TestManifestCheckFailsOnRenames(t *testing.T) {
+func TestComposeCheckFailsOnRenames(t *testing.T) {
 	t.Parallel()
-	compose, df := loadManifests(t)
-
-	t.Run("environment variable renamed in the manifest", func(t *testing.T) {
-		t.Parallel()
-		require.Contains(t, compose, "METRICS_ADDR: 0.0.0.0:9090")
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, "METRICS_ADDR: 0.0.0.0:9090", "METRICS_LISTEN: 0.0.0.0:9090", 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), "service dispatcher: environment variable METRICS_LISTEN is not the twin of any dispatcher flag")
-	})
+	for name, tc := range map[string]struct {
+		from, to, want string
+	}{
+		"environment variable renamed in the file": {
+			"METRICS_ADDR: 0.0.0.0:9090", "METRICS_LISTEN: 0.0.0.0:9090",
+			"service dispatcher: environment variable METRICS_LISTEN is not the twin of any dispatcher flag",
+		},
+		"subcommand misspelt": {
+			`["dispatcher", "run"]`, `["dispatcher", "serve"]`,
+			`unexpected argument "serve"`,
+		},
+		"bad value": {
+			"METRICS_ADDR: 0.0.0.0:9090", "METRICS_ADDR: 0.0.0.0:9090\n      WORKERS: lots",
+			`WORKERS="lots": must be an integer`,
+		},
+		"metrics published on the host": {
+			"    expose:\n      - \"9090\"\n", "    ports:\n      - \"9090:9090\"\n",
+			"service dispatcher: publishes /metrics (port 9090) on the host",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runs := composeRuns(t, func(s string) string {
+				require.Contains(t, s, tc.from)
+				return strings.Replace(s, tc.from, tc.to, 1)
+			})
+			_, errs := deploycheck.CheckCompose(runs, binary(), dispatcherPorts)
+			require.ErrorContains(t, errors.Join(errs...), tc.want)
+		})
+	}
 	t.Run("flag renamed in the code", func(t *testing.T) {
 		t.Parallel()
-		c, err := deploy.ParseCompose([]byte(compose))
-		require.NoError(t, err)
 		b := binary()
 		require.Equal(t, "METRICS_ADDR", b.Flags["--metrics-addr"])
 		delete(b.Flags, "--metrics-addr")
 		b.Flags["--metrics-listen"] = "METRICS_LISTEN"
-		_, errs := deploy.CheckCompose(c, df, b)
+		_, errs := deploycheck.CheckCompose(composeRuns(t, nil), b, deploycheck.Ports{Health: "--metrics-listen", Metrics: "--metrics-listen"})
 		require.ErrorContains(t, errors.Join(errs...), "service dispatcher: environment variable METRICS_ADDR is not the twin of any dispatcher flag")
-	})
-	t.Run("subcommand misspelt", func(t *testing.T) {
-		t.Parallel()
-		require.Contains(t, compose, `["dispatcher", "run"]`)
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, `["dispatcher", "run"]`, `["dispatcher", "serve"]`, 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), `unexpected argument "serve"`)
-	})
-	t.Run("bad value", func(t *testing.T) {
-		t.Parallel()
-		c, err := deploy.ParseCompose([]byte(strings.Replace(compose, "METRICS_ADDR: 0.0.0.0:9090", "METRICS_ADDR: 0.0.0.0:9090\n      WORKERS: lots", 1)))
-		require.NoError(t, err)
-		_, errs := deploy.CheckCompose(c, df, binary())
-		require.ErrorContains(t, errors.Join(errs...), `WORKERS="lots": must be an integer`)
 	})
 }
 

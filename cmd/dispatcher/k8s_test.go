@@ -2,58 +2,39 @@ package main
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookd/hookd/deploy"
+	"github.com/hookd/hookd/internal/deploycheck"
 )
-
-// The dispatcher's metrics address serves /healthz and /readyz too.
-var dispatcherPorts = deploy.K8sPorts{Health: "--metrics-addr", Metrics: "--metrics-addr"}
 
 // k8sManifests loads deploy/k8s, each file's text passed through edit
 // first when edit is not nil.
-func k8sManifests(t *testing.T, edit func(file, text string) string) []deploy.K8sObject {
+func k8sManifests(t *testing.T, edit func(file, text string) string) *deploycheck.K8s {
 	t.Helper()
-	files, err := filepath.Glob("../../deploy/k8s/*.yaml")
+	k, err := deploycheck.LoadK8s("../../deploy/k8s", edit)
 	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	var objs []deploy.K8sObject
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		text := string(b)
-		if edit != nil {
-			text = edit(filepath.Base(f), text)
-		}
-		o, err := deploy.ParseK8s(filepath.Base(f), []byte(text))
-		require.NoError(t, err)
-		objs = append(objs, o...)
-	}
-	return objs
+	return k
 }
 
-func TestK8sManifestsUseRealFlags(t *testing.T) {
+func TestK8sManifestsRunRealFlags(t *testing.T) {
 	t.Parallel()
-	_, df := loadManifests(t)
-	objs := k8sManifests(t, nil)
-	containers, errs := deploy.CheckK8sContainers(objs, df, binary(), dispatcherPorts)
+	k := k8sManifests(t, nil)
+	containers, errs := deploycheck.CheckK8s(k, loadDockerfile(t), binary(), dispatcherPorts)
 	require.NoError(t, errors.Join(errs...))
 	require.Equal(t, []string{"Deployment/hookd-dispatcher/dispatcher"}, containers)
-	for _, o := range objs {
-		if o.Ref() == "Deployment/hookd-dispatcher" {
-			require.Equal(t, 3, *o.Spec.Replicas, "three dispatchers")
-		}
-	}
+	require.ElementsMatch(t, k.Files, k.Kustomization.Resources, "kustomization.yaml lists every manifest")
 }
 
-func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
+func TestK8sCheckFailsOnRenames(t *testing.T) {
 	t.Parallel()
-	_, df := loadManifests(t)
+	df := loadDockerfile(t)
 	replace := func(file, old, new string) func(string, string) string {
 		return func(f, text string) string {
 			if f != file {
@@ -87,11 +68,103 @@ func TestK8sManifestCheckFailsOnRenames(t *testing.T) {
 			edit: replace("config.yaml", `METRICS_ADDR: "0.0.0.0:9090"`, `METRICS_ADDR: "0.0.0.0:9100"`),
 			want: "readinessProbe probes port 9090, but dispatcher serves /readyz on port 9100",
 		},
+		"a ConfigMap that is not there": {
+			edit: replace("dispatcher.yaml", "name: hookd-dispatcher\n          env:", "name: hookd-dispatch\n          env:"),
+			want: "ConfigMap hookd-dispatch is not among the manifests",
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, errs := deploy.CheckK8sContainers(k8sManifests(t, tc.edit), df, binary(), dispatcherPorts)
+			_, errs := deploycheck.CheckK8s(k8sManifests(t, tc.edit), df, binary(), dispatcherPorts)
 			require.ErrorContains(t, errors.Join(errs...), tc.want)
 		})
 	}
+}
+
+// Connection budget of deploy/k8s, as deploy/k8s/config.yaml documents it:
+// PostgreSQL's default max_connections, less its 3
+// superuser_reserved_connections and 10 left for psql, backups and
+// monitoring.
+const (
+	maxConnections    = 100
+	reservedSuperuser = 3
+	operatorHeadroom  = 10
+)
+
+// podConnections returns the most Postgres connections one container of
+// the manifests can hold: a dispatcher its pool, its trial pool (with
+// breakers on) and its LISTEN connection; any other hookd container (the
+// api, api migrate) its pool, which the manifests must set: the api's
+// default is not known here.
+func podConnections(t *testing.T, k *deploycheck.K8s, w deploycheck.Workload) (int, string) {
+	t.Helper()
+	fs, _ := newFlagSet(func(string) string { return "" }, io.Discard)
+	defaults := map[string]string{}
+	for _, f := range fs.Flags() {
+		defaults[f.Env] = f.Default
+	}
+	img, err := loadDockerfile(t).Image("")
+	require.NoError(t, err)
+	total, parts := 0, []string{}
+	for _, c := range w.Template.Spec.Containers {
+		argv := deploycheck.Argv(img.Entrypoint, img.Cmd, c.Command, c.Args)
+		require.NotEmpty(t, argv, "%s/%s runs nothing", w.Ref, c.Name)
+		env, errs := k.Env(c)
+		require.NoError(t, errors.Join(errs...))
+		get := func(name string, def bool) int {
+			v, ok := env[name]
+			if !ok && def {
+				v, ok = defaults[name]
+			}
+			require.True(t, ok, "%s/%s: set %s explicitly, so the connection budget can be computed", w.Ref, c.Name, name)
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, "%s/%s: %s", w.Ref, c.Name, name)
+			return n
+		}
+		if path.Base(argv[0]) == "dispatcher" {
+			pool, trials := get("DB_MAX_CONNS", true), get("TRIAL_POOL_SIZE", true)
+			if v, ok := env["BREAKERS"]; ok && v == "false" {
+				trials = 0
+			}
+			total += pool + trials + 1
+			parts = append(parts, fmt.Sprintf("%s: %d pool + %d trials + 1 listener", c.Name, pool, trials))
+			continue
+		}
+		pool := get("DB_MAX_CONNS", false)
+		total += pool
+		parts = append(parts, fmt.Sprintf("%s: %d pool", c.Name, pool))
+	}
+	return total, strings.Join(parts, ", ")
+}
+
+// TestK8sConnectionsFitMaxConnections sums, over every workload of
+// deploy/k8s, the pods a rollout can run at once times the connections
+// each can hold, and compares the sum with the documented budget.
+func TestK8sConnectionsFitMaxConnections(t *testing.T) {
+	t.Parallel()
+	sum := func(k *deploycheck.K8s) (int, string) {
+		ws, err := k.Workloads()
+		require.NoError(t, err)
+		total := 0
+		var lines []string
+		for _, w := range ws {
+			per, how := podConnections(t, k, w)
+			total += w.Pods * per
+			lines = append(lines, fmt.Sprintf("%s: %d pods x %d (%s)", w.Ref, w.Pods, per, how))
+		}
+		return total, strings.Join(lines, "\n")
+	}
+	budget := maxConnections - reservedSuperuser - operatorHeadroom
+	total, how := sum(k8sManifests(t, nil))
+	t.Logf("peak connections %d of %d:\n%s", total, budget, how)
+	require.LessOrEqual(t, total, budget, "deploy/k8s can hold more Postgres connections than its budget:\n%s", how)
+
+	// The sum counts rollouts: a surge on the dispatchers would break it.
+	over, how := sum(k8sManifests(t, func(file, text string) string {
+		if file != "dispatcher.yaml" {
+			return text
+		}
+		return strings.Replace(text, "maxSurge: 0", "maxSurge: 1", 1)
+	}))
+	require.Greater(t, over, budget, "a dispatcher surge must not fit:\n%s", how)
 }

@@ -9,6 +9,10 @@
 //	dispatcher trace synth [...]  write a synthetic outcome trace
 package main
 
+// The tables of docs/configuration.md and docs/observability.md that
+// mirror this binary's flags and series.
+//go:generate go test -count=1 -run=TestGeneratedDocs . -args -update-docs
+
 import (
 	"context"
 	"errors"

@@ -48,6 +48,10 @@ type settings struct {
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
 	allowPrivate      *bool
+	partitionInterval *time.Duration
+	retention         *time.Duration
+	payloadRetention  *time.Duration
+	historyRetention  *time.Duration
 	logFormat         *string
 	logLevel          *string
 }
@@ -81,6 +85,10 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", def.OperationalWebhookURL, "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", def.OperationalWebhookSecret, "whsec_ secret signing operational webhooks (required with the URL)"),
 		allowPrivate:      fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", def.AllowPrivateTargets, "also deliver to loopback, private, link-local and other non-public addresses (development and tests; by default every dialed address is checked)"),
+		partitionInterval: fs.Duration("partition-interval", "PARTITION_INTERVAL", def.PartitionInterval, "width of one time partition of messages, payloads, deliveries and attempts (at least 1m)"),
+		retention:         fs.Duration("retention", "RETENTION", def.Retention, "how long messages, deliveries and attempts are kept; older ones are dropped a partition at a time, and a delivery not final by then becomes expired"),
+		payloadRetention:  fs.Duration("payload-retention", "PAYLOAD_RETENTION", 0, "how long payloads are kept (0 = --retention); after it a message keeps its metadata, a retry is refused and an undelivered delivery becomes expired"),
+		historyRetention:  fs.Duration("history-retention", "HISTORY_RETENTION", def.HistoryRetention, "how long breaker transitions, endpoint events and class changes are kept"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -109,6 +117,10 @@ func (s *settings) config() dispatcher.Config {
 		OperationalWebhookURL:    *s.opsWebhookURL,
 		OperationalWebhookSecret: *s.opsWebhookSecret,
 		AllowPrivateTargets:      *s.allowPrivate,
+		PartitionInterval:        *s.partitionInterval,
+		Retention:                *s.retention,
+		PayloadRetention:         *s.payloadRetention,
+		HistoryRetention:         *s.historyRetention,
 	}
 }
 
@@ -136,6 +148,10 @@ var flagOf = map[string]string{
 	"OperationalWebhookURL":    "operational-webhook-url",
 	"OperationalWebhookSecret": "operational-webhook-secret",
 	"AllowPrivateTargets":      "allow-private-targets",
+	"PartitionInterval":        "partition-interval",
+	"Retention":                "retention",
+	"PayloadRetention":         "payload-retention",
+	"HistoryRetention":         "history-retention",
 }
 
 // asFlagError reports a *dispatcher.ConfigError as a usage error naming the

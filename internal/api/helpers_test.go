@@ -340,6 +340,7 @@ type (
 		TenantID       string          `json:"tenant_id"`
 		EventType      string          `json:"event_type"`
 		Payload        json.RawMessage `json:"payload"`
+		PayloadExpired *bool           `json:"payload_expired"`
 		IdempotencyKey *string         `json:"idempotency_key"`
 		CreatedAt      time.Time       `json:"created_at"`
 		Deliveries     []deliveryJSON  `json:"deliveries"`
@@ -470,7 +471,7 @@ func (b *testBundle) sendMessage(t *testing.T, tenant, eventType string) message
 }
 
 // tables are the tables a write can touch.
-var tables = []string{"endpoints", "messages", "deliveries", "idempotency_keys", "river_job", "delivery_attempts",
+var tables = []string{"endpoints", "messages", "message_payloads", "deliveries", "idempotency_keys", "river_job", "delivery_attempts",
 	"traffic_classes", "class_changes", "breaker_transitions"}
 
 // counts returns the row count of every table in tables.

@@ -49,10 +49,13 @@ func (r createMessageRequest) validate() error {
 }
 
 type messageResponse struct {
-	ID             string             `json:"id"`
-	TenantID       string             `json:"tenant_id"`
-	EventType      string             `json:"event_type"`
-	Payload        json.RawMessage    `json:"payload,omitempty"`
+	ID        string          `json:"id"`
+	TenantID  string          `json:"tenant_id"`
+	EventType string          `json:"event_type"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	// PayloadExpired (GET only) is true once payload retention dropped
+	// the payload, which then reads null.
+	PayloadExpired *bool              `json:"payload_expired,omitempty"`
 	IdempotencyKey *string            `json:"idempotency_key"`
 	CreatedAt      time.Time          `json:"created_at"`
 	Deliveries     []deliveryResponse `json:"deliveries"`
@@ -65,6 +68,10 @@ func toMessage(m store.Message, withPayload bool) messageResponse {
 	}
 	if withPayload {
 		out.Payload = m.Payload
+		if m.PayloadExpired {
+			out.Payload = json.RawMessage("null")
+		}
+		out.PayloadExpired = &m.PayloadExpired
 	}
 	if m.IdempotencyKey != "" {
 		out.IdempotencyKey = &m.IdempotencyKey

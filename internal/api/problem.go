@@ -103,6 +103,7 @@ var problemKinds = []problemKind{
 	{store.ErrNotAuto, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrNotRetryable, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrPayloadExpired, http.StatusConflict, "conflict", "Conflict"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "too-large", "Payload Too Large"},
 	{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported Media Type"},
 	{errRateLimited, http.StatusTooManyRequests, "rate-limited", "Too Many Requests"},
@@ -152,6 +153,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 		}
 		if errors.As(err, &ot) {
 			p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
+		}
+		if errors.Is(err, store.ErrPayloadExpired) {
+			p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}
 		}
 		if p.Status == http.StatusInternalServerError {
 			logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))

@@ -62,6 +62,10 @@ type plan struct {
 	s5Recover    time.Duration
 	s6Tenants    int
 	s6Measure    time.Duration
+	s7Rate       float64 // messages/s when S1 has not run first
+	s7Duration   time.Duration
+	s7Retention  time.Duration
+	s7Interval   time.Duration
 }
 
 var fullPlan = plan{
@@ -74,6 +78,7 @@ var fullPlan = plan{
 	s4Measure: 20 * time.Second,
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
+	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 }
 
 var smokePlan = plan{
@@ -86,6 +91,7 @@ var smokePlan = plan{
 	s4Measure: 2500 * time.Millisecond,
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
+	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 }
 
 // bench is one run of the suite.

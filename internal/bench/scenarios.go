@@ -24,6 +24,7 @@ var scenarios = []scenario{
 	{"s4", "S4 head of line: a hanging endpoint gets 20% of messages", runS4},
 	{"s5", "S5 half-open across two dispatchers", runS5},
 	{"s6", "S6 10,000 endpoints", runS6},
+	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7},
 }
 
 // runAll runs the selected scenarios in order; one that fails to run is

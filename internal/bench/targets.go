@@ -161,6 +161,28 @@ func evaluate(r *results) {
 		add(na("s6", "S6 dispatcher RSS <= 150 MB"))
 		add(na("s6", "S6 breaker bucket rows bounded (old buckets pruned)"))
 	}
+
+	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
+	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
+		spread, _ := s7.Extra["last_4_minutes_spread"].(map[string]float64)
+		total := spread["total"]
+		if len(spread) == 0 {
+			add(target{Scenario: "s7", Goal: s7Sizes, Measured: "fewer than 4 one-minute samples", Status: "missed"})
+		} else {
+			add(atMost("s7", s7Sizes, total, 0.15, fmt.Sprintf("total spread %.0f%%", total*100)))
+		}
+		ratio := toFloat(s7.Extra["around_over_between"])
+		drops, _ := s7.Extra["drop_seconds"].([]dropSecond)
+		if len(drops) == 0 {
+			add(target{Scenario: "s7", Goal: s7Drops, Measured: "no partition dropped during the run", Status: "missed"})
+		} else {
+			add(atLeast("s7", s7Drops, ratio, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f deliveries/s; %d drop seconds; longest lock wait %.1f ms)",
+				ratio, toFloat(s7.Extra["deliveries_per_s_around_drops"]), toFloat(s7.Extra["deliveries_per_s_between_drops"]), len(drops), s7.MaxLockWaitMs)))
+		}
+	} else {
+		add(na("s7", s7Sizes))
+		add(na("s7", s7Drops))
+	}
 }
 
 // atLeast checks value >= goal.

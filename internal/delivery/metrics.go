@@ -61,6 +61,10 @@ type Metrics struct {
 	HeldTotal          prometheus.Counter
 	Parked             prometheus.Counter
 	Unparked           prometheus.Counter
+	// Expired counts deliveries made final as expired, by reason:
+	// retention (the maintainer, before their partition goes) or payload
+	// (a worker found the payload dropped by payload retention).
+	Expired *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers the delivery metrics on reg.
@@ -96,12 +100,25 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_unparked_total",
 			Help: "Parked deliveries queued again: all of them when the breaker closed, one as a probe when it could admit one.",
 		}),
+		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_expired_total",
+			Help: "Deliveries made final as expired before they were delivered or failed, by reason: retention (older than --retention) or payload (payload dropped by --payload-retention).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
+		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked, m.Expired)
 	}
 	return m
 }
+
+// Reasons of webhook_delivery_expired_total.
+const (
+	ExpiredRetention = "retention"
+	ExpiredPayload   = "payload"
+)
 
 // DispatcherMetrics are every series a dispatcher exports besides the Go
 // and process collectors (telemetry.RegisterRuntime).

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,6 +14,10 @@ import (
 type PayloadLoader interface {
 	MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error)
 }
+
+// errPayloadGone is a payload absent from the database: payload retention
+// dropped it (or retention dropped its message).
+var errPayloadGone = errors.New("payload expired: dropped by payload retention before the delivery finished")
 
 // payloads gives the worker each message's payload. Jobs carry only the
 // message id: a payload inside River's args would be written with every
@@ -101,7 +106,7 @@ func (p *payloads) get(ctx context.Context, id string) (json.RawMessage, error) 
 	}
 	payload, ok := b.result[id]
 	if !ok {
-		return nil, fmt.Errorf("load payload: message %s not found", id)
+		return nil, fmt.Errorf("load payload of message %s: %w", id, errPayloadGone)
 	}
 	return payload, nil
 }

@@ -59,7 +59,7 @@ func TestPayloadsBatchAndCache(t *testing.T) {
 	require.Equal(t, calls, l.calls.Load())
 
 	_, err := p.get(ctx, "missing")
-	require.ErrorContains(t, err, "not found")
+	require.ErrorIs(t, err, errPayloadGone, "a payload the database does not have is gone for good")
 }
 
 func TestPayloadsCacheIsBounded(t *testing.T) {

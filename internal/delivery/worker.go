@@ -212,7 +212,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return river.JobSnooze(time.Second + w.jitter())
 		}
-		if err != nil || series != args.Series || status == store.DeliveryDelivered || status == store.DeliveryFailed || status == store.DeliveryHeld {
+		if err != nil || series != args.Series || status == store.DeliveryDelivered || status == store.DeliveryFailed || status == store.DeliveryHeld || status == store.DeliveryExpired {
 			return nil
 		}
 	}
@@ -266,6 +266,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	payload := []byte(args.Payload) // jobs queued by older versions carried it
 	if len(payload) == 0 {
 		p, err := w.payloads.get(ctx, args.MessageID)
+		if errors.Is(err, errPayloadGone) {
+			// Nothing is left to send, ever: the delivery is final.
+			adm.Finish(ctx, Outcome{At: w.deps.Now()})
+			release()
+			if w.deps.Metrics != nil {
+				w.deps.Metrics.Expired.WithLabelValues(ExpiredPayload).Inc()
+			}
+			w.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", args.DeliveryID),
+				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
+			return w.finish(ctx, t.ID, store.StatusUpdate{
+				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
+				LastError: ptr(errPayloadGone.Error()),
+			})
+		}
 		if err != nil {
 			adm.Finish(ctx, Outcome{At: w.deps.Now()})
 			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))

@@ -1,10 +1,12 @@
 package dispatcher
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
@@ -66,6 +68,16 @@ type Config struct {
 	// Actor names this process in the breaker transition history; empty
 	// means host/pid.
 	Actor string
+	// PartitionInterval is the width of one time partition of messages,
+	// payloads, deliveries and attempts.
+	PartitionInterval time.Duration
+	// Retention is how long messages, deliveries and attempts are kept.
+	Retention time.Duration
+	// PayloadRetention is how long payloads are kept; 0 means Retention.
+	PayloadRetention time.Duration
+	// HistoryRetention is how long breaker transitions, endpoint events
+	// and class changes are kept.
+	HistoryRetention time.Duration
 }
 
 // DefaultConfig returns the defaults the dispatcher's flags document.
@@ -87,6 +99,9 @@ func DefaultConfig() Config {
 		TrialPoolSize:         8,
 		FleetSuspectShare:     0.3,
 		ReclassifyInterval:    trafficclass.ReclassifyInterval,
+		PartitionInterval:     retention.DefaultInterval,
+		Retention:             retention.DefaultRetention,
+		HistoryRetention:      retention.DefaultHistoryRetention,
 	}
 }
 
@@ -118,6 +133,7 @@ type resolved struct {
 	opsSecret   delivery.Secret
 	jobTimeout  time.Duration
 	rescueAfter time.Duration
+	retention   retention.Config
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -157,6 +173,18 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("ReclassifyInterval", "must be at least 1m")
 	case c.TrialPoolSize < 1 || c.TrialPoolSize > 1000:
 		return r, invalid("TrialPoolSize", "must be from 1 to 1000")
+	}
+	r.retention = retention.Config{Interval: c.PartitionInterval, Retention: c.Retention,
+		PayloadRetention: c.PayloadRetention, HistoryRetention: c.HistoryRetention}
+	if r.retention.PayloadRetention == 0 {
+		r.retention.PayloadRetention = c.Retention
+	}
+	if err := r.retention.Validate(); err != nil {
+		var re *retention.ConfigError
+		if errors.As(err, &re) {
+			return r, invalid(re.Field, "%s", re.Reason)
+		}
+		return r, err
 	}
 	if c.OperationalWebhookURL != "" {
 		if r.opsSecret, err = delivery.ParseSecret(c.OperationalWebhookSecret); err != nil {

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/telemetry"
 )
@@ -66,7 +67,7 @@ type Dispatcher struct {
 	stdout io.Writer
 
 	reg          *prometheus.Registry
-	metrics      *delivery.DispatcherMetrics
+	metrics      Metrics
 	store        *store.Store
 	clock        *store.DBClock
 	cache        *delivery.EndpointCache
@@ -78,6 +79,9 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
+	// maintainer keeps storage bounded (partitions, retention); one
+	// dispatcher of the fleet works at a time.
+	maintainer *retention.Maintainer
 	// senders are closed once River has stopped: their idle keep-alive
 	// connections would otherwise hold goroutines past Run.
 	senders []*delivery.Sender
@@ -115,8 +119,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		clock:  store.NewDBClock(deps.Pool),
 		enq:    &delivery.Enqueuer{},
 	}
-	telemetry.RegisterRuntime(d.reg)
-	d.metrics = delivery.NewDispatcherMetrics(d.reg, &delivery.EndpointLabels{Max: cfg.MetricsEndpointCap})
+	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
 	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
 	d.listener = store.NewListener(d.url, d.logger)
@@ -134,6 +137,10 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	d.maintainer = retention.New(r.retention, retention.Deps{
+		Store: d.store, Now: d.clock.Now, Logger: d.logger,
+		Metrics: d.metrics.Retention,
+	})
 	return d, nil
 }
 
@@ -190,6 +197,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	fmt.Fprintf(d.stdout, "dispatcher metrics on http://%s/metrics\n", ln.Addr())
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
+	g.Go(func() error { d.maintainer.Run(gctx); return nil })
 	// The ledger's last flush must not be cancelled: Stop makes Run write
 	// what it holds and return.
 	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })
@@ -356,23 +364,7 @@ func (d *Dispatcher) serveMetrics(g *errgroup.Group, gctx context.Context, ln ne
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve metrics: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), metricsShutdown)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			// Scrapes still open after the deadline are cut.
-			d.logger.Warn("metrics_shutdown", slog.String("error", err.Error()))
-			_ = srv.Close()
-		}
-		return nil
-	})
+	g.Go(func() error { return telemetry.RunServer(gctx, srv, ln, metricsShutdown) })
 }
 
 // minLevel raises a handler's threshold: River logs every retry at info,
@@ -392,4 +384,20 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// Metrics are every series a dispatcher exports.
+type Metrics struct {
+	*delivery.DispatcherMetrics
+	// Retention is the partition maintainer's.
+	Retention *retention.Metrics
+}
+
+// RegisterMetrics registers every series a dispatcher exports on reg (the
+// docs' series table is generated from it); endpointCap bounds the distinct
+// endpoint label values.
+func RegisterMetrics(reg prometheus.Registerer, endpointCap int) Metrics {
+	telemetry.RegisterRuntime(reg)
+	dm := delivery.NewDispatcherMetrics(reg, &delivery.EndpointLabels{Max: endpointCap})
+	return Metrics{DispatcherMetrics: dm, Retention: retention.NewMetrics(reg, dm.Delivery.Expired)}
 }

@@ -22,6 +22,9 @@ const (
 	DeliveryFailed     = "failed"
 	DeliveryWaiting    = "waiting"
 	DeliveryHeld       = "held"
+	// DeliveryExpired is final: retention reached the delivery, or its
+	// payload, before it was delivered or failed (last_error says which).
+	DeliveryExpired = "expired"
 )
 
 // Delivery is one message on its way to one endpoint.
@@ -93,6 +96,10 @@ func (s *Store) listDeliveries(ctx context.Context, where string, args ...any) (
 // ErrNotRetryable is returned by RetryDelivery for a delivery that is not failed.
 var ErrNotRetryable = errors.New("only a failed delivery can be retried")
 
+// ErrPayloadExpired is returned by RetryDelivery when payload retention
+// has dropped the message's payload: there is nothing left to send.
+var ErrPayloadExpired = errors.New("the message's payload has expired")
+
 // RetryDelivery re-queues a failed delivery as a new attempt series.
 func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Delivery, error) {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -123,7 +130,7 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Del
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotRetryable) {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotRetryable) || errors.Is(err, ErrPayloadExpired) {
 			return Delivery{}, err
 		}
 		return Delivery{}, fmt.Errorf("retry delivery: %w", err)
@@ -133,13 +140,22 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Del
 
 func (s *Store) messageTx(ctx context.Context, tx pgx.Tx, id string) (Message, error) {
 	var m Message
-	var payload string
-	err := tx.QueryRow(ctx, `SELECT id, tenant_id, event_type, payload::text, created_at FROM messages WHERE id = $1`, id).
+	var payload *string
+	err := tx.QueryRow(ctx, `
+		SELECT m.id, m.tenant_id, m.event_type, p.payload::text, m.created_at
+		FROM messages m LEFT JOIN message_payloads p ON p.message_id = m.id WHERE m.id = $1`, id).
 		Scan(&m.ID, &m.TenantID, &m.EventType, &payload, &m.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Retention dropped the message after its delivery was read.
+		return Message{}, ErrPayloadExpired
+	}
 	if err != nil {
 		return Message{}, fmt.Errorf("load message: %w", err)
 	}
-	m.Payload = []byte(payload)
+	if payload == nil {
+		return Message{}, ErrPayloadExpired
+	}
+	m.Payload = []byte(*payload)
 	return m, nil
 }
 
@@ -170,13 +186,15 @@ type AttemptFilter struct {
 	Limit          int
 }
 
-// ListAttempts returns attempts newest first.
-func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, error) {
-	after := f.After
-	if after <= 0 {
-		after = 1<<63 - 1
-	}
-	rows, err := s.pool.Query(ctx, `
+// clockSkewMargin is how far before its delivery's id time an attempt may
+// be stamped: ids are minted on the api's clock, attempts on the
+// database's.
+const clockSkewMargin = time.Minute
+
+// listAttemptsSQL lists attempts newest first (see AttemptFilter). It is
+// planned for its parameters (customPlan): the optional time bounds then
+// select the attempt partitions to read.
+const listAttemptsSQL = `
 		SELECT id, delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
 			status_code, coalesce(error_class, ''), classification, response_excerpt, trial
 		FROM delivery_attempts
@@ -185,7 +203,23 @@ func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, e
 			AND ($4::timestamptz IS NULL OR attempted_at >= $4)
 			AND ($5::timestamptz IS NULL OR attempted_at < $5)
 			AND id < $6
-		ORDER BY id DESC LIMIT $7`,
+		ORDER BY id DESC LIMIT $7`
+
+// ListAttempts returns attempts newest first. A delivery's attempts are
+// read from the partitions since its creation only.
+func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, error) {
+	after := f.After
+	if after <= 0 {
+		after = 1<<63 - 1
+	}
+	if f.DeliveryID != "" {
+		if created, ok := IDTime(f.DeliveryID); ok {
+			if since := created.Add(-clockSkewMargin); f.Since == nil || f.Since.Before(since) {
+				f.Since = &since
+			}
+		}
+	}
+	rows, err := s.pool.Query(ctx, listAttemptsSQL, customPlan,
 		f.DeliveryID, f.EndpointID, f.Classification, f.Since, f.Until, after, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
@@ -210,7 +244,8 @@ func AttemptCursor(id int64) string { return strconv.FormatInt(id, 10) }
 
 // StatusUpdate changes a delivery's status after an attempt or a refusal.
 // It applies only to the delivery's current attempt series, never changes a
-// delivered delivery, and a waiting status only replaces pending or waiting.
+// delivered or expired delivery, and a waiting status only replaces pending
+// or waiting.
 type StatusUpdate struct {
 	DeliveryID       string
 	Series           int
@@ -362,7 +397,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[])
 				AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
 					last_status_code, last_error, breaker_open_until, park)
-			WHERE d.id = u.id AND d.series = u.series AND d.status <> 'delivered'
+			WHERE d.id = u.id AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
 				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
 				AND (u.status <> 'held' OR EXISTS (
 					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
@@ -404,7 +439,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 
 // mergeUpdates folds the updates of one delivery within a batch into one, in
 // order, by the same rules the UPDATE applies across batches: a newer series
-// replaces an older one, nothing replaces delivered, waiting only replaces
+// replaces an older one, nothing replaces delivered or expired, waiting only replaces
 // pending or waiting, and the attempt fields come from the latest update
 // that carries an attempt.
 func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
@@ -429,7 +464,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 			m.AttemptCount = max(m.AttemptCount, u.AttemptCount)
 			m.LastAttemptAt, m.LastStatusCode, m.LastError = u.LastAttemptAt, u.LastStatusCode, u.LastError
 		}
-		if m.Status == DeliveryDelivered || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
+		if m.Status == DeliveryDelivered || m.Status == DeliveryExpired || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
 			continue
 		}
 		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park
@@ -635,7 +670,7 @@ const (
 // schedule and attempt numbering.
 func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limit int, enq Enqueuer) (int, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT `+deliveryColumns+`, m.event_type, m.payload::text`+deliveryFrom+`
+		SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
 		JOIN messages m ON m.id = d.message_id
 		WHERE d.endpoint_id = $1 AND `+which+`
 		ORDER BY d.created_at, d.id LIMIT $2
@@ -645,14 +680,15 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	}
 	var batch []QueuedDelivery
 	for rows.Next() {
+		// Jobs carry no payload: the worker loads it (and expires a
+		// delivery whose payload retention dropped).
 		var q QueuedDelivery
-		var payload string
-		d, err := scanDelivery(rows, &q.EventType, &payload)
+		d, err := scanDelivery(rows, &q.EventType)
 		if err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("list deliveries to release: %w", err)
 		}
-		q.Delivery, q.Payload = d, json.RawMessage(payload)
+		q.Delivery = d
 		batch = append(batch, q)
 	}
 	rows.Close()

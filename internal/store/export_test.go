@@ -1,5 +1,24 @@
 package store
 
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// MigrateTo applies the migrations up to version, for upgrade tests.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int) error {
+	return migrate(ctx, pool, slog.New(slog.DiscardHandler), version)
+}
+
+// The attempt-log reads whose plans the pruning test inspects.
+const (
+	EndpointStatsSQL  = endpointStatsSQL
+	MeasureTrafficSQL = measureTrafficSQL
+	ListAttemptsSQL   = listAttemptsSQL
+)
+
 // Waiting returns how many messages wait for a group, for tests that need
 // a group formed before it commits.
 func (c *MessageCommitter) Waiting() int {
@@ -15,3 +34,6 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 	defer c.mu.Unlock()
 	return c.groups, c.messages
 }
+
+// GetDeliverySQL is GetDelivery's statement.
+const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`

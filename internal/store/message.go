@@ -13,10 +13,13 @@ import (
 
 // Message is one event a tenant asked to send.
 type Message struct {
-	ID             string
-	TenantID       string
-	EventType      string
-	Payload        json.RawMessage
+	ID        string
+	TenantID  string
+	EventType string
+	Payload   json.RawMessage
+	// PayloadExpired reports that the payload was dropped by payload
+	// retention (Payload is then nil); the metadata stays.
+	PayloadExpired bool
 	IdempotencyKey string
 	CreatedAt      time.Time
 	Deliveries     []Delivery
@@ -158,10 +161,13 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 					WHERE idempotency_keys.created_at < now() - interval '24 hours'
 				RETURNING message_id
 			), m AS (
-				INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key)
-				SELECT id, tenant_id, event_type, payload::json, nullif(key, '') FROM input
+				INSERT INTO messages (id, tenant_id, event_type, idempotency_key)
+				SELECT id, tenant_id, event_type, nullif(key, '') FROM input
 				WHERE key = '' OR id IN (SELECT message_id FROM k)
 				RETURNING id, created_at
+			), p AS (
+				INSERT INTO message_payloads (message_id, payload)
+				SELECT i.id, i.payload::json FROM input i JOIN m ON m.id = i.id
 			)
 			SELECT i.ord, m.created_at, e.id, e.status
 			FROM input i
@@ -206,7 +212,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 				continue
 			}
 			d := Delivery{
-				ID:         NewID("dlv", now),
+				ID:         childID("dlv", m.ID),
 				MessageID:  m.ID,
 				EndpointID: *endpointID,
 				TenantID:   m.TenantID,
@@ -337,22 +343,33 @@ func insertDeliveries(ctx context.Context, tx pgx.Tx, ds []Delivery) error {
 // GetMessage returns a message with its deliveries.
 func (s *Store) GetMessage(ctx context.Context, id string) (Message, error) {
 	var m Message
-	var payload string
-	var key *string
+	var payload, key *string
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, tenant_id, event_type, payload::text, idempotency_key, created_at
-		FROM messages WHERE id = $1`, id).Scan(&m.ID, &m.TenantID, &m.EventType, &payload, &key, &m.CreatedAt)
+		SELECT m.id, m.tenant_id, m.event_type, p.payload::text, m.idempotency_key, m.created_at
+		FROM messages m LEFT JOIN message_payloads p ON p.message_id = m.id
+		WHERE m.id = $1`, id).Scan(&m.ID, &m.TenantID, &m.EventType, &payload, &key, &m.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, ErrNotFound
 	}
 	if err != nil {
 		return Message{}, fmt.Errorf("load message: %w", err)
 	}
-	m.Payload = json.RawMessage(payload)
+	if payload != nil {
+		m.Payload = json.RawMessage(*payload)
+	} else {
+		m.PayloadExpired = true
+	}
 	if key != nil {
 		m.IdempotencyKey = *key
 	}
-	m.Deliveries, err = s.listDeliveries(ctx, `d.message_id = $1`, id)
+	// A message's deliveries carry its id's time (childID; before
+	// partitioning, ids minted a little later): the id range keeps the
+	// lookup in the message's partition, or the next one.
+	if lo, hi, ok := idRange("dlv", id, clockSkewMargin); ok {
+		m.Deliveries, err = s.listDeliveries(ctx, `d.message_id = $1 AND d.id >= $2 AND d.id < $3`, id, lo, hi)
+	} else {
+		m.Deliveries, err = s.listDeliveries(ctx, `d.message_id = $1`, id)
+	}
 	if err != nil {
 		return Message{}, err
 	}
@@ -360,9 +377,10 @@ func (s *Store) GetMessage(ctx context.Context, id string) (Message, error) {
 }
 
 // MessagePayloads returns the payloads of messages by id, for deliveries whose
-// job does not carry its payload inline.
+// job does not carry its payload inline. A message whose payload retention
+// dropped (or that is gone) is absent from the answer.
 func (s *Store) MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, payload::text FROM messages WHERE id = ANY($1)`, customPlan, ids)
+	rows, err := s.pool.Query(ctx, `SELECT message_id, payload::text FROM message_payloads WHERE message_id = ANY($1)`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load payloads: %w", err)
 	}

@@ -68,6 +68,16 @@ func Migrations() ([]Migration, error) {
 // migrations each run in their own transaction (one adds an enum value a
 // later one uses); each of hookd's runs in its own transaction too.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	if err := migrate(ctx, pool, logger, 0); err != nil {
+		return err
+	}
+	// The built-in traffic classes are data the schema needs; an operator's
+	// tuning of one is kept.
+	return New(pool, logger).EnsureBuiltinClasses(ctx, trafficclass.Builtins())
+}
+
+// migrate applies the migrations up to version upTo (0: all of them).
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, upTo int) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,7 +127,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		applied[v] = true
 	}
 	for _, m := range all {
-		if applied[m.Version] {
+		if applied[m.Version] || (upTo > 0 && m.Version > upTo) {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -132,9 +142,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		}
 		logger.InfoContext(ctx, "migration_applied", slog.String("line", "hookd"), slog.Int("version", m.Version), slog.String("name", m.Name))
 	}
-	// The built-in traffic classes are data the schema needs; an operator's
-	// tuning of one is kept.
-	return New(pool, logger).EnsureBuiltinClasses(ctx, trafficclass.Builtins())
+	return nil
 }
 
 // MigrationsCurrent reports whether every embedded migration, River's

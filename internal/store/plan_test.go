@@ -37,14 +37,15 @@ func TestLedgerUpdatePlansForTheTableAsItIs(t *testing.T) {
 		}}))
 	}
 	// stats flushes this connection's table statistics and returns the
-	// deliveries table's rows read by seq scans and rows updated.
+	// deliveries partitions' rows read by seq scans and rows updated.
 	stats := func() (seqRead, updated int64) {
 		t.Helper()
 		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			require.NoError(t, b.db.Pool.QueryRow(ctx, `
-				SELECT coalesce(seq_tup_read, 0), n_tup_upd FROM pg_stat_user_tables WHERE relname = 'deliveries'`).Scan(&seqRead, &updated))
+				SELECT coalesce(sum(seq_tup_read), 0)::bigint, coalesce(sum(n_tup_upd), 0)::bigint FROM pg_stat_user_tables
+				WHERE relid IN (SELECT relid FROM pg_partition_tree('deliveries'))`).Scan(&seqRead, &updated))
 			return updated >= int64(calls)
 		}, 10*time.Second, 20*time.Millisecond, "statistics of %d updates", calls)
 		return seqRead, updated

@@ -11,14 +11,9 @@ import (
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
-// MeasureTraffic reads an endpoint's delivery log over the last
-// trafficclass.HistoryWindow (or since the endpoint was created, if later):
-// its per-minute count of counted attempts (success or failure), idle
-// minutes included, and its 5-minute failure rates outside the periods its
-// breaker was not closed, and turns them into a Measurement.
-func (s *Store) MeasureTraffic(ctx context.Context, endpointID string) (trafficclass.Measurement, error) {
-	var perMinute, fiveMinute []float64
-	err := s.pool.QueryRow(ctx, `
+// measureTrafficSQL reads an endpoint's traffic for reclassification ($1:
+// the endpoint, $2: the history window).
+const measureTrafficSQL = `
 		WITH bounds AS (
 			SELECT greatest(date_trunc('minute', now() - $2::interval), date_trunc('minute', e.created_at)) AS lo,
 				date_trunc('minute', now()) AS hi
@@ -29,6 +24,9 @@ func (s *Store) MeasureTraffic(ctx context.Context, endpointID string) (trafficc
 			SELECT attempted_at, classification = 'failure' AS failed
 			FROM delivery_attempts, bounds
 			WHERE endpoint_id = $1 AND attempted_at >= bounds.lo AND attempted_at < bounds.hi
+				-- bounds.lo's lower limit as a stable expression: Postgres
+				-- skips the attempt partitions before it.
+				AND attempted_at >= date_trunc('minute', now() - $2::interval)
 				AND classification IN ('success', 'failure')
 		), per_minute AS (
 			SELECT date_trunc('minute', attempted_at) AS m, count(*) AS n FROM counted GROUP BY 1
@@ -46,7 +44,16 @@ func (s *Store) MeasureTraffic(ctx context.Context, endpointID string) (trafficc
 			coalesce((SELECT array_agg(coalesce(p.n, 0)::float8 ORDER BY minutes.m) FROM minutes LEFT JOIN per_minute p USING (m)), '{}'),
 			coalesce((SELECT array_agg(rate ORDER BY b) FROM five WHERE NOT EXISTS (
 				SELECT 1 FROM closed_spans c WHERE c.to_state <> 'closed'
-					AND c.start < five.b + interval '5 minutes' AND c.stop > five.b)), '{}')`,
+					AND c.start < five.b + interval '5 minutes' AND c.stop > five.b)), '{}')`
+
+// MeasureTraffic reads an endpoint's delivery log over the last
+// trafficclass.HistoryWindow (or since the endpoint was created, if later):
+// its per-minute count of counted attempts (success or failure), idle
+// minutes included, and its 5-minute failure rates outside the periods its
+// breaker was not closed, and turns them into a Measurement.
+func (s *Store) MeasureTraffic(ctx context.Context, endpointID string) (trafficclass.Measurement, error) {
+	var perMinute, fiveMinute []float64
+	err := s.pool.QueryRow(ctx, measureTrafficSQL,
 		endpointID, trafficclass.HistoryWindow).Scan(&perMinute, &fiveMinute)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return trafficclass.Measurement{}, ErrNotFound

@@ -5,9 +5,9 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -29,19 +29,25 @@ func Handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
-// Serve listens on addr and serves mux until the returned server is shut
-// down. It returns once the listener is bound, so the caller can print the
-// address (addr may use port 0).
-func Serve(addr string, mux http.Handler, logger *slog.Logger) (*http.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listen for metrics: %w", err)
+// RunServer serves ln with srv until ctx ends, then shuts srv down, giving
+// requests in flight up to grace to finish before their connections are cut.
+// It returns once the server has stopped, so an errgroup waits for it; a
+// failure to serve is returned, a shutdown that outran grace is not.
+func RunServer(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics_server", slog.String("error", err.Error()))
-		}
-	}()
-	return srv, ln, nil
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
 }

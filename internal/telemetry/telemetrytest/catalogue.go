@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,8 @@ import (
 // Family is one metric family as a registry exposes it.
 type Family struct {
 	Name string
+	// Help is its help text.
+	Help string
 	// Labels are its variable label names, sorted.
 	Labels []string
 	// Type is counter, gauge, histogram, summary or untyped; "" when the
@@ -65,6 +68,7 @@ func (r *Recorder) Unregister(c prometheus.Collector) bool {
 
 var (
 	fqNameRE = regexp.MustCompile(`fqName: "([^"]*)"`)
+	helpRE   = regexp.MustCompile(`help: ("(?:[^"\\]|\\.)*")`)
 	labelsRE = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
 )
 
@@ -82,11 +86,15 @@ func (r *Recorder) Catalogue() (Catalogue, error) {
 		}()
 		for d := range descs {
 			s := d.String()
-			name, labels := fqNameRE.FindStringSubmatch(s), labelsRE.FindStringSubmatch(s)
-			if name == nil || labels == nil {
+			name, help, labels := fqNameRE.FindStringSubmatch(s), helpRE.FindStringSubmatch(s), labelsRE.FindStringSubmatch(s)
+			if name == nil || help == nil || labels == nil {
 				return nil, fmt.Errorf("cannot read metric description %s", s)
 			}
 			f := Family{Name: name[1], Labels: []string{}}
+			var err error
+			if f.Help, err = strconv.Unquote(help[1]); err != nil {
+				return nil, fmt.Errorf("metric description %s: help: %w", s, err)
+			}
 			for _, l := range strings.Split(labels[1], ",") {
 				if l = strings.TrimSuffix(strings.TrimPrefix(l, "c("), ")"); l != "" {
 					f.Labels = append(f.Labels, l)

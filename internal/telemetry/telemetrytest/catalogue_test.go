@@ -18,7 +18,10 @@ func TestAPIMetricsCatalogue(t *testing.T) {
 	cat, err := rec.Catalogue()
 	require.NoError(t, err)
 
-	require.Equal(t, telemetrytest.Family{Name: "http_requests_total", Labels: []string{"method", "route", "status"}, Type: "counter"}, cat["http_requests_total"])
+	require.Equal(t, telemetrytest.Family{
+		Name: "http_requests_total", Help: "HTTP requests served, by method, route pattern and status code.",
+		Labels: []string{"method", "route", "status"}, Type: "counter",
+	}, cat["http_requests_total"])
 	require.Equal(t, "histogram", cat["http_request_duration_seconds"].Type)
 	require.Equal(t, "gauge", cat["go_goroutines"].Type)
 	require.Equal(t, "summary", cat["go_gc_duration_seconds"].Type)

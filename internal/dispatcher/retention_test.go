@@ -1,0 +1,136 @@
+package dispatcher_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/dispatcher"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// TestDeliveryWhosePayloadIsGoneExpires: a queued delivery whose payload
+// payload retention has dropped is never sent: the worker makes it final
+// (expired, last_error saying why) and counts it; the dispatcher's
+// maintainer has made the partitions ahead at start.
+func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
+	db := storetest.New(t)
+	secret := newSecret(t)
+	arrived := make(chan string, 1)
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{secret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
+		select {
+		case arrived <- r.MsgID:
+		default:
+		}
+		return deliverytest.Response{Status: http.StatusOK}
+	}})
+	st := store.New(db.Pool, nil)
+	_, err := st.CreateEndpoint(t.Context(), store.Endpoint{TenantID: "acme", URL: rc.URL("/hook"), Secret: secret})
+	require.NoError(t, err)
+	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	require.NoError(t, err)
+	msg, _, err := st.CreateMessage(t.Context(), store.NewMessage{TenantID: "acme", EventType: "order.created", Payload: json.RawMessage(`{"n":1}`)}, &delivery.Enqueuer{Client: inserter})
+	require.NoError(t, err)
+	// What dropping its payload partition does to this message.
+	_, err = db.Pool.Exec(t.Context(), `DELETE FROM message_payloads WHERE message_id = $1`, msg.ID)
+	require.NoError(t, err)
+	before := goleak.IgnoreCurrent()
+
+	cfg := dispatcher.DefaultConfig()
+	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.AllowPrivateTargets = true
+	cfg.Breakers = false
+	stdout, lines := io.Pipe()
+	d, err := dispatcher.New(cfg, dispatcher.Deps{
+		Pool:   db.Pool,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
+		Stdout: lines,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Run(ctx)
+		_ = lines.Close()
+	}()
+	metricsURL := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := metricsLine.FindStringSubmatch(sc.Text()); m != nil {
+				metricsURL <- m[1]
+			}
+		}
+	}()
+	var base string
+	select {
+	case base = <-metricsURL:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-time.After(waitFor):
+		t.Fatal("no metrics URL printed")
+	}
+
+	require.Eventually(t, func() bool {
+		got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
+		require.NoError(t, err)
+		return got.Status == store.DeliveryExpired
+	}, waitFor, 20*time.Millisecond)
+	got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
+	require.NoError(t, err)
+	require.NotNil(t, got.LastError)
+	require.Contains(t, *got.LastError, "payload")
+	require.Zero(t, got.AttemptCount, "nothing was sent")
+	select {
+	case id := <-arrived:
+		t.Fatalf("message %s was sent without its payload", id)
+	default:
+	}
+	// The maintainer's first run, at start, made the current interval's
+	// partitions and two more.
+	require.Eventually(t, func() bool {
+		parts, err := st.Partitions(context.Background())
+		require.NoError(t, err)
+		ahead := 0
+		for _, p := range parts {
+			if p.Parent == "deliveries" && !strings.HasSuffix(p.Name, "_legacy") {
+				ahead++
+			}
+		}
+		return ahead >= 3
+	}, waitFor, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		res, err := http.Get(base + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, res.Body.Close())
+		require.NoError(t, err)
+		return strings.Contains(string(body), `webhook_delivery_expired_total{reason="payload"} 1`) &&
+			strings.Contains(string(body), `hookd_partition_default_rows{table="messages"} 0`)
+	}, waitFor, 20*time.Millisecond)
+	http.DefaultClient.CloseIdleConnections()
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(cfg.ShutdownGrace + waitFor):
+		t.Fatal("Run did not return after ctx was cancelled")
+	}
+	goleak.VerifyNone(t, before)
+}

@@ -1,0 +1,544 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// partitioned describes one time-partitioned table: what its partitions
+// are keyed by and how an instant becomes a bound of that key.
+type partitioned struct {
+	name string
+	// key is the partition key column.
+	key string
+	// idPrefix is the id prefix of a table keyed by ULID ("msg", "dlv");
+	// empty for one keyed by a timestamp.
+	idPrefix string
+	// with holds the storage parameters of each partition.
+	with string
+}
+
+// Partitioned tables in the order a retired interval is dropped: the
+// deliveries before their messages, the payloads with them.
+var partitionedTables = []partitioned{
+	{name: "delivery_attempts", key: "attempted_at"},
+	{name: "deliveries", key: "id", idPrefix: "dlv",
+		with: " WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.05)"},
+	{name: "message_payloads", key: "message_id", idPrefix: "msg"},
+	{name: "messages", key: "id", idPrefix: "msg"},
+}
+
+func partitionedTable(name string) (partitioned, bool) {
+	for _, p := range partitionedTables {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return partitioned{}, false
+}
+
+// bound renders instant t as a bound of the table's key.
+func (p partitioned) bound(t time.Time) any {
+	if p.idPrefix == "" {
+		return t
+	}
+	return IDBound(p.idPrefix, t)
+}
+
+// boundLiteral renders t as an SQL literal of the key (bounds of DDL cannot
+// be parameters). Both forms hold only [0-9A-Z_:.+-T] characters.
+func (p partitioned) boundLiteral(t time.Time) string {
+	if p.idPrefix == "" {
+		return "'" + t.UTC().Format("2006-01-02T15:04:05.000Z07:00") + "'"
+	}
+	return "'" + IDBound(p.idPrefix, t) + "'"
+}
+
+// keyTime is the instant a key of the table stands for.
+func (p partitioned) keyTime(key any) (time.Time, bool) {
+	switch k := key.(type) {
+	case time.Time:
+		return k, true
+	case string:
+		if !strings.HasPrefix(k, p.idPrefix+"_") {
+			return time.Time{}, false
+		}
+		return IDTime(k)
+	}
+	return time.Time{}, false
+}
+
+// encodeTime is the 10-character time part of a ULID minted at t.
+func encodeTime(t time.Time) string {
+	ms := uint64(t.UnixMilli())
+	var out [10]byte
+	for i := range out {
+		out[i] = crockford[(ms>>(45-5*uint(i)))&31]
+	}
+	return string(out[:])
+}
+
+// IDBound is the smallest id with prefix minted at or after t: the bound
+// of a partition of a table keyed by ULID.
+func IDBound(prefix string, t time.Time) string {
+	return prefix + "_" + encodeTime(t) + "0000000000000000"
+}
+
+// IDTime returns when a prefixed ULID was minted (to the millisecond).
+func IDTime(id string) (time.Time, bool) {
+	_, rest, ok := strings.Cut(id, "_")
+	if !ok || len(rest) < 10 {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for i := range 10 {
+		v := strings.IndexByte(crockford, rest[i])
+		if v < 0 {
+			return time.Time{}, false
+		}
+		ms = ms<<5 | uint64(v)
+	}
+	return time.UnixMilli(int64(ms)).UTC(), true
+}
+
+// childID mints an id with prefix that carries the time of parent (a
+// ULID) and 80 fresh random bits: a delivery's id names its message's
+// interval, so the two always share a partition.
+func childID(prefix, parent string) string {
+	_, rest, _ := strings.Cut(parent, "_")
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	// 80 bits as 16 base32 characters.
+	var chars [16]byte
+	var acc uint64
+	bits := 0
+	j := 0
+	for _, x := range b {
+		acc = acc<<8 | uint64(x)
+		bits += 8
+		for bits >= 5 {
+			bits -= 5
+			chars[j] = crockford[(acc>>uint(bits))&31]
+			j++
+		}
+	}
+	return prefix + "_" + rest[:10] + string(chars[:])
+}
+
+// idRange returns the bounds [lo, hi) of the ids with prefix minted from
+// id's time to width after it.
+func idRange(prefix, id string, width time.Duration) (lo, hi string, ok bool) {
+	t, ok := IDTime(id)
+	if !ok {
+		return "", "", false
+	}
+	return IDBound(prefix, t), IDBound(prefix, t.Add(width)), true
+}
+
+// floorTime aligns t down to a multiple of interval since the epoch.
+func floorTime(t time.Time, interval time.Duration) time.Time {
+	ms, w := t.UnixMilli(), interval.Milliseconds()
+	return time.UnixMilli(ms - ((ms%w)+w)%w).UTC()
+}
+
+// Partition is one partition of a time-partitioned table: it holds the
+// rows of [From, To) (From zero: every key before To).
+type Partition struct {
+	Name   string
+	Parent string
+	From   time.Time
+	To     time.Time
+}
+
+// Partitions lists the partitions the maintainer manages, by table and
+// time.
+func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, parent, from_at, to_at FROM hookd_partitions ORDER BY parent, to_at`)
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	defer rows.Close()
+	var out []Partition
+	for rows.Next() {
+		var p Partition
+		var from *time.Time
+		if err := rows.Scan(&p.Name, &p.Parent, &from, &p.To); err != nil {
+			return nil, fmt.Errorf("list partitions: %w", err)
+		}
+		if from != nil {
+			p.From = from.UTC()
+		}
+		p.To = p.To.UTC()
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// maintenanceLockTimeout bounds how long a partition DDL statement waits
+// for its lock: while it waits, every statement on the table queues behind
+// it, so it gives up quickly and the next maintenance run tries again.
+const maintenanceLockTimeout = "200ms"
+
+// isLockTimeout reports whether err is Postgres's lock_timeout.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// ErrLockTimeout wraps a maintenance step that gave up waiting for a lock.
+var ErrLockTimeout = errors.New("lock timeout")
+
+// ddl runs fn in a transaction whose statements wait at most
+// maintenanceLockTimeout for a lock.
+func (s *Store) ddl(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+maintenanceLockTimeout+`'`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	}
+	return err
+}
+
+// createPartition creates and attaches the partition of [from, to) of
+// table t, first moving any row of that range out of the default
+// partition (a partition cannot be attached while the default holds rows
+// of its range), all in one transaction. It returns the rows moved.
+func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time) (PartitionChange, error) {
+	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
+	var moved int64
+	err := s.ddl(ctx, func(tx pgx.Tx) error {
+		// Rows to move are rows someone may be updating: writers of the
+		// table wait while they move (a writer that had already routed
+		// its row to the default partition would otherwise find it gone,
+		// or put one there that the new partition's range forbids). In
+		// steady state the default is empty and nothing waits.
+		var busy bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
+			t.bound(from), t.bound(to)).Scan(&busy); err != nil {
+			return fmt.Errorf("look at the default partition: %w", err)
+		}
+		if busy {
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock %s: %w", t.name, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE hookd_moved (LIKE `+t.name+`) ON COMMIT DROP`); err != nil {
+			return fmt.Errorf("create move table: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `
+			WITH m AS (DELETE FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2 RETURNING *)
+			INSERT INTO hookd_moved SELECT * FROM m`, pgx.QueryExecModeSimpleProtocol, t.bound(from), t.bound(to))
+		if err != nil {
+			return fmt.Errorf("move rows out of the default partition: %w", err)
+		}
+		moved = tag.RowsAffected()
+		if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE `+t.name+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`+t.with); err != nil {
+			return fmt.Errorf("create partition: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` ATTACH PARTITION `+name+
+			` FOR VALUES FROM (`+t.boundLiteral(from)+`) TO (`+t.boundLiteral(to)+`)`); err != nil {
+			return fmt.Errorf("attach partition: %w", err)
+		}
+		if moved > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+t.name+` OVERRIDING SYSTEM VALUE SELECT * FROM hookd_moved`, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("move rows into the partition: %w", err)
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO hookd_partitions (name, parent, from_at, to_at) VALUES ($1, $2, $3, $4)`, name, t.name, from, to)
+		return err
+	})
+	if err != nil {
+		return PartitionChange{}, fmt.Errorf("partition %s: %w", name, err)
+	}
+	return PartitionChange{Partition: Partition{Name: name, Parent: t.name, From: from, To: to}, Moved: moved}, nil
+}
+
+// PartitionChange is one partition the maintainer created or dropped.
+type PartitionChange struct {
+	Partition
+	// Moved counts the rows moved out of the default partition into it.
+	Moved int64
+}
+
+// EnsurePartitions creates every table's partitions up to ahead intervals
+// past the one holding now, each interval aligned to the epoch, starting
+// where the latest partition ends (or one interval before now's, when that
+// is later: rows older than that are the default partition's to drain).
+func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval time.Duration, ahead int) ([]PartitionChange, error) {
+	existing, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []PartitionChange
+	end := floorTime(now, interval).Add(time.Duration(ahead+1) * interval)
+	for _, t := range partitionedTables {
+		cursor := floorTime(now, interval).Add(-interval)
+		for _, p := range existing {
+			if p.Parent == t.name && p.To.After(cursor) {
+				cursor = p.To
+			}
+		}
+		for cursor.Before(end) {
+			next := floorTime(cursor, interval).Add(interval)
+			c, err := s.createPartition(ctx, t, cursor, next)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, c)
+			cursor = next
+		}
+	}
+	return out, nil
+}
+
+// DefaultRows counts the rows each table's default partition holds: rows
+// whose interval had no partition when they were written.
+func (s *Store) DefaultRows(ctx context.Context) (map[string]int64, error) {
+	out := make(map[string]int64, len(partitionedTables))
+	for _, t := range partitionedTables {
+		var n int64
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+t.name+`_default`).Scan(&n); err != nil {
+			return nil, fmt.Errorf("count default rows of %s: %w", t.name, err)
+		}
+		out[t.name] = n
+	}
+	return out, nil
+}
+
+// DrainDefault moves the rows of every default partition into partitions of
+// their intervals, creating each (at most limit in all), oldest first. A
+// partition made for a gap between existing partitions covers only the
+// gap. Rows whose key names no time (not a ULID) stay where they are.
+func (s *Store) DrainDefault(ctx context.Context, interval time.Duration, limit int) ([]PartitionChange, error) {
+	var out []PartitionChange
+	for _, t := range partitionedTables {
+		for len(out) < limit {
+			var key any
+			err := s.pool.QueryRow(ctx, `SELECT `+t.key+` FROM `+t.name+`_default ORDER BY 1 LIMIT 1`).Scan(&key)
+			if errors.Is(err, pgx.ErrNoRows) {
+				break
+			}
+			if err != nil {
+				return out, fmt.Errorf("read default partition of %s: %w", t.name, err)
+			}
+			at, ok := t.keyTime(key)
+			if !ok {
+				break
+			}
+			existing, err := s.Partitions(ctx)
+			if err != nil {
+				return out, err
+			}
+			from, to := floorTime(at, interval), floorTime(at, interval).Add(interval)
+			for _, p := range existing {
+				if p.Parent != t.name {
+					continue
+				}
+				if !p.To.After(at) && p.To.After(from) {
+					from = p.To
+				}
+				if !p.From.IsZero() && p.From.After(at) && p.From.Before(to) {
+					to = p.From
+				}
+				if (p.From.IsZero() || !p.From.After(at)) && p.To.After(at) {
+					return out, fmt.Errorf("drain default partition of %s: %v belongs to partition %s", t.name, at, p.Name)
+				}
+			}
+			c, err := s.createPartition(ctx, t, from, to)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// ExpiredDelivery is a delivery retention made final.
+type ExpiredDelivery struct {
+	ID         string
+	EndpointID string
+	TenantID   string
+	// Was is the status it had.
+	Was string
+}
+
+// ExpireDeliveries makes final (expired, with lastError) up to limit of
+// the deliveries created before cutoff that are not final yet (pending,
+// waiting, held), and cancels their River jobs that have not started. A
+// job already running finds its delivery expired: the ledger never
+// changes an expired delivery. The index on (endpoint_id, status) finds
+// them, endpoint by endpoint, in the partitions before cutoff only.
+func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH x AS (
+			SELECT d.id, d.status FROM endpoints e CROSS JOIN LATERAL (
+				SELECT d.id, d.status FROM deliveries d
+				WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'waiting', 'held') AND d.id < $1
+				LIMIT $3
+			) d
+			LIMIT $3
+		), u AS (
+			UPDATE deliveries d SET status = 'expired', last_error = $2, next_attempt_at = NULL,
+				breaker_open_until = NULL, updated_at = now()
+			FROM x WHERE d.id = x.id AND d.status IN ('pending', 'waiting', 'held') AND d.id < $1
+			RETURNING d.id, d.endpoint_id, d.tenant_id, d.job_id, x.status AS was
+		), c AS (
+			UPDATE river_job j SET state = 'cancelled', finalized_at = now()
+			FROM u WHERE j.id = u.job_id AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
+			RETURNING j.id
+		)
+		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`,
+		IDBound("dlv", cutoff), lastError, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expire deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []ExpiredDelivery
+	for rows.Next() {
+		var d ExpiredDelivery
+		if err := rows.Scan(&d.ID, &d.EndpointID, &d.TenantID, &d.Was, new(int64)); err != nil {
+			return nil, fmt.Errorf("expire deliveries: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// RetirePartitions drops the partitions whose whole interval ends at or
+// before cutoff (payloads: payloadCutoff), oldest first. Before a
+// deliveries partition goes, the attempts its deliveries made after cutoff
+// (in partitions that stay) are deleted, so no attempt outlives its
+// delivery. Each drop is a DETACH and a DROP in one short transaction
+// (DETACH ... CONCURRENTLY is refused while a default partition exists);
+// a drop that cannot get its lock quickly is left to the next run.
+// Callers expire the non-final deliveries before cutoff first.
+func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time) ([]PartitionChange, error) {
+	existing, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []PartitionChange
+	for _, t := range partitionedTables {
+		limit := cutoff
+		if t.name == "message_payloads" {
+			limit = payloadCutoff
+		}
+		for _, p := range existing {
+			if p.Parent != t.name || p.To.After(limit) {
+				continue
+			}
+			err := s.ddl(ctx, func(tx pgx.Tx) error {
+				if t.name == "deliveries" {
+					lo := "dlv_"
+					if !p.From.IsZero() {
+						lo = IDBound("dlv", p.From)
+					}
+					if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
+						cutoff, lo, IDBound("dlv", p.To)); err != nil {
+						return fmt.Errorf("delete later attempts: %w", err)
+					}
+				}
+				if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
+					return fmt.Errorf("detach: %w", err)
+				}
+				if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
+					return fmt.Errorf("drop: %w", err)
+				}
+				_, err := tx.Exec(ctx, `DELETE FROM hookd_partitions WHERE name = $1`, p.Name)
+				return err
+			})
+			if err != nil {
+				return out, fmt.Errorf("retire partition %s: %w", p.Name, err)
+			}
+			out = append(out, PartitionChange{Partition: p})
+		}
+	}
+	return out, nil
+}
+
+// deleteBatches runs a DELETE of at most batch rows ($1: the cutoff, $2:
+// the batch) until one deletes fewer, each batch its own short
+// transaction, and returns the rows deleted.
+func (s *Store) deleteBatches(ctx context.Context, sql string, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, sql, cutoff, batch)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+// ExpireIdempotencyKeys deletes the idempotency keys claimed before
+// cutoff, batch rows at a time.
+func (s *Store) ExpireIdempotencyKeys(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+	n, err := s.deleteBatches(ctx, `
+		DELETE FROM idempotency_keys WHERE ctid IN (
+			SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2)`, cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("expire idempotency keys: %w", err)
+	}
+	return n, nil
+}
+
+// PruneHistory deletes the breaker transitions, endpoint events and class
+// changes recorded before cutoff, batch rows at a time, and returns how
+// many it deleted.
+func (s *Store) PruneHistory(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for _, table := range []string{"breaker_transitions", "endpoint_events", "class_changes"} {
+		n, err := s.deleteBatches(ctx, `
+			DELETE FROM `+table+` WHERE id IN (
+				SELECT id FROM `+table+` WHERE at < $1 ORDER BY at LIMIT $2)`, cutoff, batch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("prune %s: %w", table, err)
+		}
+	}
+	return total, nil
+}
+
+// MaintenanceLockKey is the advisory lock of the one process that
+// maintains partitions at a time.
+const MaintenanceLockKey = 0x686f6f6b646d // "hookdm"
+
+// WithMaintenanceLock runs fn while this process holds the maintenance
+// lock, and reports false without running it when another process holds
+// it. The lock is a session lock on a connection held for fn's duration.
+func (s *Store) WithMaintenanceLock(ctx context.Context, fn func(context.Context) error) (bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(MaintenanceLockKey)).Scan(&got); err != nil {
+		return false, fmt.Errorf("take maintenance lock: %w", err)
+	}
+	if !got {
+		return false, nil
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(MaintenanceLockKey))
+	}()
+	return true, fn(ctx)
+}

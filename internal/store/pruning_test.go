@@ -1,0 +1,121 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/trafficclass"
+)
+
+// planRelations returns the tables a statement's plan reads, after the
+// partitions pruned at planning or executor startup are left out.
+func planRelations(t *testing.T, b *testBundle, sql string, args ...any) []string {
+	t.Helper()
+	var raw string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `EXPLAIN (FORMAT JSON) `+sql, args...).Scan(&raw))
+	var plans []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+	var out []string
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if r, ok := n["Relation Name"].(string); ok {
+			out = append(out, r)
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	for _, p := range plans {
+		walk(p["Plan"].(map[string]any))
+	}
+	return out
+}
+
+// TestAttemptReadsPruneToTheirTimeRange: reclassification, /stats and
+// attempt lists read only the attempt partitions that overlap their time
+// range (and the default partition, which no range can exclude and which
+// the maintainer keeps empty); a delivery is read from its partition only.
+// The test fails when a plan names a partition outside the range.
+func TestAttemptReadsPruneToTheirTimeRange(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	// Start from no partition at all (the legacy ones span every past
+	// time), then make three groups: older than reclassification's
+	// history, two hours ago, and now.
+	parts, err := s.Partitions(ctx)
+	require.NoError(t, err)
+	for _, p := range parts {
+		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
+		require.NoError(t, err)
+	}
+	var now time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	for _, at := range []time.Time{now.Add(-trafficclass.HistoryWindow - 3*time.Hour), now.Add(-2 * time.Hour), now} {
+		_, err := s.EnsurePartitions(ctx, at, time.Minute, 2)
+		require.NoError(t, err)
+	}
+	parts, err = s.Partitions(ctx)
+	require.NoError(t, err)
+	attemptParts := map[string]store.Partition{}
+	for _, p := range parts {
+		if p.Parent == "delivery_attempts" {
+			attemptParts[p.Name] = p
+		}
+	}
+	require.Len(t, attemptParts, 3*4)
+
+	ep := b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`1`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+
+	// check fails if the plan reads an attempt partition that does not
+	// overlap [from, to), or reads none of those that do.
+	check := func(name string, from, to time.Time, rels []string) {
+		t.Helper()
+		read := 0
+		for _, r := range rels {
+			if !strings.HasPrefix(r, "delivery_attempts") {
+				continue
+			}
+			if r == "delivery_attempts_default" {
+				continue
+			}
+			p, ok := attemptParts[r]
+			require.True(t, ok, "%s reads %s", name, r)
+			require.True(t, p.To.After(from) && p.From.Before(to), "%s reads %s [%v, %v), outside [%v, %v)", name, r, p.From, p.To, from, to)
+			read++
+		}
+		require.NotZero(t, read, "%s reads no partition of its range: %v", name, rels)
+	}
+	far := now.Add(24 * time.Hour)
+	check("stats", now.Add(-6*time.Minute), far, planRelations(t, b, store.EndpointStatsSQL, ep.ID, 5))
+	check("reclassification", now.Add(-trafficclass.HistoryWindow-time.Minute), far,
+		planRelations(t, b, store.MeasureTrafficSQL, ep.ID, trafficclass.HistoryWindow))
+	created, _ := store.IDTime(d.ID)
+	since := created.Add(-time.Minute)
+	check("a delivery's attempts", since, far,
+		planRelations(t, b, store.ListAttemptsSQL, d.ID, "", "", since, nil, int64(1<<62), 10))
+	windowFrom := now.Add(-2*time.Hour - time.Minute)
+	windowTo := now.Add(-2*time.Hour + time.Minute)
+	check("an endpoint's attempts in a window", windowFrom, windowTo,
+		planRelations(t, b, store.ListAttemptsSQL, "", ep.ID, "", windowFrom, windowTo, int64(1<<62), 10))
+
+	// A delivery by id: one partition of deliveries.
+	var dlv []string
+	for _, r := range planRelations(t, b, store.GetDeliverySQL, d.ID) {
+		if strings.HasPrefix(r, "deliveries") {
+			dlv = append(dlv, r)
+		}
+	}
+	require.Len(t, dlv, 1, "%v", dlv)
+	require.NotEqual(t, "deliveries_default", dlv[0])
+}
