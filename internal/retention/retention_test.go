@@ -11,9 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
@@ -453,4 +456,40 @@ func TestConfigValidate(t *testing.T) {
 		require.Equal(t, tc.field, ce.Field)
 		require.True(t, strings.HasPrefix(ce.Reason, "must"))
 	}
+}
+
+// TestRetentionCancelsTheJobOfAnExpiredDelivery: a pending delivery past
+// the retention with a River job that has not started is made expired and
+// its job cancelled, so no worker sends it after its data has gone.
+func TestRetentionCancelsTheJobOfAnExpiredDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	b.run(t, b.dbNow(t))
+	b.endpoint(t, "acme", true)
+	inserter, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{})
+	require.NoError(t, err)
+	msg, _, err := b.store.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "order.paid", Payload: json.RawMessage(`1`)},
+		&delivery.Enqueuer{Client: inserter})
+	require.NoError(t, err)
+	d := msg.Deliveries[0]
+	require.Equal(t, store.DeliveryPending, d.Status)
+	require.NotNil(t, d.JobID)
+
+	created, _ := store.IDTime(msg.ID)
+	rep := b.run(t, created.Add(3*time.Minute+time.Millisecond))
+	require.Len(t, rep.Expired, 1)
+	require.Equal(t, store.DeliveryPending, rep.Expired[0].Was)
+	got, err := b.store.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryExpired, got.Status)
+	var state string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, *d.JobID).Scan(&state))
+	require.Equal(t, "cancelled", state)
+	// The ledger never revives it: a late outcome of the series is ignored.
+	now := time.Now()
+	require.NoError(t, b.store.RecordLedger(ctx, nil, []store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &now}}))
+	got, err = b.store.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryExpired, got.Status)
 }
