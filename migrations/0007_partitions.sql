@@ -14,10 +14,11 @@
 -- partition drop, not an UPDATE of every message.
 --
 -- Upgrade in place: each existing table becomes the first partition of its
--- new parent (<table>_legacy, every key up to just past now), followed by
--- a partition for the next day; only the payloads are copied (into
--- message_payloads_legacy). The api and the dispatcher must be stopped
--- while this runs (see README).
+-- new parent (<table>_legacy, every key up to just past now); only the
+-- payloads are copied (into message_payloads_legacy). The api and the
+-- dispatcher must be stopped while this runs (see README). Rows written
+-- before the maintainer's first run land in the default partitions, which
+-- that run drains.
 --
 -- Each table gets a DEFAULT partition, so an insert never fails for want of
 -- a partition; the maintainer creates partitions ahead and moves any row the
@@ -167,10 +168,6 @@ DECLARE
         (SELECT hookd_id_time(max(id)) + interval '1 millisecond' FROM deliveries_legacy),
         (SELECT max(attempted_at) + interval '1 millisecond' FROM delivery_attempts_legacy)));
     p text := hookd_id_time_prefix(hi) || '0000000000000000';
-    t text;
-    key text;
-    pre text;
-    name text;
 BEGIN
     CREATE TABLE message_payloads_legacy (LIKE message_payloads INCLUDING ALL);
     INSERT INTO message_payloads_legacy (message_id, payload) SELECT id, payload FROM messages_legacy;
@@ -192,27 +189,6 @@ BEGIN
         ('message_payloads_legacy', 'message_payloads', NULL, hi),
         ('deliveries_legacy', 'deliveries', NULL, hi),
         ('delivery_attempts_legacy', 'delivery_attempts', NULL, hi);
-
-    -- The first day after the upgrade has its partitions already: the
-    -- rows written before the maintainer's first run do not land in the
-    -- default partitions, and the maintainer only ever attaches
-    -- partitions of intervals nobody writes to yet (it continues from
-    -- the end of these, aligned to its interval from then on).
-    FOR t, key, pre IN VALUES ('messages', 'id', 'msg_'), ('message_payloads', 'message_id', 'msg_'),
-            ('deliveries', 'id', 'dlv_'), ('delivery_attempts', 'attempted_at', NULL) LOOP
-        name := t || '_p' || to_char(hi AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
-        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name, t);
-        IF t = 'deliveries' THEN
-            EXECUTE format('ALTER TABLE %I SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.05)', name);
-        END IF;
-        IF pre IS NULL THEN
-            EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', t, name, hi, hi + interval '1 day');
-        ELSE
-            EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', t, name,
-                pre || p, pre || hookd_id_time_prefix(hi + interval '1 day') || '0000000000000000');
-        END IF;
-        INSERT INTO hookd_partitions (name, parent, from_at, to_at) VALUES (name, t, hi, hi + interval '1 day');
-    END LOOP;
 
     -- The attempt ids continue where the old table's sequence stopped.
     PERFORM setval(pg_get_serial_sequence('delivery_attempts', 'id'),

@@ -214,21 +214,26 @@ func (s *Store) ddl(ctx context.Context, fn func(pgx.Tx) error) error {
 // table t, first moving any row of that range out of the default
 // partition (a partition cannot be attached while the default holds rows
 // of its range), all in one transaction. It returns the rows moved.
-func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time) (PartitionChange, error) {
+//
+// A live range (one rows are being written to now, which then go to the
+// default partition) is created with the table locked against writers
+// (SHARE ROW EXCLUSIVE) for the few milliseconds it takes: a writer that
+// had routed its row to the default partition before the attach would
+// otherwise fail on the default's new constraint, and an update of a row
+// being moved would miss it. A range ahead of every writer needs no lock
+// beyond ATTACH's own, so steady state never blocks a write.
+func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time, live bool) (PartitionChange, error) {
 	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
 	var moved int64
 	err := s.ddl(ctx, func(tx pgx.Tx) error {
-		// Rows to move are rows someone may be updating: writers of the
-		// table wait while they move (a writer that had already routed
-		// its row to the default partition would otherwise find it gone,
-		// or put one there that the new partition's range forbids). In
-		// steady state the default is empty and nothing waits.
-		var busy bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
-			t.bound(from), t.bound(to)).Scan(&busy); err != nil {
-			return fmt.Errorf("look at the default partition: %w", err)
+		if !live {
+			// Rows of the range in the default make it live after all.
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
+				t.bound(from), t.bound(to)).Scan(&live); err != nil {
+				return fmt.Errorf("look at the default partition: %w", err)
+			}
 		}
-		if busy {
+		if live {
 			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 				return fmt.Errorf("lock %s: %w", t.name, err)
 			}
@@ -264,6 +269,10 @@ func (s *Store) createPartition(ctx context.Context, t partitioned, from, to tim
 	return PartitionChange{Partition: Partition{Name: name, Parent: t.name, From: from, To: to}, Moved: moved}, nil
 }
 
+// liveMargin is how far ahead of the maintainer's "now" a range may
+// already receive rows (other processes' clocks ahead of the database's).
+const liveMargin = time.Minute
+
 // PartitionChange is one partition the maintainer created or dropped.
 type PartitionChange struct {
 	Partition
@@ -291,7 +300,9 @@ func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval ti
 		}
 		for cursor.Before(end) {
 			next := floorTime(cursor, interval).Add(interval)
-			c, err := s.createPartition(ctx, t, cursor, next)
+			// Clocks of other processes may run a little ahead: a range
+			// starting within a minute of now may be written to already.
+			c, err := s.createPartition(ctx, t, cursor, next, cursor.Before(now.Add(liveMargin)))
 			if err != nil {
 				return out, err
 			}
@@ -355,7 +366,7 @@ func (s *Store) DrainDefault(ctx context.Context, interval time.Duration, limit 
 					return out, fmt.Errorf("drain default partition of %s: %v belongs to partition %s", t.name, at, p.Name)
 				}
 			}
-			c, err := s.createPartition(ctx, t, from, to)
+			c, err := s.createPartition(ctx, t, from, to, true)
 			if err != nil {
 				return out, err
 			}
