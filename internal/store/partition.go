@@ -183,8 +183,16 @@ func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
 
 // maintenanceLockTimeout bounds how long a partition DDL statement waits
 // for its lock: while it waits, every statement on the table queues behind
-// it, so it gives up quickly and the next maintenance run tries again.
-const maintenanceLockTimeout = "200ms"
+// it, so it gives up quickly, lets the queue drain, and tries again (up to
+// dropAttempts times for a drop; then the next maintenance run does).
+const maintenanceLockTimeout = "100ms"
+
+// dropAttempts is how many times a drop asks for its lock in one run, a
+// pause of dropPause between tries.
+const (
+	dropAttempts = 10
+	dropPause    = 200 * time.Millisecond
+)
 
 // isLockTimeout reports whether err is Postgres's lock_timeout.
 func isLockTimeout(err error) bool {
@@ -450,33 +458,55 @@ func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time
 			if p.Parent != t.name || p.To.After(limit) {
 				continue
 			}
-			err := s.ddl(ctx, func(tx pgx.Tx) error {
-				if t.name == "deliveries" {
-					lo := "dlv_"
-					if !p.From.IsZero() {
-						lo = IDBound("dlv", p.From)
+			err := s.retryLockTimeout(ctx, func() error {
+				return s.ddl(ctx, func(tx pgx.Tx) error {
+					if t.name == "deliveries" {
+						lo := "dlv_"
+						if !p.From.IsZero() {
+							lo = IDBound("dlv", p.From)
+						}
+						if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
+							cutoff, lo, IDBound("dlv", p.To)); err != nil {
+							return fmt.Errorf("delete later attempts: %w", err)
+						}
 					}
-					if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
-						cutoff, lo, IDBound("dlv", p.To)); err != nil {
-						return fmt.Errorf("delete later attempts: %w", err)
+					if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
+						return fmt.Errorf("detach: %w", err)
 					}
-				}
-				if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
-					return fmt.Errorf("detach: %w", err)
-				}
-				if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
-					return fmt.Errorf("drop: %w", err)
-				}
-				_, err := tx.Exec(ctx, `DELETE FROM hookd_partitions WHERE name = $1`, p.Name)
-				return err
+					if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
+						return fmt.Errorf("drop: %w", err)
+					}
+					_, err := tx.Exec(ctx, `DELETE FROM hookd_partitions WHERE name = $1`, p.Name)
+					return err
+				})
 			})
 			if err != nil {
+				// The rest waits for the next run: a messages partition
+				// must not go before its deliveries'.
 				return out, fmt.Errorf("retire partition %s: %w", p.Name, err)
 			}
 			out = append(out, PartitionChange{Partition: p})
 		}
 	}
 	return out, nil
+}
+
+// retryLockTimeout runs fn until it does not fail for a lock timeout, at
+// most dropAttempts times, pausing between tries so the statements that
+// queued behind the last try can run.
+func (s *Store) retryLockTimeout(ctx context.Context, fn func() error) error {
+	var err error
+	for range dropAttempts {
+		if err = fn(); !errors.Is(err, ErrLockTimeout) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(dropPause):
+		}
+	}
+	return err
 }
 
 // deleteBatches runs a DELETE of at most batch rows ($1: the cutoff, $2:
