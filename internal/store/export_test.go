@@ -37,3 +37,6 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 
 // GetDeliverySQL is GetDelivery's statement.
 const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`
+
+// ExpireDeliveriesSQL is ExpireDeliveries' statement.
+const ExpireDeliveriesSQL = expireDeliveriesSQL

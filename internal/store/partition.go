@@ -393,21 +393,14 @@ type ExpiredDelivery struct {
 	Was string
 }
 
-// ExpireDeliveries makes final (expired, with lastError) up to limit of
-// the deliveries created before cutoff that are not final yet (pending,
-// waiting, held), and cancels their River jobs that have not started. A
-// job already running finds its delivery expired: the ledger never
-// changes an expired delivery. The index on (endpoint_id, status) finds
-// them, endpoint by endpoint, in the partitions before cutoff only.
-func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
-	rows, err := s.pool.Query(ctx, `
+// expireDeliveriesSQL expires up to $3 unfinished deliveries with ids
+// before $1 ($2: their last_error).
+const expireDeliveriesSQL = `
 		WITH x AS (
-			SELECT d.id, d.status FROM endpoints e CROSS JOIN LATERAL (
-				SELECT d.id, d.status FROM deliveries d
-				WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'waiting', 'held') AND d.id < $1
-				LIMIT $3
-			) d
-			LIMIT $3
+			SELECT id, status FROM deliveries
+			WHERE status IN ('pending', 'waiting', 'held') AND id < $1
+			ORDER BY id LIMIT $3
+			FOR UPDATE SKIP LOCKED
 		), u AS (
 			UPDATE deliveries d SET status = 'expired', last_error = $2, next_attempt_at = NULL,
 				breaker_open_until = NULL, updated_at = now()
@@ -418,8 +411,17 @@ func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastErro
 			FROM u WHERE j.id = u.job_id AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
 			RETURNING j.id
 		)
-		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`,
-		IDBound("dlv", cutoff), lastError, limit)
+		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`
+
+// ExpireDeliveries makes final (expired, with lastError) up to limit of
+// the deliveries created before cutoff that are not final yet (pending,
+// waiting, held), and cancels their River jobs that have not started. A
+// job already running finds its delivery expired: the ledger never
+// changes an expired delivery. deliveries_unfinished_idx finds them in the
+// partitions before cutoff without reading their other rows.
+func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
+	rows, err := s.pool.Query(ctx, expireDeliveriesSQL,
+		customPlan, IDBound("dlv", cutoff), lastError, limit)
 	if err != nil {
 		return nil, fmt.Errorf("expire deliveries: %w", err)
 	}
