@@ -65,7 +65,7 @@ fuzz:
 	done <<< "$$targets"; \
 	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
 
-## bench: run every benchmark scenario against a private Postgres (under 10 minutes) and write bench-results.json
+## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json
 bench:
 	$(GO) run ./internal/bench
 

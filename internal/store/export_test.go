@@ -41,3 +41,6 @@ func (p *TrialPool) SetStepTimeout(d time.Duration) { p.step = d }
 
 // GetDeliverySQL is GetDelivery's statement.
 const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`
+
+// ExpireDeliveriesSQL is ExpireDeliveries' statement.
+const ExpireDeliveriesSQL = expireDeliveriesSQL
