@@ -3,9 +3,9 @@
 # passes on a fresh machine: PostgreSQL's server programs (initdb, pg_ctl,
 # postgres; the tests run their own private clusters with them, never a
 # server already on this machine), Debian's Chromium for the dashboard's
-# browser test, and promtool for the alert rules. It says what it installs
-# before it does; where everything is in place it only checks. It starts,
-# stops and reconfigures no server.
+# browser test, jq for the README's tour and promtool for the alert rules.
+# It says what it installs before it does; where everything is in place it
+# only checks. It starts, stops and reconfigures no server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
