@@ -12,10 +12,10 @@ import (
 
 // TestTestDepsInstallsOnlyWhatIsMissing runs deploy/test-deps.sh (run by
 // .ci/run and make test) against stand-ins: an apt-get that records its
-// calls, and PostgreSQL's initdb, Chromium and promtool present or absent.
-// With everything present it installs nothing and says nothing; with
-// everything absent it installs each, saying so first, with the packages'
-// services kept from starting. It never touches a PostgreSQL server: the
+// calls, and PostgreSQL's initdb, Chromium, jq and promtool present or
+// absent. With everything present it installs nothing and says nothing;
+// with everything absent it installs each, saying so first, with the
+// packages' services kept from starting. It never touches a PostgreSQL server: the
 // tests run private clusters of their own.
 func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	t.Parallel()
@@ -26,7 +26,7 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	}{
 		{
 			name:    "everything installed",
-			present: []string{"initdb", "chromium", "promtool"},
+			present: []string{"initdb", "chromium", "jq", "promtool"},
 		},
 		{
 			name: "fresh machine",
@@ -36,13 +36,15 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 				"apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib (services blocked)",
 				"say installing Chromium",
 				"apt-get install -y -qq chromium",
+				"say installing jq",
+				"apt-get install -y -qq jq",
 				"say installing promtool",
 				"apt-get install -y -qq --no-install-recommends prometheus (services blocked)",
 			},
 		},
 		{
 			name:    "only Chromium missing",
-			present: []string{"initdb", "promtool"},
+			present: []string{"initdb", "jq", "promtool"},
 			want: []string{
 				"say installing Chromium",
 				"apt-get update -qq",
