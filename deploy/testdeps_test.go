@@ -13,10 +13,9 @@ import (
 // TestTestDepsInstallsOnlyWhatIsMissing runs deploy/test-deps.sh (run by
 // .ci/run and make test) against stand-ins: an apt-get that records its
 // calls, and PostgreSQL's initdb, Chromium, jq and promtool present or
-// absent.
-// With everything present it installs nothing and says nothing; with
-// everything absent it installs each, saying so first, with the packages'
-// services kept from starting. It never touches a PostgreSQL server: the
+// absent. With everything present it installs nothing and says nothing;
+// with everything absent it installs each, saying so first, with the
+// packages' services kept from starting. It never touches a PostgreSQL server: the
 // tests run private clusters of their own.
 func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	t.Parallel()
