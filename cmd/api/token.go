@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/hookd/hookd/internal/api"
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/store"
@@ -105,11 +107,20 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer pool.Close()
 	current, err := store.MigrationsCurrent(ctx, pool)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		// No hookd_migrations at all: most often the right server but the
+		// wrong database (the default names "postgres"; make run uses
+		// "hookd" and prints its DATABASE_URL).
+		current, err = false, nil
+	}
 	if err != nil {
 		return err
 	}
 	if !current {
-		return errors.New("the database schema is not current: run `api migrate` first")
+		cc := pool.Config().ConnConfig
+		return fmt.Errorf("database %q on %s:%d has no current hookd schema: point --database-url (DATABASE_URL) at hookd's database (make run prints it), or run `api migrate` there first",
+			cc.Database, cc.Host, cc.Port)
 	}
 	st := store.New(pool, nil)
 	switch sub {

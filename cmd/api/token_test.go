@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -142,7 +143,18 @@ func TestTokenCommandNeedsACurrentSchema(t *testing.T) {
 	code, out, errOut := cli(t, db.URL, "token", "create", "--name", "ci")
 	require.Equal(t, 1, code)
 	require.Empty(t, out, "no token printed")
-	require.Equal(t, "api: the database schema is not current: run `api migrate` first\n", errOut)
+	require.Contains(t, errOut, fmt.Sprintf("api: database %q on ", db.Name))
+	require.Contains(t, errOut, "has no current hookd schema")
+
+	// A database that never held hookd (the default URL names "postgres"):
+	// the same answer, not "relation hookd_migrations does not exist".
+	_, err = db.Pool.Exec(context.Background(), `DROP TABLE hookd_migrations`)
+	require.NoError(t, err)
+	code, out, errOut = cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 1, code)
+	require.Empty(t, out, "no token printed")
+	require.Contains(t, errOut, fmt.Sprintf("api: database %q on ", db.Name))
+	require.Contains(t, errOut, "has no current hookd schema")
 
 	code, _, errOut = cli(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2", "token", "list")
 	require.Equal(t, 1, code)

@@ -153,8 +153,13 @@ func (s *stage) tableSizes(ctx context.Context, at float64) (sizeSample, error) 
 	out := sizeSample{AtS: at, Bytes: map[string]int64{}}
 	for _, t := range s7Tables {
 		var n int64
+		// pg_partition_tree lists nothing for a table that is not
+		// partitioned.
 		err := s.pool.QueryRow(ctx, `
-			SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree($1::regclass)`, t).Scan(&n)
+			SELECT CASE WHEN c.relkind = 'p'
+				THEN (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(c.oid))
+				ELSE pg_total_relation_size(c.oid) END::bigint
+			FROM pg_class c WHERE c.oid = $1::regclass`, t).Scan(&n)
 		if err != nil {
 			return out, fmt.Errorf("size of %s: %w", t, err)
 		}

@@ -271,14 +271,15 @@ func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error
 	if rep.Keys, err = m.deps.Store.ExpireIdempotencyKeys(ctx, now.Add(-min(IdempotencyWindow, cfg.Retention)), cfg.batch()); err != nil {
 		return err
 	}
-	if rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention)); err != nil {
-		return fmt.Errorf("drop partitions: %w", err)
-	}
+	rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention))
 	for _, c := range rep.Dropped {
 		log.InfoContext(ctx, "partition_dropped", slog.String("table", c.Parent), slog.String("partition", c.Name), slog.Time("to", c.To))
 		if m.deps.Metrics != nil {
 			m.deps.Metrics.Dropped.WithLabelValues(c.Parent).Inc()
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("drop partitions: %w", err)
 	}
 	if rep.History, err = m.deps.Store.PruneHistory(ctx, now.Add(-cfg.HistoryRetention), cfg.batch()); err != nil {
 		return err

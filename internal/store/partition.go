@@ -183,8 +183,16 @@ func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
 
 // maintenanceLockTimeout bounds how long a partition DDL statement waits
 // for its lock: while it waits, every statement on the table queues behind
-// it, so it gives up quickly and the next maintenance run tries again.
-const maintenanceLockTimeout = "200ms"
+// it, so it gives up quickly, lets the queue drain, and tries again (up to
+// dropAttempts times for a drop; then the next maintenance run does).
+const maintenanceLockTimeout = "100ms"
+
+// dropAttempts is how many times a drop asks for its lock in one run, a
+// pause of dropPause between tries.
+const (
+	dropAttempts = 10
+	dropPause    = 200 * time.Millisecond
+)
 
 // isLockTimeout reports whether err is Postgres's lock_timeout.
 func isLockTimeout(err error) bool {
@@ -214,21 +222,26 @@ func (s *Store) ddl(ctx context.Context, fn func(pgx.Tx) error) error {
 // table t, first moving any row of that range out of the default
 // partition (a partition cannot be attached while the default holds rows
 // of its range), all in one transaction. It returns the rows moved.
-func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time) (PartitionChange, error) {
+//
+// A live range (one rows are being written to now, which then go to the
+// default partition) is created with the table locked against writers
+// (SHARE ROW EXCLUSIVE) for the few milliseconds it takes: a writer that
+// had routed its row to the default partition before the attach would
+// otherwise fail on the default's new constraint, and an update of a row
+// being moved would miss it. A range ahead of every writer needs no lock
+// beyond ATTACH's own, so steady state never blocks a write.
+func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time, live bool) (PartitionChange, error) {
 	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
 	var moved int64
 	err := s.ddl(ctx, func(tx pgx.Tx) error {
-		// Rows to move are rows someone may be updating: writers of the
-		// table wait while they move (a writer that had already routed
-		// its row to the default partition would otherwise find it gone,
-		// or put one there that the new partition's range forbids). In
-		// steady state the default is empty and nothing waits.
-		var busy bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
-			t.bound(from), t.bound(to)).Scan(&busy); err != nil {
-			return fmt.Errorf("look at the default partition: %w", err)
+		if !live {
+			// Rows of the range in the default make it live after all.
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.name+`_default WHERE `+t.key+` >= $1 AND `+t.key+` < $2)`,
+				t.bound(from), t.bound(to)).Scan(&live); err != nil {
+				return fmt.Errorf("look at the default partition: %w", err)
+			}
 		}
-		if busy {
+		if live {
 			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 				return fmt.Errorf("lock %s: %w", t.name, err)
 			}
@@ -264,6 +277,10 @@ func (s *Store) createPartition(ctx context.Context, t partitioned, from, to tim
 	return PartitionChange{Partition: Partition{Name: name, Parent: t.name, From: from, To: to}, Moved: moved}, nil
 }
 
+// liveMargin is how far ahead of the maintainer's "now" a range may
+// already receive rows (other processes' clocks ahead of the database's).
+const liveMargin = time.Minute
+
 // PartitionChange is one partition the maintainer created or dropped.
 type PartitionChange struct {
 	Partition
@@ -291,7 +308,9 @@ func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval ti
 		}
 		for cursor.Before(end) {
 			next := floorTime(cursor, interval).Add(interval)
-			c, err := s.createPartition(ctx, t, cursor, next)
+			// Clocks of other processes may run a little ahead: a range
+			// starting within a minute of now may be written to already.
+			c, err := s.createPartition(ctx, t, cursor, next, cursor.Before(now.Add(liveMargin)))
 			if err != nil {
 				return out, err
 			}
@@ -355,7 +374,7 @@ func (s *Store) DrainDefault(ctx context.Context, interval time.Duration, limit 
 					return out, fmt.Errorf("drain default partition of %s: %v belongs to partition %s", t.name, at, p.Name)
 				}
 			}
-			c, err := s.createPartition(ctx, t, from, to)
+			c, err := s.createPartition(ctx, t, from, to, true)
 			if err != nil {
 				return out, err
 			}
@@ -374,21 +393,14 @@ type ExpiredDelivery struct {
 	Was string
 }
 
-// ExpireDeliveries makes final (expired, with lastError) up to limit of
-// the deliveries created before cutoff that are not final yet (pending,
-// waiting, held), and cancels their River jobs that have not started. A
-// job already running finds its delivery expired: the ledger never
-// changes an expired delivery. The index on (endpoint_id, status) finds
-// them, endpoint by endpoint, in the partitions before cutoff only.
-func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
-	rows, err := s.pool.Query(ctx, `
+// expireDeliveriesSQL expires up to $3 unfinished deliveries with ids
+// before $1 ($2: their last_error).
+const expireDeliveriesSQL = `
 		WITH x AS (
-			SELECT d.id, d.status FROM endpoints e CROSS JOIN LATERAL (
-				SELECT d.id, d.status FROM deliveries d
-				WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'waiting', 'held') AND d.id < $1
-				LIMIT $3
-			) d
-			LIMIT $3
+			SELECT id, status FROM deliveries
+			WHERE status IN ('pending', 'waiting', 'held') AND id < $1
+			ORDER BY id LIMIT $3
+			FOR UPDATE SKIP LOCKED
 		), u AS (
 			UPDATE deliveries d SET status = 'expired', last_error = $2, next_attempt_at = NULL,
 				breaker_open_until = NULL, updated_at = now()
@@ -399,8 +411,17 @@ func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastErro
 			FROM u WHERE j.id = u.job_id AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
 			RETURNING j.id
 		)
-		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`,
-		IDBound("dlv", cutoff), lastError, limit)
+		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`
+
+// ExpireDeliveries makes final (expired, with lastError) up to limit of
+// the deliveries created before cutoff that are not final yet (pending,
+// waiting, held), and cancels their River jobs that have not started. A
+// job already running finds its delivery expired: the ledger never
+// changes an expired delivery. deliveries_unfinished_idx finds them in the
+// partitions before cutoff without reading their other rows.
+func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
+	rows, err := s.pool.Query(ctx, expireDeliveriesSQL,
+		customPlan, IDBound("dlv", cutoff), lastError, limit)
 	if err != nil {
 		return nil, fmt.Errorf("expire deliveries: %w", err)
 	}
@@ -439,33 +460,55 @@ func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time
 			if p.Parent != t.name || p.To.After(limit) {
 				continue
 			}
-			err := s.ddl(ctx, func(tx pgx.Tx) error {
-				if t.name == "deliveries" {
-					lo := "dlv_"
-					if !p.From.IsZero() {
-						lo = IDBound("dlv", p.From)
+			err := s.retryLockTimeout(ctx, func() error {
+				return s.ddl(ctx, func(tx pgx.Tx) error {
+					if t.name == "deliveries" {
+						lo := "dlv_"
+						if !p.From.IsZero() {
+							lo = IDBound("dlv", p.From)
+						}
+						if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
+							cutoff, lo, IDBound("dlv", p.To)); err != nil {
+							return fmt.Errorf("delete later attempts: %w", err)
+						}
 					}
-					if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
-						cutoff, lo, IDBound("dlv", p.To)); err != nil {
-						return fmt.Errorf("delete later attempts: %w", err)
+					if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
+						return fmt.Errorf("detach: %w", err)
 					}
-				}
-				if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
-					return fmt.Errorf("detach: %w", err)
-				}
-				if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
-					return fmt.Errorf("drop: %w", err)
-				}
-				_, err := tx.Exec(ctx, `DELETE FROM hookd_partitions WHERE name = $1`, p.Name)
-				return err
+					if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
+						return fmt.Errorf("drop: %w", err)
+					}
+					_, err := tx.Exec(ctx, `DELETE FROM hookd_partitions WHERE name = $1`, p.Name)
+					return err
+				})
 			})
 			if err != nil {
+				// The rest waits for the next run: a messages partition
+				// must not go before its deliveries'.
 				return out, fmt.Errorf("retire partition %s: %w", p.Name, err)
 			}
 			out = append(out, PartitionChange{Partition: p})
 		}
 	}
 	return out, nil
+}
+
+// retryLockTimeout runs fn until it does not fail for a lock timeout, at
+// most dropAttempts times, pausing between tries so the statements that
+// queued behind the last try can run.
+func (s *Store) retryLockTimeout(ctx context.Context, fn func() error) error {
+	var err error
+	for range dropAttempts {
+		if err = fn(); !errors.Is(err, ErrLockTimeout) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(dropPause):
+		}
+	}
+	return err
 }
 
 // deleteBatches runs a DELETE of at most batch rows ($1: the cutoff, $2:
