@@ -15,7 +15,14 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
 CHAOS_DURATION ?= 10m
 CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
 
-.PHONY: build run test fuzz lint clean bench bench-smoke chaos
+# PGSTATE_FILE holds what make test found of a local PostgreSQL server.
+PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
+
+.PHONY: help build run test fuzz lint clean bench bench-smoke chaos
+
+## help: list the targets and what each does
+help:
+	@awk 'sub(/^## /, "") { split($$0, f, ": "); printf "  %-12s %s\n", f[1], substr($$0, length(f[1]) + 3) }' $(MAKEFILE_LIST)
 
 ## build: build bin/api and bin/dispatcher
 build:
@@ -25,13 +32,19 @@ build:
 run:
 	./deploy/run-local.sh
 
-## test: install missing test dependencies, vet, run every test with the race detector, the benchmark's smoke form, then each fuzz target briefly
+## test: install missing test dependencies, vet, run every test with the race detector (private PostgreSQL clusters), the bench's smoke form and each fuzz target briefly; fails if a server at 127.0.0.1:5432 was not left as found
+# pgstate records the server at 127.0.0.1:5432 (PGSTATE_URL), when one
+# runs, before the tests and fails after them if they restarted, stopped or
+# reconfigured it; test databases left on it are reported.
 test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
+	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
+	rm -f $(PGSTATE_FILE)
 
 ## chaos: the long form of the chaos test (internal/e2e TestChaosNothingLost): CHAOS_DURATION of load and faults, figures in CHAOS_REPORT
 chaos:

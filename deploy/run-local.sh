@@ -16,9 +16,14 @@
 # Other settings: API_TOKEN (default: generated and printed), LISTEN_ADDR
 # (default 127.0.0.1:8080), METRICS_ADDR (the dispatcher's, default
 # 127.0.0.1:9090), API_METRICS_ADDR (the api's METRICS_ADDR, default
-# 127.0.0.1:9091), HOOKD_BIN_DIR (where the binaries are built, default
-# ./bin). Every other flag's environment twin (see `bin/api --help`) passes
-# through.
+# 127.0.0.1:9091), RETRY_SCHEDULE (default 0s,5s,10s,30s,1m,5m: short, so a
+# retry is seen within seconds; the dispatcher's own default spans hours),
+# HOOKD_BIN_DIR (where the binaries and the tour's receiver are built,
+# default ./bin). Every other flag's environment twin (see `bin/api --help`)
+# passes through.
+#
+# It ends by printing an export line (API, TOKEN, SECRET, DATABASE_URL) for a
+# second shell: the README's tour starts from it.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +43,7 @@ pg_port=${HOOKD_PG_PORT:-55432}
 listen_addr=${LISTEN_ADDR:-127.0.0.1:8080}
 metrics_addr=${METRICS_ADDR:-127.0.0.1:9090}
 api_metrics_addr=${API_METRICS_ADDR:-127.0.0.1:9091}
+retry_schedule=${RETRY_SCHEDULE:-0s,5s,10s,30s,1m,5m}
 
 [[ $db_name =~ ^[a-z_][a-z0-9_]{0,62}$ ]] || die "HOOKD_DB=$db_name: use lower-case letters, digits and _"
 [[ $pg_port =~ ^[0-9]+$ ]] || die "HOOKD_PG_PORT=$pg_port is not a port number"
@@ -169,8 +175,8 @@ start_private_cluster() {
 	db_admin_url="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
 }
 
-say "building $bin_dir/api and $bin_dir/dispatcher"
-go build -o "$bin_dir/" ./cmd/api ./cmd/dispatcher
+say "building $bin_dir/api, $bin_dir/dispatcher and $bin_dir/receiver (the tour's webhook receiver)"
+go build -o "$bin_dir/" ./cmd/api ./cmd/dispatcher ./internal/delivery/deliverytest/cmd/receiver
 
 db_url=""
 if [[ -n ${DATABASE_URL:-} ]]; then
@@ -206,10 +212,14 @@ if [[ -z ${API_TOKEN:-} ]]; then
 	token_note="  (generated; set API_TOKEN to choose one)"
 fi
 
+# A signing secret for the tour's receiver and the endpoint pointed at it:
+# whsec_ and 32 random bytes in base64.
+secret="whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+
 DATABASE_URL=$db_url API_TOKEN=$API_TOKEN LISTEN_ADDR=$listen_addr METRICS_ADDR=$api_metrics_addr \
 	NO_MIGRATE=true ALLOW_PRIVATE_TARGETS=true "$bin_dir/api" serve &
 api_pid=$!
-DATABASE_URL=$db_url METRICS_ADDR=$metrics_addr NO_MIGRATE=true \
+DATABASE_URL=$db_url METRICS_ADDR=$metrics_addr NO_MIGRATE=true RETRY_SCHEDULE=$retry_schedule \
 	ALLOW_PRIVATE_TARGETS=true "$bin_dir/dispatcher" run &
 disp_pid=$!
 
@@ -248,27 +258,34 @@ until http_ok "$api_url/readyz" && http_ok "$metrics_url/readyz" && http_ok "$ap
 	sleep 0.2
 done
 
+# The binaries' directory as the second shell names it: relative when it is
+# under the repository.
+bin_shown=$bin_dir
+[[ $bin_dir == "$root"/* ]] && bin_shown=${bin_dir#"$root"/}
+
 cat <<EOF
 
 run-local: hookd is up
   API          $api_url
+  dashboard    $api_url/dashboard  (log in with the API token)
   API token    $API_TOKEN$token_note
   metrics      $metrics_url/metrics
   api metrics  $api_metrics_url/metrics
   database     $db_url ($db_source)
+  retries      $retry_schedule  (short, for trying hookd; set RETRY_SCHEDULE to change it)
   processes    api pid $api_pid, dispatcher pid $disp_pid
   private/loopback targets allowed for local development (ALLOW_PRIVATE_TARGETS=true)
 
-Register an endpoint (a receiver to point it at: go run ./internal/delivery/deliverytest/cmd/receiver):
+In a second shell, in $root (the README's tour starts here):
 
-  curl -sS $api_url/v1/endpoints \\
-    -H 'Authorization: Bearer $API_TOKEN' -H 'Content-Type: application/json' \\
-    -d '{"tenant_id":"acme","url":"http://127.0.0.1:9000/hooks"}'
+  export API=$api_url TOKEN=$API_TOKEN SECRET=$secret DATABASE_URL='$db_url'
 
-Send it a message:
+Then start a receiver that checks signatures with \$SECRET, register it and send it a message:
 
-  curl -sS $api_url/v1/messages \\
-    -H 'Authorization: Bearer $API_TOKEN' -H 'Content-Type: application/json' \\
+  $bin_shown/receiver --secret "\$SECRET" &
+  curl -sS \$API/v1/endpoints -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
+    -d '{"tenant_id":"acme","url":"http://127.0.0.1:9000/hooks","secret":"'"\$SECRET"'"}'
+  curl -sS \$API/v1/messages -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
     -d '{"tenant_id":"acme","event_type":"invoice.paid","payload":{"amount":42}}'
 
 Ctrl-C stops everything.

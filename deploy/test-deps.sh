@@ -1,99 +1,71 @@
 #!/usr/bin/env bash
-# Installs and starts what the test suite needs when it is missing, so
-# `make test` passes on a fresh machine: PostgreSQL on 127.0.0.1:5432 (started
-# with pg_ctlcluster when it is down, installed with apt-get when its server
-# binaries are absent) with enough connections for the end-to-end tests,
-# Debian's Chromium for the dashboard's browser test, and promtool for the
-# alert rules. Idempotent: where everything is in place it only checks.
+# Installs what the test suite needs when it is missing, so `make test`
+# passes on a fresh machine: PostgreSQL's server programs (initdb, pg_ctl,
+# postgres; the tests run their own private clusters with them, never a
+# server already on this machine), Debian's Chromium for the dashboard's
+# browser test, jq for the README's tour and promtool for the alert rules.
+# It says what it installs before it does; where everything is in place it
+# only checks. It starts, stops and reconfigures no server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PG_HOST=127.0.0.1
-PG_PORT=5432
-MIN_CONNECTIONS=300
-
 log() { echo "test-deps: $*"; }
 
-pg_ready() {
-	command -v pg_isready >/dev/null && pg_isready -q -h "$PG_HOST" -p "$PG_PORT"
-}
+# Where the checks look; overridable so the script's own test runs it
+# against stand-ins.
+pg_initdb_glob=${TEST_DEPS_PG_GLOB:-/usr/lib/postgresql/*/bin/initdb}
+policy_rc_d=${TEST_DEPS_POLICY_RC_D:-/usr/sbin/policy-rc.d}
 
-wait_ready() {
-	for _ in $(seq 1 60); do
-		pg_ready && return 0
-		sleep 1
-	done
-	echo "test-deps: PostgreSQL on $PG_HOST:$PG_PORT did not become ready in 60s" >&2
-	exit 1
-}
-
-psql_admin() {
-	PGCONNECT_TIMEOUT=5 psql -X -q -v ON_ERROR_STOP=1 -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -At "$@"
-}
-
-cluster_version() {
-	ls /etc/postgresql | sort -V | tail -n 1
-}
-
-# The server's own directory also holds pg_isready and psql.
-add_pg_bin() {
-	local dir
-	dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-	if [[ -n "$dir" && ":$PATH:" != *":$dir:"* ]]; then PATH="$PATH:$dir"; fi
-}
-
-add_pg_bin
-if ! pg_ready; then
-	if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
-		log "installing PostgreSQL"
-		export DEBIAN_FRONTEND=noninteractive
+export DEBIAN_FRONTEND=noninteractive
+updated=""
+apt_install() {
+	if [[ -z $updated ]]; then
 		apt-get update -qq
-		apt-get install -y -qq postgresql >/dev/null
-		add_pg_bin
-		# Tests connect as postgres over TCP without a password.
-		hba="/etc/postgresql/$(cluster_version)/main/pg_hba.conf"
-		if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
-			sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
-		fi
+		updated=1
 	fi
-	log "starting PostgreSQL $(cluster_version)"
-	pg_ctlcluster --skip-systemctl-redirect "$(cluster_version)" main start || true
-	pg_ctlcluster --skip-systemctl-redirect "$(cluster_version)" main reload || true
-	wait_ready
+	apt-get install -y -qq "$@" >/dev/null
+}
+
+# no_service_start runs a command with Debian's policy-rc.d refusing every
+# service start: a package's service (PostgreSQL's cluster at 5432,
+# Prometheus at :9090, the dispatcher's default metrics port) is not wanted,
+# only its programs.
+no_service_start() {
+	local policy=""
+	if [[ ! -e $policy_rc_d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy_rc_d"
+		chmod +x "$policy_rc_d"
+		policy=$policy_rc_d
+	fi
+	local status=0
+	"$@" || status=$?
+	[[ -z $policy ]] || rm -f "$policy"
+	return "$status"
+}
+
+# internal/pgcluster runs initdb and pg_ctl from the newest
+# /usr/lib/postgresql/*/bin (or PATH); as root it runs them as the postgres
+# user, which the package creates.
+if ! compgen -G "$pg_initdb_glob" >/dev/null && ! command -v initdb >/dev/null; then
+	log "installing PostgreSQL's server programs (Debian's postgresql package; its own service is not started) for the tests' private clusters"
+	no_service_start apt_install --no-install-recommends postgresql postgresql-contrib
 fi
 
 # The dashboard's browser test (internal/e2e) drives Debian's headless Chromium.
 if ! command -v chromium >/dev/null; then
 	log "installing Chromium for the dashboard's browser test"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq chromium >/dev/null
+	apt_install chromium
 fi
 
-# cmd/dispatcher/observability_test.go runs promtool on the alert rules (and fails
-# without it): Debian's prometheus package ships it. Only the tool is
-# wanted, not a Prometheus server on :9090 (the dispatcher's default metrics
-# port), so a policy-rc.d keeps the package's service from starting.
+# The README's tour (internal/tour) reads the API's answers with jq.
+if ! command -v jq >/dev/null; then
+	log "installing jq for the README's tour test"
+	apt_install jq
+fi
+
+# cmd/dispatcher/observability_test.go runs promtool on the alert rules
+# (and fails without it): Debian's prometheus package ships it.
 if ! command -v promtool >/dev/null; then
-	log "installing promtool (Debian's prometheus package)"
-	export DEBIAN_FRONTEND=noninteractive
-	policy=""
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		policy=/usr/sbin/policy-rc.d
-	fi
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-	[[ -z $policy ]] || rm -f "$policy"
+	log "installing promtool (Debian's prometheus package; its service is not started)"
+	no_service_start apt_install --no-install-recommends prometheus
 fi
-
-# End-to-end tests run several API and dispatcher processes, each with a pool.
-max_conns=$(psql_admin -c 'SHOW max_connections')
-if (( max_conns < MIN_CONNECTIONS )); then
-	log "raising max_connections from $max_conns to $MIN_CONNECTIONS (restarts PostgreSQL)"
-	psql_admin -c "ALTER SYSTEM SET max_connections = $MIN_CONNECTIONS"
-	pg_ctlcluster --skip-systemctl-redirect "$(cluster_version)" main restart
-	wait_ready
-fi
-

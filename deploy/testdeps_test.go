@@ -3,42 +3,117 @@ package deploy_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestTestDepsInstallsWhatTheTestsNeed keeps deploy/test-deps.sh (run by
-// .ci/run and make test) whole: it parses, and it starts PostgreSQL with
-// pg_ctlcluster, installs it, Chromium and promtool when they are missing,
-// and raises max_connections for the end-to-end tests. A fresh machine has
-// none of the tools, so a script that lost a step fails CI there, not here;
-// this test fails here.
-func TestTestDepsInstallsWhatTheTestsNeed(t *testing.T) {
+// TestTestDepsInstallsOnlyWhatIsMissing runs deploy/test-deps.sh (run by
+// .ci/run and make test) against stand-ins: an apt-get that records its
+// calls, and PostgreSQL's initdb, Chromium, jq and promtool present or
+// absent. With everything present it installs nothing and says nothing;
+// with everything absent it installs each, saying so first, with the
+// packages' services kept from starting. It never touches a PostgreSQL server: the
+// tests run private clusters of their own.
+func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("bash", "-n", "test-deps.sh").CombinedOutput()
-	require.NoError(t, err, "bash -n test-deps.sh: %s", out)
-
-	b, err := os.ReadFile("test-deps.sh")
-	require.NoError(t, err)
-	script := string(b)
-	for _, step := range []string{
-		"pg_ctlcluster --skip-systemctl-redirect",
-		"apt-get install -y -qq postgresql",
-		"apt-get install -y -qq chromium",
-		"apt-get install -y -qq --no-install-recommends prometheus",
-		"command -v promtool",
-		"ALTER SYSTEM SET max_connections",
+	for _, tc := range []struct {
+		name    string
+		present []string // stand-in programs on PATH
+		want    []string // the run's events, in order
+	}{
+		{
+			name:    "everything installed",
+			present: []string{"initdb", "chromium", "jq", "promtool"},
+		},
+		{
+			name: "fresh machine",
+			want: []string{
+				"say installing PostgreSQL's server programs",
+				"apt-get update -qq",
+				"apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib (services blocked)",
+				"say installing Chromium",
+				"apt-get install -y -qq chromium",
+				"say installing jq",
+				"apt-get install -y -qq jq",
+				"say installing promtool",
+				"apt-get install -y -qq --no-install-recommends prometheus (services blocked)",
+			},
+		},
+		{
+			name:    "only Chromium missing",
+			present: []string{"initdb", "jq", "promtool"},
+			want: []string{
+				"say installing Chromium",
+				"apt-get update -qq",
+				"apt-get install -y -qq chromium",
+			},
+		},
 	} {
-		require.Contains(t, script, step)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "bin")
+			require.NoError(t, os.Mkdir(bin, 0o755))
+			events := filepath.Join(dir, "events")
+			policy := filepath.Join(dir, "policy-rc.d")
+			// The script's own needs from coreutils, and nothing else.
+			for _, tool := range []string{"dirname", "chmod", "rm", "cat"} {
+				p, err := exec.LookPath(tool)
+				require.NoError(t, err)
+				require.NoError(t, os.Symlink(p, filepath.Join(bin, tool)))
+			}
+			writeScript(t, filepath.Join(bin, "apt-get"), `#!/bin/bash
+blocked=""
+[[ -x "`+policy+`" ]] && ! "`+policy+`" && blocked=" (services blocked)"
+echo "apt-get $*$blocked" >>"`+events+`"
+`)
+			for _, p := range tc.present {
+				writeScript(t, filepath.Join(bin, p), "#!/bin/sh\n")
+			}
+			bash, err := exec.LookPath("bash")
+			require.NoError(t, err)
+			cmd := exec.Command(bash, "test-deps.sh")
+			cmd.Env = []string{
+				"PATH=" + bin,
+				"TEST_DEPS_PG_GLOB=" + filepath.Join(dir, "none", "*", "initdb"),
+				"TEST_DEPS_POLICY_RC_D=" + policy,
+			}
+			// The script's output and apt-get's record share one file,
+			// so their order is the order of the run.
+			f, err := os.OpenFile(events, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			require.NoError(t, err)
+			cmd.Stdout, cmd.Stderr = f, f
+			err = cmd.Run()
+			require.NoError(t, f.Close())
+			got := readLines(t, events)
+			require.NoError(t, err, "%q", got)
+			require.Len(t, got, len(tc.want), "events: %q", got)
+			for i, w := range tc.want {
+				g := got[i]
+				if rest, ok := strings.CutPrefix(g, "test-deps: "); ok {
+					g = "say " + rest
+				}
+				require.True(t, strings.HasPrefix(g, w), "event %d: got %q, want %q", i, got[i], w)
+			}
+			require.NoFileExists(t, policy, "the policy-rc.d it added is removed")
+		})
 	}
+}
 
-	ci, err := os.ReadFile("../.ci/run")
+func writeScript(t *testing.T, path, body string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o755))
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	require.Contains(t, string(ci), "./deploy/test-deps.sh")
-	require.Contains(t, string(ci), "make test")
-	mk, err := os.ReadFile("../Makefile")
-	require.NoError(t, err)
-	require.True(t, strings.Contains(string(mk), "\t./deploy/test-deps.sh\n"), "make test runs deploy/test-deps.sh")
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }

@@ -32,8 +32,9 @@ CREATE UNLOGGED TABLE breaker_buckets (
     PRIMARY KEY (endpoint_id, generation, bucket_start)
 );
 
--- Every transition, with the window's figures at that moment (seed 002's
--- diagnostic hook) and who made it.
+-- Every transition, with the window's figures at that moment (an open whose
+-- window rate sits near the threshold in normal operation is a false trip)
+-- and who made it.
 CREATE TABLE breaker_transitions (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     endpoint_id   text COLLATE "C" NOT NULL,

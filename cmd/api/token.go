@@ -9,23 +9,30 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/hookd/hookd/internal/api"
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/store"
 )
 
-const tokenSynopsis = `usage: api token create --name NAME          make a token and print it (once)
+const tokenSynopsis = `usage: api token create --name NAME [--expires 720h] [--read-only]
+                                              make an admin token and print it (once)
+       api token create --tenant T [--name NAME] [--expires 720h] [--read-only]
+                                              make a token that reaches only tenant T
        api token list                          list tokens (never the tokens themselves)
        api token revoke --name NAME | --id ID  revoke a live token
 
 Only a token's SHA-256 is stored. Requests carry it as "Authorization: Bearer
 <token>"; audit records (breaker resets, endpoint enables) name its NAME. A
-revoked token is refused by every API process within 10s.`
+tenant token sees only its tenant's endpoints, messages and deliveries and
+none of the operational routes; a read-only token changes nothing. A revoked
+or expired token is refused by every API process within 10s.`
 
 // tokenStore is what the token commands need of the store.
 type tokenStore interface {
-	CreateAPIToken(ctx context.Context, name string, sum [32]byte) (store.APIToken, error)
-	ListAPITokens(ctx context.Context) ([]store.APIToken, error)
+	CreateAPIToken(ctx context.Context, in store.NewAPIToken) (store.APIToken, error)
+	ListAPITokens(ctx context.Context, p store.Page) ([]store.APIToken, error)
 	RevokeAPIToken(ctx context.Context, ref store.TokenRef) (store.APIToken, error)
 }
 
@@ -39,13 +46,17 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	sub, args := args[0], args[1:]
 	fs := config.New("api token", tokenSynopsis, getenv, stdout)
 	databaseURL := fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL")
-	var name, id *string
+	var name, id, tenant, expires *string
+	var readOnly *bool
 	switch sub {
 	case "-h", "-help", "--help":
 		fs.PrintHelp()
 		return config.ErrHelp
 	case "create":
-		name = fs.String("name", "", "", "the token's name: 1-64 letters, digits and . _ @ -, unique among live tokens")
+		name = fs.String("name", "", "", "the token's name: 1-64 letters, digits and . _ @ -, unique among live tokens (with --tenant, defaults to one made from the tenant)")
+		tenant = fs.String("tenant", "", "", "bind the token to this tenant_id: it reaches nothing else")
+		expires = fs.String("expires", "", "", "end the token after this long, e.g. 720h (1m to 87600h); empty: never")
+		readOnly = fs.Bool("read-only", "", false, "refuse every change made with the token")
 	case "list":
 	case "revoke":
 		name = fs.String("name", "", "", "revoke the live token of this name")
@@ -59,13 +70,30 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	if len(fs.Args()) > 0 {
 		return &config.UsageError{Msg: fmt.Sprintf("token %s: unexpected argument %q", sub, fs.Args()[0])}
 	}
+	var in store.NewAPIToken
 	switch sub {
 	case "create":
+		if *tenant != "" {
+			if err := api.ValidateTenantID(*tenant); err != nil {
+				return &config.UsageError{Msg: fmt.Sprintf("token create: --tenant %q %v", *tenant, err)}
+			}
+			if *name == "" {
+				*name = defaultTokenName(*tenant)
+			}
+		}
 		if *name == "" {
-			return &config.UsageError{Msg: "token create: --name is required"}
+			return &config.UsageError{Msg: "token create: --name is required (or --tenant)"}
 		}
 		if err := api.ValidateTokenName(*name); err != nil {
 			return &config.UsageError{Msg: fmt.Sprintf("token create: --name %q %v", *name, err)}
+		}
+		in = store.NewAPIToken{Name: *name, TenantID: *tenant, ReadOnly: *readOnly}
+		if *expires != "" {
+			d, err := api.ParseTokenExpiry(*expires)
+			if err != nil {
+				return &config.UsageError{Msg: fmt.Sprintf("token create: --expires %q %v", *expires, err)}
+			}
+			in.ExpiresIn = d
 		}
 	case "revoke":
 		if (*name == "") == (*id == "") {
@@ -79,16 +107,25 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer pool.Close()
 	current, err := store.MigrationsCurrent(ctx, pool)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		// No hookd_migrations at all: most often the right server but the
+		// wrong database (the default names "postgres"; make run uses
+		// "hookd" and prints its DATABASE_URL).
+		current, err = false, nil
+	}
 	if err != nil {
 		return err
 	}
 	if !current {
-		return errors.New("the database schema is not current: run `api migrate` first")
+		cc := pool.Config().ConnConfig
+		return fmt.Errorf("database %q on %s:%d has no current hookd schema: point --database-url (DATABASE_URL) at hookd's database (make run prints it), or run `api migrate` there first",
+			cc.Database, cc.Host, cc.Port)
 	}
 	st := store.New(pool, nil)
 	switch sub {
 	case "create":
-		return createToken(ctx, st, *name, stdout, stderr)
+		return createToken(ctx, st, in, stdout, stderr)
 	case "list":
 		return listTokens(ctx, st, stdout)
 	default:
@@ -98,29 +135,71 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 
 // createToken prints the new token alone on stdout (so it can be captured)
 // and what it is on stderr.
-func createToken(ctx context.Context, st tokenStore, name string, stdout, stderr io.Writer) error {
+func createToken(ctx context.Context, st tokenStore, in store.NewAPIToken, stdout, stderr io.Writer) error {
 	token, sum, err := api.NewToken(rand.Reader)
 	if err != nil {
 		return err
 	}
-	t, err := st.CreateAPIToken(ctx, name, sum)
+	in.Sum = sum
+	t, err := st.CreateAPIToken(ctx, in)
 	if err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
 	fmt.Fprintln(stdout, token)
-	fmt.Fprintf(stderr, "api: created token %q (%s); it is shown only this once\n", t.Name, t.ID)
+	fmt.Fprintf(stderr, "api: created %s token %q (%s); it is shown only this once\n", describeToken(t), t.Name, t.ID)
 	return nil
 }
 
+// describeToken says what a token reaches, for the create message.
+func describeToken(t store.APIToken) string {
+	s := "an admin"
+	if t.TenantID != "" {
+		s = fmt.Sprintf("a tenant %q", t.TenantID)
+	}
+	if t.ReadOnly {
+		s += " read-only"
+	}
+	if t.ExpiresAt != nil {
+		s += " (expires " + stamp(t.ExpiresAt) + ")"
+	}
+	return s
+}
+
+// defaultTokenName names a tenant token after its tenant: the tenant_id
+// with every character a name cannot hold as ".", and a random suffix so
+// a tenant can hold several.
+func defaultTokenName(tenant string) string {
+	b := []byte(tenant)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '@' || c == '-') {
+			b[i] = '.'
+		}
+	}
+	if len(b) > 54 {
+		b = b[:54]
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix) // never fails (crypto/rand, Go 1.24+)
+	return fmt.Sprintf("%s-%x", b, suffix)
+}
+
 func listTokens(ctx context.Context, st tokenStore, stdout io.Writer) error {
-	list, err := st.ListAPITokens(ctx)
+	list, err := st.ListAPITokens(ctx, store.Page{})
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tCREATED\tLAST USED\tREVOKED")
+	fmt.Fprintln(tw, "NAME\tID\tSCOPE\tTENANT\tACCESS\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
 	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.ID, stamp(&t.CreatedAt), stamp(t.LastUsedAt), stamp(t.RevokedAt))
+		tenant, access := t.TenantID, "read-write"
+		if tenant == "" {
+			tenant = "-"
+		}
+		if t.ReadOnly {
+			access = "read-only"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.ID, t.Scope, tenant, access,
+			stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.LastUsedAt), stamp(t.RevokedAt))
 	}
 	return tw.Flush()
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,7 +37,7 @@ func TestTokenCreateListRevoke(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, tokenLine, out, "the token alone on stdout")
 	token := strings.TrimSpace(out)
-	require.Regexp(t, `^api: created token "ci" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
+	require.Regexp(t, `^api: created an admin token "ci" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
 
 	// Only its hash is stored.
 	var stored []byte
@@ -59,8 +61,8 @@ func TestTokenCreateListRevoke(t *testing.T) {
 	require.Equal(t, 0, code)
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^NAME\s+ID\s+CREATED\s+LAST USED\s+REVOKED$`, lines[0])
-	require.Regexp(t, `^ci\s+`+id+`\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+-\s+-$`, lines[1])
+	require.Regexp(t, `^NAME\s+ID\s+SCOPE\s+TENANT\s+ACCESS\s+CREATED\s+EXPIRES\s+LAST USED\s+REVOKED$`, lines[0])
+	require.Regexp(t, `^ci\s+`+id+`\s+admin\s+-\s+read-write\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+-\s+-\s+-$`, lines[1])
 	require.Regexp(t, `^deploy\s+tok_`, lines[2])
 	require.NotContains(t, out, token)
 	require.NotContains(t, out, "hkd_")
@@ -77,7 +79,7 @@ func TestTokenCreateListRevoke(t *testing.T) {
 
 	code, out, _ = cli(t, db.URL, "token", "list")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `(?m)^ci\s+`+id+`\s+\S+\s+-\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out, "revoked, with when")
+	require.Regexp(t, `(?m)^ci\s+`+id+`\s+admin\s+-\s+read-write\s+\S+\s+-\s+-\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, out, "revoked, with when")
 
 	// The name is free again; revoke by id.
 	code, _, _ = cli(t, db.URL, "token", "create", "--name", "ci")
@@ -99,8 +101,8 @@ func TestTokenCommandUsageErrors(t *testing.T) {
 	}{
 		{[]string{"token"}, "api: token: want a subcommand: create, list or revoke (api token --help)\n"},
 		{[]string{"token", "frobnicate"}, "api: token: unknown subcommand \"frobnicate\": want create, list or revoke\n"},
-		{[]string{"token", "create"}, "api: token create: --name is required\n"},
-		{[]string{"token", "create", "--name", ""}, "api: token create: --name is required\n"},
+		{[]string{"token", "create"}, "api: token create: --name is required (or --tenant)\n"},
+		{[]string{"token", "create", "--name", ""}, "api: token create: --name is required (or --tenant)\n"},
 		{[]string{"token", "create", "--name", "bootstrap"}, "api: token create: --name \"bootstrap\" \"bootstrap\" names the bootstrap API_TOKEN\n"},
 		{[]string{"token", "create", "--name", "a b"}, "api: token create: --name \"a b\" must be 1-64 characters of letters, digits and . _ @ -, starting with a letter or digit\n"},
 		{[]string{"token", "create", "--nmae", "ci"}, "api: flag provided but not defined: -nmae\n"},
@@ -141,9 +143,77 @@ func TestTokenCommandNeedsACurrentSchema(t *testing.T) {
 	code, out, errOut := cli(t, db.URL, "token", "create", "--name", "ci")
 	require.Equal(t, 1, code)
 	require.Empty(t, out, "no token printed")
-	require.Equal(t, "api: the database schema is not current: run `api migrate` first\n", errOut)
+	require.Contains(t, errOut, fmt.Sprintf("api: database %q on ", db.Name))
+	require.Contains(t, errOut, "has no current hookd schema")
+
+	// A database that never held hookd (the default URL names "postgres"):
+	// the same answer, not "relation hookd_migrations does not exist".
+	_, err = db.Pool.Exec(context.Background(), `DROP TABLE hookd_migrations`)
+	require.NoError(t, err)
+	code, out, errOut = cli(t, db.URL, "token", "create", "--name", "ci")
+	require.Equal(t, 1, code)
+	require.Empty(t, out, "no token printed")
+	require.Contains(t, errOut, fmt.Sprintf("api: database %q on ", db.Name))
+	require.Contains(t, errOut, "has no current hookd schema")
 
 	code, _, errOut = cli(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2", "token", "list")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "api: ping database: ")
+}
+
+// TestTokenCreateScoped: --tenant binds a token to one tenant (named after
+// it unless --name says otherwise), --expires sets its expiry by the
+// database clock and --read-only marks it so; list shows all three.
+func TestTokenCreateScoped(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+
+	code, out, errOut := cli(t, db.URL, "token", "create", "--tenant", "acme:eu", "--expires", "720h", "--read-only")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, tokenLine, out)
+	require.Regexp(t, `^api: created a tenant "acme:eu" read-only \(expires \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\) token "acme\.eu-[0-9a-f]{8}" \(tok_[0-9A-Z]{26}\); it is shown only this once\n$`, errOut)
+	var (
+		scope, tenant string
+		readOnly      bool
+		lifetime      float64
+	)
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT scope, tenant_id, read_only, extract(epoch FROM expires_at - created_at)
+		FROM api_tokens WHERE sha256 = sha256($1::bytea)`, []byte(strings.TrimSpace(out))).Scan(&scope, &tenant, &readOnly, &lifetime))
+	require.Equal(t, "tenant", scope)
+	require.Equal(t, "acme:eu", tenant)
+	require.True(t, readOnly)
+	require.InDelta(t, (720 * time.Hour).Seconds(), lifetime, 1)
+
+	code, _, errOut = cli(t, db.URL, "token", "create", "--tenant", "globex", "--name", "globex-app")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, `created a tenant "globex" token "globex-app"`)
+
+	code, out, _ = cli(t, db.URL, "token", "list")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^acme\.eu-[0-9a-f]{8}\s+tok_\S+\s+tenant\s+acme:eu\s+read-only\s+\S+Z\s+\S+Z\s+-\s+-$`, out)
+	require.Regexp(t, `(?m)^globex-app\s+tok_\S+\s+tenant\s+globex\s+read-write\s+\S+Z\s+-\s+-\s+-$`, out)
+}
+
+func TestTokenCreateScopedUsageErrors(t *testing.T) {
+	t.Parallel()
+	const dead = "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2"
+	for _, tt := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"token", "create", "--tenant", "a b"}, "api: token create: --tenant \"a b\" must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit\n"},
+		{[]string{"token", "create", "--name", "ci", "--expires", "soon"}, "api: token create: --expires \"soon\" must be a duration such as 720h or 90m\n"},
+		{[]string{"token", "create", "--tenant", "acme", "--expires", "30s"}, "api: token create: --expires \"30s\" must be from 1m0s to 87600h0m0s\n"},
+		{[]string{"token", "create", "--read-only"}, "api: token create: --name is required (or --tenant)\n"},
+		{[]string{"token", "revoke", "--tenant", "acme"}, "api: flag provided but not defined: -tenant\n"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := cli(t, dead, tt.args...)
+			require.Equal(t, 2, code)
+			require.Equal(t, tt.msg, errOut)
+			require.Empty(t, out)
+		})
+	}
 }

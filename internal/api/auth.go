@@ -28,20 +28,21 @@ var (
 // that could not be made (the database is unavailable), so /v1 can answer
 // 503 rather than 401 then.
 type tokenChecker interface {
-	// Check returns the token's name, ErrBadToken for a missing, unknown
-	// or revoked token, or another error when the check failed.
-	Check(ctx context.Context, token string) (name string, err error)
+	// Check returns who the token acts as, ErrBadToken for a missing,
+	// unknown, revoked or expired token, or another error when the check
+	// failed.
+	Check(ctx context.Context, token string) (Principal, error)
 }
 
 // nameChecker is an Authenticator that can tell whether the token a
 // dashboard session was opened with is still live: sessions carry the
 // token's name, so a revoke must end them too.
 type nameChecker interface {
-	// Live reports whether a live token has name.
+	// Live reports whether a live, writable admin token has name.
 	Live(ctx context.Context, name string) (bool, error)
 }
 
-// ErrBadToken is a missing, unknown or revoked token. Every such request
+// ErrBadToken is a missing, unknown, revoked or expired token. Every such request
 // gets the same 401 problem: nothing says which part was wrong.
 var ErrBadToken = errUnauthorized
 
@@ -91,8 +92,8 @@ type TokenStore interface {
 var _ TokenStore = (*store.Store)(nil)
 
 // TokenCacheTTL is how long TokenAuth trusts a stored token it verified
-// without asking the database again. A revoked token is refused by every
-// API process within this time.
+// without asking the database again. A revoked or expired token is refused
+// by every API process within this time.
 const TokenCacheTTL = 10 * time.Second
 
 // TokenAuth authenticates the bootstrap token and stored tokens.
@@ -133,7 +134,7 @@ type cachedName struct {
 }
 
 type cachedToken struct {
-	name  string
+	p     Principal
 	until time.Time
 }
 
@@ -154,28 +155,28 @@ func NewTokenAuth(bootstrap string, st TokenStore, now func() time.Time) *TokenA
 // Authenticate implements Authenticator: the token's name and true, or
 // false for a bad token or a check that could not be made.
 func (a *TokenAuth) Authenticate(ctx context.Context, token string) (string, bool) {
-	name, err := a.Check(ctx, token)
-	return name, err == nil
+	p, err := a.Check(ctx, token)
+	return p.Name, err == nil
 }
 
-// Check implements tokenChecker.
-func (a *TokenAuth) Check(ctx context.Context, token string) (string, error) {
+// Check implements tokenChecker. The bootstrap token is an admin.
+func (a *TokenAuth) Check(ctx context.Context, token string) (Principal, error) {
 	if token == "" {
-		return "", ErrBadToken
+		return Principal{}, ErrBadToken
 	}
 	sum := sha256.Sum256([]byte(token))
 	if a.hasBootstrap && subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
-		return BootstrapTokenName, nil
+		return Principal{Name: BootstrapTokenName}, nil
 	}
 	if a.store == nil || !storedTokenPattern.MatchString(token) {
-		return "", ErrBadToken
+		return Principal{}, ErrBadToken
 	}
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.cache[sum]
 	a.mu.Unlock()
 	if ok && now.Before(c.until) {
-		return c.name, nil
+		return c.p, nil
 	}
 	v, err, _ := a.lookups.Do(string(sum[:]), func() (any, error) {
 		// Shared by every request presenting this token meanwhile, so no
@@ -185,24 +186,25 @@ func (a *TokenAuth) Check(ctx context.Context, token string) (string, error) {
 		t, stored, err := a.store.LookupAPIToken(lctx, sum)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return "", ErrBadToken
+			return Principal{}, ErrBadToken
 		case err != nil:
-			return "", fmt.Errorf("authenticate: %w", err)
+			return Principal{}, fmt.Errorf("authenticate: %w", err)
 		case subtle.ConstantTimeCompare(stored, sum[:]) != 1:
-			return "", ErrBadToken
+			return Principal{}, ErrBadToken
 		}
-		a.remember(sum, t.Name, now)
-		return t.Name, nil
+		p := principalOf(t)
+		a.remember(sum, p, now)
+		return p, nil
 	})
 	if err != nil {
-		return "", err
+		return Principal{}, err
 	}
-	return v.(string), nil
+	return v.(Principal), nil
 }
 
 // remember caches a verified token, first dropping expired entries when the
 // cache has grown (it holds at most the live tokens in use).
-func (a *TokenAuth) remember(sum [32]byte, name string, now time.Time) {
+func (a *TokenAuth) remember(sum [32]byte, p Principal, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.cache) >= 64 {
@@ -212,11 +214,12 @@ func (a *TokenAuth) remember(sum [32]byte, name string, now time.Time) {
 			}
 		}
 	}
-	a.cache[sum] = cachedToken{name: name, until: now.Add(a.ttl)}
+	a.cache[sum] = cachedToken{p: p, until: now.Add(a.ttl)}
 }
 
 // Live implements nameChecker: the bootstrap name is live while an
-// API_TOKEN is configured, any other while a live stored token has it.
+// API_TOKEN is configured, any other while a live, writable stored admin
+// token has it.
 func (a *TokenAuth) Live(ctx context.Context, name string) (bool, error) {
 	if name == BootstrapTokenName {
 		return a.hasBootstrap, nil

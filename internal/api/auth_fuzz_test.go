@@ -24,16 +24,16 @@ func FuzzAuthorizationHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, header string) {
 		r := httptest.NewRequest("GET", "/v1/endpoints", nil)
 		r.Header.Set("Authorization", header)
-		name, err := "", ErrBadToken
+		p, err := Principal{}, ErrBadToken
 		if token, ok := bearer(r); ok {
-			name, err = a.Check(context.Background(), token)
+			p, err = a.Check(context.Background(), token)
 		}
 		if err != nil {
 			require.ErrorIs(t, err, ErrBadToken)
-			require.Empty(t, name)
+			require.Empty(t, p)
 			return
 		}
-		require.Equal(t, BootstrapTokenName, name)
+		require.Equal(t, Principal{Name: BootstrapTokenName}, p)
 		fields := strings.Fields(header)
 		require.Len(t, fields, 2, "%q", header)
 		require.True(t, strings.EqualFold(fields[0], "Bearer"), "%q", header)

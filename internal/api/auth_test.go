@@ -21,7 +21,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		if !strings.HasPrefix(path, "/v1/") {
 			continue
 		}
-		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv"} {
+		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv", "/v1/tokens/": "tok"} {
 			if strings.HasPrefix(path, prefix) {
 				path = strings.Replace(path, "{id}", missingID(kind), 1)
 			}
@@ -30,7 +30,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 27)
+	require.Len(t, out, 30)
 	return out
 }
 
@@ -43,6 +43,8 @@ func bodyFor(method, path string) any {
 		return map[string]any{"tenant_id": "acme", "event_type": "a", "payload": 1}
 	case method == "PATCH":
 		return map[string]any{"description": "x"}
+	case method == "POST" && path == "/v1/tokens":
+		return map[string]any{"name": "nope"}
 	case method == "POST" && path == "/v1/traffic-classes", method == "PUT":
 		return map[string]any{"name": "nope"}
 	case method == "POST" && strings.HasSuffix(path, "/breaker/reset"), strings.HasSuffix(path, "/breaker/isolate"):

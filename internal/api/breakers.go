@@ -49,7 +49,8 @@ type breakerResponse struct {
 }
 
 // transitionResponse is one breaker transition with the window's figures
-// at that moment (seed 002's diagnostic hook) and who made it.
+// at that moment and who made it: an open whose window rate sits near the
+// threshold in normal operation is a false trip.
 type transitionResponse struct {
 	ID           int64      `json:"id"`
 	From         string     `json:"from"`

@@ -194,7 +194,7 @@ func handleLogin(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, errRateLimited)
 			return
 		}
-		name, err := checkToken(r.Context(), d.Auth, strings.TrimSpace(r.PostForm.Get("token")))
+		p, err := checkToken(r.Context(), d.Auth, strings.TrimSpace(r.PostForm.Get("token")))
 		if err != nil && !errors.Is(err, ErrBadToken) {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -208,6 +208,13 @@ func handleLogin(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, errUnauthorized)
 			return
 		}
+		if !p.Admin() || p.ReadOnly {
+			// Sessions act as admins: a tenant or read-only token would
+			// reach more through the dashboard than through the API.
+			writeProblem(w, r, d.Logger, errDashboardAdmin)
+			return
+		}
+		name := p.Name
 		value, sess, err := d.sessions.issue(name)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)

@@ -81,6 +81,9 @@ func handleCreateEndpoint(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[createEndpointRequest](r, maxRequestBytes)
 		if err == nil {
+			err = allowTenant(r, "tenant_id", req.TenantID)
+		}
+		if err == nil {
 			err = checkTarget(r.Context(), d, req.URL)
 		}
 		if err != nil {

@@ -34,8 +34,8 @@ func handleReadyz(d Deps) http.Handler {
 }
 
 // requireToken admits requests bearing a valid token: the bootstrap
-// API_TOKEN or a live stored token. It records the token's name for
-// actorOf and applies the per-token rate limit. A request without a valid
+// API_TOKEN or a live stored token. It records who the token acts as (for
+// authorize and actorOf) and applies the per-token rate limit. A request without a valid
 // token counts against its client IP's limit; an IP over it gets 429
 // before its token is even checked, so a flood of guesses cannot turn into
 // a flood of database lookups.
@@ -47,9 +47,9 @@ func requireToken(d Deps) func(http.Handler) http.Handler {
 				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
-			name, err := "", ErrBadToken
+			p, err := Principal{}, ErrBadToken
 			if token, ok := bearer(r); ok {
-				name, err = checkToken(r.Context(), d.Auth, token)
+				p, err = checkToken(r.Context(), d.Auth, token)
 			}
 			switch {
 			case errors.Is(err, ErrBadToken):
@@ -63,25 +63,26 @@ func requireToken(d Deps) func(http.Handler) http.Handler {
 				writeProblem(w, r, d.Logger, err)
 				return
 			}
-			if !limiter.take(w, r, tokenKey(name)) {
+			if !limiter.take(w, r, tokenKey(p.Name)) {
 				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, name)))
+			next.ServeHTTP(w, withPrincipal(r, p))
 		})
 	}
 }
 
 // checkToken asks auth about token, telling a failed check from a bad
-// token when auth can.
-func checkToken(ctx context.Context, auth Authenticator, token string) (string, error) {
+// token when auth can. An Authenticator that knows no scopes vouches for
+// admins.
+func checkToken(ctx context.Context, auth Authenticator, token string) (Principal, error) {
 	if c, ok := auth.(tokenChecker); ok {
 		return c.Check(ctx, token)
 	}
 	if name, ok := auth.Authenticate(ctx, token); ok {
-		return name, nil
+		return Principal{Name: name}, nil
 	}
-	return "", ErrBadToken
+	return Principal{}, ErrBadToken
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -96,10 +97,8 @@ func bearer(r *http.Request) (string, bool) {
 // actorOf names who made a request, for audit records: the name of the
 // token it authenticated with ("bootstrap" for the API_TOKEN), else "api".
 func actorOf(r *http.Request) string {
-	if a, ok := r.Context().Value(actorKey{}).(string); ok && a != "" {
-		return a
+	if p, ok := principalFrom(r); ok && p.Name != "" {
+		return p.Name
 	}
 	return "api"
 }
-
-type actorKey struct{}

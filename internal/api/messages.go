@@ -85,6 +85,9 @@ func toMessage(m store.Message, withPayload bool) messageResponse {
 func handleCreateMessage(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[createMessageRequest](r, d.MaxPayloadBytes+messageEnvelopeBytes)
+		if err == nil {
+			err = allowTenant(r, "tenant_id", req.TenantID)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

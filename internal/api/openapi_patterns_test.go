@@ -116,6 +116,36 @@ func TestOpenAPIPatternsMatchValidation(t *testing.T) {
 	agree("event type filter", schemas["EventTypeFilter"].Value, near("ab_-..*", 128), func(fe *fieldErrors, v string) {
 		validateEventFilters(fe, "f", []string{v})
 	})
+	agree("token name", schemas["TokenName"].Value, near("aZ09._@-", 64), func(fe *fieldErrors, v string) {
+		if err := ValidateTokenName(v); err != nil {
+			fe.add("name", err.Error())
+		}
+	})
+	for _, v := range []string{"bootstrap", "BootStrap", "bootstrap2", "xbootstrap"} {
+		require.Equal(t, ValidateTokenName(v) == nil, docAccepts(schemas["TokenName"].Value, v), "token name %q", v)
+	}
+	agree("token id", schemas["TokenID"].Value, near("tok_01KKNTQ9B6S4W7ZQ3GJ8XKQF2HIiLlOoUu", 30), func(fe *fieldErrors, v string) {
+		if !tokenIDPattern.MatchString(v) {
+			fe.add("id", "not a token id")
+		}
+	})
+	// Whatever expiry the server takes the document takes (the bounds
+	// have no schema).
+	expiry := schemas["CreateTokenRequest"].Value.Properties["expires_in"].Value
+	t.Run("expires_in", func(t *testing.T) {
+		t.Parallel()
+		for _, v := range []string{"1m", "720h", "1.5h", "1h30m", "90m0s", "87600h", "3600000ms", "60000000000ns", "60s", "2h45m30.5s"} {
+			_, err := ParseTokenExpiry(v)
+			require.NoError(t, err, v)
+			require.True(t, docAccepts(expiry, v), "%q: the server takes it, the document does not", v)
+		}
+		rapid.Check(t, func(rt *rapid.T) {
+			v := near("0123456789.hmsnuµ", 8).Draw(rt, "value")
+			if _, err := ParseTokenExpiry(v); err == nil && !docAccepts(expiry, v) {
+				rt.Fatalf("%q: the server takes it, the document does not", v)
+			}
+		})
+	})
 	agree("traffic_class", schemas["TrafficClass"].Value, near("az09_-", 64), func(fe *fieldErrors, v string) { validateTrafficClass(fe, "f", v) })
 	agree("description", schemas["Description"].Value, near("aé😀\n", 1024), func(fe *fieldErrors, v string) { validateDescription(fe, "f", v) })
 	key := schemas["CreateMessageRequest"].Value.Properties["idempotency_key"].Value

@@ -256,7 +256,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
 	})
 	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts,
-		traffic_classes, class_changes, breaker_states, breaker_transitions CASCADE`)
+		traffic_classes, class_changes, breaker_states, breaker_transitions, api_tokens CASCADE`)
 	require.NoError(t, err)
 
 	// noRand cannot generate secrets.
@@ -280,6 +280,13 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	newClass := map[string]any{"name": "bulk", "failure_rate_threshold": 0.8, "min_throughput": 100}
 	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
 	why := map[string]any{"reason": "maintenance"}
+	// Tenant tokens: acme's read-only one, and one of another tenant.
+	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Name: "acme-ro", TenantID: "acme", ReadOnly: true})
+	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Name: "globex", TenantID: "globex"})
+	asRO, asGlobex := withHeader("Authorization", "Bearer "+acmeRO), withHeader("Authorization", "Bearer "+globexTok)
+	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Name: "doomed"})
+	newToken := map[string]any{"name": "acme-portal", "tenant_id": "acme", "expires_in": "720h"}
+	noTok := "/v1/tokens/" + missingID("tok")
 	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
 	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
 
@@ -418,6 +425,43 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(401, "DELETE", "/v1/traffic-classes/bulk", nil, withoutAuth()),
 			plain(404, "DELETE", "/v1/traffic-classes/doomed", nil),
 			plain(409, "DELETE", "/v1/traffic-classes/medium", nil),
+
+			plain(201, "POST", "/v1/tokens", newToken),
+			plain(400, "POST", "/v1/tokens", map[string]any{"name": "bootstrap"}),
+			plain(401, "POST", "/v1/tokens", newToken, withoutAuth()),
+			plain(403, "POST", "/v1/tokens", newToken, asGlobex),
+			plain(409, "POST", "/v1/tokens", map[string]any{"name": "globex"}),
+			plain(413, "POST", "/v1/tokens", map[string]any{"name": "big", "padding": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/tokens", newToken, withContentType("text/plain")),
+			plain(200, "GET", "/v1/tokens?limit=1", nil),
+			plain(400, "GET", "/v1/tokens?after=ep_x", nil),
+			plain(401, "GET", "/v1/tokens", nil, withoutAuth()),
+			plain(403, "GET", "/v1/tokens", nil, asRO),
+			plain(204, "DELETE", "/v1/tokens/"+doomedTok.ID, nil),
+			plain(401, "DELETE", "/v1/tokens/"+doomedTok.ID, nil, withoutAuth()),
+			plain(403, "DELETE", noTok, nil, asGlobex),
+			plain(404, "DELETE", "/v1/tokens/"+doomedTok.ID, nil),
+
+			// What tenant tokens are refused: admin-only routes, changes
+			// with a read-only token, and naming another tenant.
+			plain(403, "POST", "/v1/endpoints", newEndpoint, asGlobex),
+			plain(403, "GET", "/v1/endpoints?tenant_id=acme", nil, asGlobex),
+			plain(403, "PATCH", ep, patch, asRO),
+			plain(403, "DELETE", ep, nil, asRO),
+			plain(403, "POST", ep+"/disable", nil, asRO),
+			plain(403, "POST", ep+"/enable", nil, asRO),
+			plain(403, "POST", ep+"/secret/rotate", nil, asRO),
+			plain(403, "POST", ep+"/breaker/isolate", why, asGlobex),
+			plain(403, "POST", ep+"/breaker/reset", nil, asRO),
+			plain(403, "GET", "/v1/breakers?tenant_id=acme", nil, asGlobex),
+			plain(403, "POST", ep+"/traffic/reclassify", nil, asGlobex),
+			plain(403, "POST", "/v1/messages", newMessage, asRO),
+			plain(403, "POST", "/v1/deliveries/"+failed.ID+"/retry", nil, asRO),
+			plain(403, "GET", "/v1/traffic-classes", nil, asRO),
+			plain(403, "POST", "/v1/traffic-classes", newClass, asGlobex),
+			plain(403, "GET", "/v1/traffic-classes/medium", nil, asGlobex),
+			plain(403, "PUT", "/v1/traffic-classes/medium", tuned, asGlobex),
+			plain(403, "DELETE", "/v1/traffic-classes/medium", nil, asGlobex),
 		},
 		broken: {
 			plain(503, "GET", "/readyz", nil, withoutAuth()),
@@ -459,6 +503,9 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
 			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
 			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
+			plain(bad.want, "POST", "/v1/tokens", newToken),
+			plain(bad.want, "GET", "/v1/tokens", nil),
+			plain(bad.want, "DELETE", noTok, nil),
 		}...)
 	}
 	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))

@@ -89,6 +89,10 @@ type problemKind struct {
 var problemKinds = []problemKind{
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
 	{errCSRF, http.StatusForbidden, "csrf", "Forbidden"},
+	{errAdminOnly, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errReadOnly, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errOtherTenant, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errDashboardAdmin, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed"},
@@ -126,6 +130,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	p := Problem{Instance: r.URL.Path}
 	var ve *ValidationError
 	var tl *tooLargeError
+	var ot *otherTenantError
 	switch {
 	case errors.As(err, &ve):
 		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
@@ -145,6 +150,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 		}
 		if errors.As(err, &tl) {
 			p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
+		}
+		if errors.As(err, &ot) {
+			p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
 		}
 		if errors.Is(err, store.ErrPayloadExpired) {
 			p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}

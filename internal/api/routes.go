@@ -7,8 +7,10 @@ import (
 )
 
 // addRoutes registers every route of the API. It is the one place to read
-// to know what the server answers.
-func addRoutes(r chi.Router, d Deps) {
+// to know what the server answers, and what a tenant token may do. When
+// rules is not nil it receives each /v1 route's scope rule, keyed
+// "METHOD /v1/pattern".
+func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 	r.Method("GET", "/healthz", handleHealthz())
 	r.Method("GET", "/readyz", handleReadyz(d))
 	r.Method("GET", "/openapi.json", handleOpenAPI())
@@ -29,36 +31,47 @@ func addRoutes(r chi.Router, d Deps) {
 		// The dashboard's session cookie is an alternative to the bearer
 		// token (session.go).
 		r.Use(sessionOrToken(d, requireToken(d)), refuseUnstorable(d))
+		// Every /v1 route states what a tenant token may do with it
+		// (scope.go); a read-only token changes nothing anywhere.
+		v := scopedRouter{r: r, d: d, prefix: "/v1", rules: rules}
+		endpoint := ownedBy(store.OwnerEndpoint)
 
-		r.Method("POST", "/endpoints", handleCreateEndpoint(d))
-		r.Method("GET", "/endpoints", handleListEndpoints(d))
-		r.Method("GET", "/endpoints/{id}", handleGetEndpoint(d))
-		r.Method("PATCH", "/endpoints/{id}", handleUpdateEndpoint(d))
-		r.Method("DELETE", "/endpoints/{id}", handleDeleteEndpoint(d))
-		r.Method("POST", "/endpoints/{id}/disable", handleSetEndpointStatus(d, false))
-		r.Method("POST", "/endpoints/{id}/enable", handleSetEndpointStatus(d, true))
-		r.Method("GET", "/endpoints/{id}/secret", handleGetEndpointSecret(d))
-		r.Method("POST", "/endpoints/{id}/secret/rotate", handleRotateSecret(d))
-		r.Method("GET", "/endpoints/{id}/attempts", handleListEndpointAttempts(d))
-		r.Method("GET", "/endpoints/{id}/stats", handleGetEndpointStats(d))
-		r.Method("GET", "/endpoints/{id}/breaker", handleGetBreaker(d))
-		r.Method("POST", "/endpoints/{id}/breaker/reset", handleOperateBreaker(d, store.OperatorReset))
-		r.Method("POST", "/endpoints/{id}/breaker/isolate", handleOperateBreaker(d, store.OperatorIsolate))
-		r.Method("GET", "/breakers", handleListBreakers(d))
-		r.Method("GET", "/endpoints/{id}/traffic", handleGetTraffic(d))
-		r.Method("POST", "/endpoints/{id}/traffic/reclassify", handleReclassify(d))
+		v.Method("POST", "/endpoints", tenantBody, handleCreateEndpoint(d))
+		v.Method("GET", "/endpoints", tenantQuery, handleListEndpoints(d))
+		v.Method("GET", "/endpoints/{id}", endpoint, handleGetEndpoint(d))
+		v.Method("PATCH", "/endpoints/{id}", endpoint, handleUpdateEndpoint(d))
+		v.Method("DELETE", "/endpoints/{id}", endpoint, handleDeleteEndpoint(d))
+		v.Method("POST", "/endpoints/{id}/disable", endpoint, handleSetEndpointStatus(d, false))
+		v.Method("POST", "/endpoints/{id}/enable", endpoint, handleSetEndpointStatus(d, true))
+		v.Method("GET", "/endpoints/{id}/secret", endpoint, handleGetEndpointSecret(d))
+		v.Method("POST", "/endpoints/{id}/secret/rotate", endpoint, handleRotateSecret(d))
+		v.Method("GET", "/endpoints/{id}/attempts", endpoint, handleListEndpointAttempts(d))
+		v.Method("GET", "/endpoints/{id}/stats", endpoint, handleGetEndpointStats(d))
+		v.Method("GET", "/endpoints/{id}/breaker", endpoint, handleGetBreaker(d))
+		// Operating a breaker changes how the dispatcher treats the
+		// endpoint's traffic: an operator's call.
+		v.Method("POST", "/endpoints/{id}/breaker/reset", adminOnly, handleOperateBreaker(d, store.OperatorReset))
+		v.Method("POST", "/endpoints/{id}/breaker/isolate", adminOnly, handleOperateBreaker(d, store.OperatorIsolate))
+		v.Method("GET", "/breakers", tenantQuery, handleListBreakers(d))
+		v.Method("GET", "/endpoints/{id}/traffic", endpoint, handleGetTraffic(d))
+		v.Method("POST", "/endpoints/{id}/traffic/reclassify", adminOnly, handleReclassify(d))
 
-		r.Method("GET", "/traffic-classes", handleListClasses(d))
-		r.Method("POST", "/traffic-classes", handleCreateClass(d))
-		r.Method("GET", "/traffic-classes/{name}", handleGetClass(d))
-		r.Method("PUT", "/traffic-classes/{name}", handlePutClass(d))
-		r.Method("DELETE", "/traffic-classes/{name}", handleDeleteClass(d))
+		v.Method("GET", "/traffic-classes", adminOnly, handleListClasses(d))
+		v.Method("POST", "/traffic-classes", adminOnly, handleCreateClass(d))
+		v.Method("GET", "/traffic-classes/{name}", adminOnly, handleGetClass(d))
+		v.Method("PUT", "/traffic-classes/{name}", adminOnly, handlePutClass(d))
+		v.Method("DELETE", "/traffic-classes/{name}", adminOnly, handleDeleteClass(d))
 
-		r.Method("POST", "/messages", handleCreateMessage(d))
-		r.Method("GET", "/messages/{id}", handleGetMessage(d))
+		v.Method("POST", "/messages", tenantBody, handleCreateMessage(d))
+		v.Method("GET", "/messages/{id}", ownedBy(store.OwnerMessage), handleGetMessage(d))
 
-		r.Method("GET", "/deliveries/{id}", handleGetDelivery(d))
-		r.Method("GET", "/deliveries/{id}/attempts", handleListDeliveryAttempts(d))
-		r.Method("POST", "/deliveries/{id}/retry", handleRetryDelivery(d))
+		delivery := ownedBy(store.OwnerDelivery)
+		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
+		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
+		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
+
+		v.Method("POST", "/tokens", adminOnly, handleCreateToken(d))
+		v.Method("GET", "/tokens", adminOnly, handleListTokens(d))
+		v.Method("DELETE", "/tokens/{id}", adminOnly, handleRevokeToken(d))
 	})
 }

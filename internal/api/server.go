@@ -112,7 +112,7 @@ func newRouter(d Deps) chi.Router {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, d.Logger, errMethodNotAllowed)
 	})
-	addRoutes(r, d)
+	addRoutes(r, d, nil)
 	return r
 }
 

@@ -209,7 +209,9 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, sess.Name)))
+			// Only writable admin tokens open sessions (handleLogin), and
+			// liveSession checks the name still is one.
+			next.ServeHTTP(w, withPrincipal(r, Principal{Name: sess.Name}))
 		})
 	}
 }

@@ -83,3 +83,33 @@ func TestSessionRequestsAreRateLimited(t *testing.T) {
 	a := b.raw(t, "GET", "/v1/endpoints", "Bearer "+testToken, nil)
 	require.Equal(t, http.StatusTooManyRequests, a.status)
 }
+
+// TestDashboardLoginTakesWritableAdminTokensOnly: sessions act as admins,
+// so a tenant or read-only token is refused at the login (403, no cookie),
+// and a session whose admin token was revoked does not come back when a
+// tenant token later takes the same name.
+func TestDashboardLoginTakesWritableAdminTokensOnly(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now()}
+	srv, b := setup(t, func(d *api.Deps) { d.Now = clock.Now })
+	br := newBrowser(t, srv.URL)
+	tenant, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-app", TenantID: "acme"})
+	readOnly, _ := b.scopedToken(t, store.NewAPIToken{Name: "grafana", ReadOnly: true})
+	for _, tok := range []string{tenant, readOnly} {
+		r := br.login(tok)
+		p := requireProblem(t, http.StatusForbidden, r)
+		require.Equal(t, "the dashboard needs a writable admin token", p.Detail)
+		require.Empty(t, r.Header.Values("Set-Cookie"))
+	}
+
+	admin, rec := b.storedToken(t, "shared-name")
+	r := br.login(admin)
+	requireStatus(t, http.StatusSeeOther, r)
+	c := sessionOf(t, r)
+	requireStatus(t, http.StatusOK, br.send("GET", "/v1/traffic-classes", nil, c))
+	_, err := b.store.RevokeAPIToken(context.Background(), store.TokenRef{ID: rec.ID})
+	require.NoError(t, err)
+	b.scopedToken(t, store.NewAPIToken{Name: "shared-name", TenantID: "acme"})
+	clock.Advance(api.TokenCacheTTL)
+	requireProblem(t, http.StatusUnauthorized, br.send("GET", "/v1/traffic-classes", nil, c))
+}

@@ -55,12 +55,20 @@ func (b *testBundle) raw(t *testing.T, method, path, auth string, body any) rawA
 	return rawAnswer{status: res.StatusCode, header: res.Header, body: got}
 }
 
-// storedToken creates a stored token named name and returns it.
+// storedToken creates a stored admin token named name and returns it.
 func (b *testBundle) storedToken(t *testing.T, name string) (string, store.APIToken) {
+	t.Helper()
+	return b.scopedToken(t, store.NewAPIToken{Name: name})
+}
+
+// scopedToken stores the token in describes (its Sum is filled in) and
+// returns it.
+func (b *testBundle) scopedToken(t *testing.T, in store.NewAPIToken) (string, store.APIToken) {
 	t.Helper()
 	tok, sum, err := api.NewToken(rand.Reader)
 	require.NoError(t, err)
-	rec, err := b.store.CreateAPIToken(context.Background(), name, sum)
+	in.Sum = sum
+	rec, err := b.store.CreateAPIToken(context.Background(), in)
 	require.NoError(t, err)
 	return tok, rec
 }
@@ -226,25 +234,25 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			name, err := auth.Check(ctx, tok)
+			p, err := auth.Check(ctx, tok)
 			require.NoError(t, err)
-			require.Equal(t, "ci", name)
+			require.Equal(t, api.Principal{Name: "ci"}, p)
 		})
 	}
 	wg.Wait()
 	require.LessOrEqual(t, counting.n.Load(), int64(20))
 	lookups := counting.n.Load()
 	for range 50 {
-		name, err := auth.Check(ctx, tok)
+		p, err := auth.Check(ctx, tok)
 		require.NoError(t, err)
-		require.Equal(t, "ci", name)
+		require.Equal(t, "ci", p.Name)
 	}
 	require.Equal(t, lookups, counting.n.Load(), "served from the cache")
 
 	// The bootstrap token and malformed tokens never reach the store.
-	name, err := auth.Check(ctx, "boot-token")
+	p, err := auth.Check(ctx, "boot-token")
 	require.NoError(t, err)
-	require.Equal(t, api.BootstrapTokenName, name)
+	require.Equal(t, api.Principal{Name: api.BootstrapTokenName}, p)
 	name, ok := auth.Authenticate(ctx, tok)
 	require.True(t, ok, "the dashboard login's check")
 	require.Equal(t, "ci", name)
@@ -257,9 +265,9 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 	_, err = b.store.RevokeAPIToken(ctx, store.TokenRef{ID: rec.ID})
 	require.NoError(t, err)
 	clock.Advance(api.TokenCacheTTL - time.Millisecond)
-	name, err = auth.Check(ctx, tok)
+	p, err = auth.Check(ctx, tok)
 	require.NoError(t, err, "still cached just before the TTL")
-	require.Equal(t, "ci", name)
+	require.Equal(t, "ci", p.Name)
 	clock.Advance(time.Millisecond)
 	_, err = auth.Check(ctx, tok)
 	require.ErrorIs(t, err, api.ErrBadToken, "refused once the TTL has passed")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -33,6 +34,16 @@ var (
 	metadataKeyPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 	classNamePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 )
+
+// ValidateTenantID checks a tenant_id as the API does.
+func ValidateTenantID(v string) error {
+	var fe fieldErrors
+	validateTenantID(&fe, "tenant_id", v)
+	if len(fe) > 0 {
+		return errors.New(fe[0].Message)
+	}
+	return nil
+}
 
 func validateTenantID(fe *fieldErrors, field, v string) {
 	switch {

@@ -136,13 +136,7 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	if b.apiBin, b.dispatcherBin, err = buildBinaries(ctx, b.root, filepath.Join(b.scratch, "bin")); err != nil {
 		return nil, err
 	}
-	pgBin := opts.pgBin
-	if pgBin == "" {
-		if pgBin, err = findPGBin(); err != nil {
-			return nil, err
-		}
-	}
-	if b.pg, err = startCluster(ctx, pgBin, b.scratch, logger); err != nil {
+	if b.pg, err = startCluster(ctx, opts.pgBin, logger); err != nil {
 		return nil, err
 	}
 	return b, nil

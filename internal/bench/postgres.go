@@ -3,24 +3,18 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookd/hookd/internal/pgcluster"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -37,109 +31,48 @@ const (
 // every lock wait longer than this is logged with its duration.
 const lockWaitThreshold = 10 * time.Millisecond
 
-// cluster is a private PostgreSQL cluster in a temporary directory, owned by
-// the postgres OS user when the bench runs as root (initdb refuses root).
+// cluster is the bench's private PostgreSQL cluster (internal/pgcluster)
+// with the service roles, the template every scenario's database is cloned
+// from, and an admin pool.
 type cluster struct {
-	bin     string
-	root    string // owned by the server's OS user: data/, server.log, the socket
-	data    string
+	pg      *pgcluster.Cluster
 	logPath string
-	port    int
-	asUser  string // OS user the server runs as; empty for the current user
 	logger  *slog.Logger
 
 	admin   *pgxpool.Pool // the postgres database, as postgres
 	version string
 }
 
-// findPGBin returns the newest /usr/lib/postgresql/<version>/bin holding
-// initdb, or the directory of initdb on PATH.
-func findPGBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, nil
-		}
+// benchSettings are the bench cluster's settings over the test defaults:
+// durable like a production server (the bench counts WAL flushes), query
+// statistics, and every lock wait longer than lockWaitThreshold logged.
+func benchSettings() []string {
+	return []string{
+		"fsync = on",
+		"full_page_writes = on",
+		"synchronous_commit = on",
+		"shared_buffers = '512MB'",
+		"shared_preload_libraries = 'pg_stat_statements'",
+		"pg_stat_statements.max = 10000",
+		"pg_stat_statements.track = top",
+		"pg_stat_statements.track_utility = on",
+		"log_lock_waits = on",
+		fmt.Sprintf("deadlock_timeout = '%dms'", lockWaitThreshold.Milliseconds()),
+		"log_line_prefix = '%m [%p] %d '",
+		"log_min_messages = warning",
 	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	return "", errors.New("find postgres: no initdb under /usr/lib/postgresql/*/bin or on PATH (set -pg-bin)")
 }
 
-func pgMajor(dir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
-	return n
-}
-
-// startCluster runs initdb, configures and starts a cluster on a free port
-// on 127.0.0.1, and creates the service roles and the migrated template
-// database every scenario's database is cloned from.
-func startCluster(ctx context.Context, bin, scratch string, logger *slog.Logger) (_ *cluster, err error) {
-	c := &cluster{bin: bin, logger: logger}
-	if os.Geteuid() == 0 {
-		c.asUser = "postgres"
-	}
-	c.root = filepath.Join(scratch, "pg")
-	c.data = filepath.Join(c.root, "data")
-	c.logPath = filepath.Join(c.root, "server.log")
-	if err := os.MkdirAll(c.root, 0o700); err != nil {
-		return nil, fmt.Errorf("create cluster dir: %w", err)
-	}
-	if c.asUser != "" {
-		u, err := user.Lookup(c.asUser)
-		if err != nil {
-			return nil, fmt.Errorf("look up %s user (initdb refuses root): %w", c.asUser, err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		// The server user must reach its directory through the scratch dir.
-		for _, d := range []string{scratch, c.root} {
-			if err := os.Chmod(d, 0o755); err != nil {
-				return nil, fmt.Errorf("open cluster dir: %w", err)
-			}
-		}
-		if err := os.Chown(c.root, uid, gid); err != nil {
-			return nil, fmt.Errorf("chown cluster dir: %w", err)
-		}
-	}
-	if out, err := c.cmd("initdb", "-D", c.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
-	}
-	if c.port, err = freePort(); err != nil {
-		return nil, err
-	}
-	conf := fmt.Sprintf(`
-# hookd bench: a private cluster on loopback.
-listen_addresses = '127.0.0.1'
-port = %d
-unix_socket_directories = '%s'
-max_connections = 300
-shared_buffers = '512MB'
-shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.max = 10000
-pg_stat_statements.track = top
-pg_stat_statements.track_utility = on
-log_lock_waits = on
-deadlock_timeout = '%dms'
-log_line_prefix = '%%m [%%p] %%d '
-log_min_messages = warning
-`, c.port, c.root, lockWaitThreshold.Milliseconds())
-	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+// startCluster starts a private cluster on a free port on 127.0.0.1 and
+// creates the service roles and the migrated template database every
+// scenario's database is cloned from. bin empty finds the newest installed
+// server.
+func startCluster(ctx context.Context, bin string, logger *slog.Logger) (_ *cluster, err error) {
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: bin, Settings: benchSettings()})
 	if err != nil {
-		return nil, fmt.Errorf("open postgresql.conf: %w", err)
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	_, err = io.WriteString(f, conf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("write postgresql.conf: %w", err)
-	}
-	if out, err := c.cmd("pg_ctl", "-D", c.data, "-l", c.logPath, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(c.logPath, 20))
-	}
+	c := &cluster{pg: pg, logPath: pg.LogPath(), logger: logger}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -174,30 +107,12 @@ log_min_messages = warning
 		return nil, fmt.Errorf("create pg_stat_statements in the bench database: %w", err)
 	}
 	tmpl.Close()
-	logger.Info("postgres_started", slog.String("version", c.version), slog.Int("port", c.port), slog.String("dir", c.root))
+	logger.Info("postgres_started", slog.String("version", c.version), slog.Int("port", pg.Port()), slog.String("dir", pg.DataDir()))
 	return c, nil
 }
 
-// cmd returns a command running one of the server's programs as the
-// server's OS user, in its own process group so a terminal's Ctrl-C reaches
-// the bench (which stops the server) rather than the server directly.
-func (c *cluster) cmd(program string, args ...string) *exec.Cmd {
-	path := filepath.Join(c.bin, program)
-	var cmd *exec.Cmd
-	if c.asUser != "" {
-		cmd = exec.Command("runuser", append([]string{"-u", c.asUser, "--", path}, args...)...)
-	} else {
-		cmd = exec.Command(path, args...)
-	}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd
-}
-
 // url returns a connection URL for role on database db.
-func (c *cluster) url(role, db string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", role, c.port, db)
-}
+func (c *cluster) url(role, db string) string { return c.pg.URL(role, db) }
 
 // createDatabase clones the template into a new database and returns a
 // small pool on it as postgres (the bench's own queries) and its oid.
@@ -229,16 +144,8 @@ func (c *cluster) dropDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
-// postmasterPID returns the server's process id, from postmaster.pid.
-func (c *cluster) postmasterPID() int {
-	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
+// postmasterPID returns the server's process id.
+func (c *cluster) postmasterPID() int { return c.pg.PostmasterPID() }
 
 // logSize returns the server log's current size, the offset a scenario's
 // lock-wait scan starts from.
@@ -250,16 +157,18 @@ func (c *cluster) logSize() int64 {
 	return fi.Size()
 }
 
-// stop stops the server (fast, then immediate) and removes its directory.
+// stop stops the server (fast, so its last checkpoint is written out
+// of any measurement) and removes its directory.
 func (c *cluster) stop() {
 	if c.admin != nil {
 		c.admin.Close()
 	}
-	if out, err := c.cmd("pg_ctl", "-D", c.data, "-m", "fast", "-w", "-t", "30", "stop").CombinedOutput(); err != nil {
-		c.logger.Warn("postgres_stop", slog.String("error", err.Error()), slog.String("output", strings.TrimSpace(string(out))))
-		_ = c.cmd("pg_ctl", "-D", c.data, "-m", "immediate", "-w", "stop").Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.pg.Stop(ctx, "fast"); err != nil {
+		c.logger.Warn("postgres_stop", slog.String("error", err.Error()))
 	}
-	if err := os.RemoveAll(c.root); err != nil {
+	if err := c.pg.Remove(); err != nil {
 		c.logger.Warn("postgres_remove", slog.String("error", err.Error()))
 	}
 }
@@ -308,16 +217,6 @@ func (c *cluster) lockWaits(db string, offset int64) ([]lockWait, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tail returns the last n lines of a file, for error messages.

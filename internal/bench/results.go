@@ -104,7 +104,8 @@ type scenarioResult struct {
 	Error string            `json:"error,omitempty"`
 }
 
-// target is one goal of the benchmark issue and how the run did.
+// target is one goal the benchmark sets (docs/benchmarks.md) and how the
+// run did.
 type target struct {
 	Scenario string  `json:"scenario"`
 	Goal     string  `json:"goal"`

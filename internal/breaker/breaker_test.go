@@ -11,8 +11,7 @@ import (
 	"github.com/hookd/hookd/internal/breaker"
 )
 
-// at returns the instant seconds after the Unix epoch, as in seed 004's
-// now=100.0.
+// at returns the instant seconds after the Unix epoch.
 func at(seconds float64) time.Time {
 	return time.Unix(0, int64(math.Round(seconds*1e9))).UTC()
 }
@@ -35,7 +34,8 @@ func send(t require.TestingT, b *breaker.Breaker, c breaker.Config, now time.Tim
 	return d, b.Record(c, now, d.Ticket, o, noJitter)
 }
 
-// Seed 004, "Verification and testing" (1).
+// The minimum-throughput guard is checked before the rate, so two failures
+// (a 100% rate) do not trip a breaker that needs 20 observations.
 func TestMinThroughputGuardBlocksATwoRequestTrip(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig() // 0.5 over 30s, min_throughput 20
@@ -51,7 +51,8 @@ func TestMinThroughputGuardBlocksATwoRequestTrip(t *testing.T) {
 	require.Equal(t, &breaker.Suppression{Observations: 2, Failures: 2, FailureRate: 1}, second.Suppressed)
 }
 
-// Seed 004, "Verification and testing" (2).
+// Once the window holds min_throughput observations, a failure rate at the
+// threshold trips.
 func TestRateThresholdTripsOnceVolumeIsReached(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig()
@@ -88,8 +89,9 @@ func TestRateThresholdTripsOnceVolumeIsReached(t *testing.T) {
 	require.EqualValues(t, 1, b.Trips)
 }
 
-// Seed 004, "Verification and testing" (4). Test (3), the classifier, belongs
-// to the delivery package.
+// Half-open closes only after half_open_trials successes in a row: one good
+// probe proves little. (Which outcomes count is the delivery package's
+// classifier.)
 func TestHalfOpenNeedsAllThreeTrials(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig()
@@ -197,9 +199,9 @@ func TestRateModeTracksButDoesNotTripOnConsecutive(t *testing.T) {
 	require.Equal(t, 10, b.Consecutive)
 }
 
-// TestSeed003Transcript reproduces seed 003's demo: threshold 3, cool-off 5s,
-// one trial to close, no jitter.
-func TestSeed003Transcript(t *testing.T) {
+// TestConsecutiveTranscript walks a consecutive-count breaker through a
+// transcript: threshold 3, cool-off 5s, one trial to close, no jitter.
+func TestConsecutiveTranscript(t *testing.T) {
 	t.Parallel()
 	c := consecutiveConfig(3)
 	c.OpenDuration, c.MaxOpenDuration, c.HalfOpenTrials = 5*time.Second, 5*time.Second, 1

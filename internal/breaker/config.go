@@ -51,7 +51,7 @@ type Config struct {
 	// OpenBackoff multiplies the open duration for each repeated open without
 	// a full recovery (open_backoff), at least 1; 1 turns backoff off.
 	OpenBackoff float64
-	// MaxOpenDuration caps the backed-off open duration before jitter is added
+	// MaxOpenDuration caps the backed-off, jittered open duration
 	// (max_open_duration), at least OpenDuration.
 	MaxOpenDuration time.Duration
 	// HalfOpenTrials is the number of consecutive trial successes that close a
@@ -131,9 +131,10 @@ func (c Config) Validate() error {
 }
 
 // OpenDurationFor returns how long an open lasts when it is the streak-th open
-// since the breaker last closed: OpenDuration * OpenBackoff^(streak-1), capped
-// at MaxOpenDuration, plus rnd()*OpenJitter of that. rnd returns a uniform
-// value in [0, 1); a nil rnd adds no jitter, and a streak below 1 counts as 1.
+// since the breaker last closed: OpenDuration * OpenBackoff^(streak-1), plus
+// rnd()*OpenJitter of that, capped at MaxOpenDuration (jitter included, so
+// no open lasts longer than the cap). rnd returns a uniform value in [0, 1);
+// a nil rnd adds no jitter, and a streak below 1 counts as 1.
 func OpenDurationFor(c Config, streak int, rnd func() float64) time.Duration {
 	base := c.OpenDuration
 	if streak > 1 && c.OpenBackoff > 1 {
@@ -156,8 +157,8 @@ func OpenDurationFor(c Config, streak int, rnd func() float64) time.Duration {
 		r = 1
 	}
 	extra := time.Duration(float64(base) * c.OpenJitter * r)
-	if extra > math.MaxInt64-base {
-		return math.MaxInt64
+	if extra > c.MaxOpenDuration-base {
+		return c.MaxOpenDuration
 	}
 	return base + extra
 }

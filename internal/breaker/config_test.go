@@ -11,7 +11,9 @@ import (
 	"github.com/hookd/hookd/internal/breaker"
 )
 
-func TestDefaultConfigIsSeed004(t *testing.T) {
+// TestDefaultConfig pins the defaults: half the window failing over 30 s,
+// never on fewer than 20 observations, open 30 s, three serialized trials.
+func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig()
 	require.NoError(t, c.Validate())
@@ -155,7 +157,11 @@ func TestOpenDurationForStaysWithinJitterBounds(t *testing.T) {
 	}
 }
 
-func TestOpenDurationForBacksOffAndCapsBeforeJitter(t *testing.T) {
+// TestOpenDurationForBacksOffAndCapsAfterJitter: jitter is added to the
+// backed-off duration and the sum is capped, so no open outlasts
+// max_open_duration (it used to cap first and add jitter after: up to
+// 1.5x the cap here).
+func TestOpenDurationForBacksOffAndCapsAfterJitter(t *testing.T) {
 	t.Parallel()
 	c := breaker.DefaultConfig()
 	c.OpenDuration = 10 * time.Second
@@ -173,10 +179,10 @@ func TestOpenDurationForBacksOffAndCapsBeforeJitter(t *testing.T) {
 		{0, 10 * time.Second, 15 * time.Second},
 		{1, 10 * time.Second, 15 * time.Second},
 		{2, 20 * time.Second, 30 * time.Second},
-		{3, 40 * time.Second, 60 * time.Second},
-		{4, 60 * time.Second, 90 * time.Second}, // 80s capped to 60s, then jitter
-		{5, 60 * time.Second, 90 * time.Second},
-		{1000, 60 * time.Second, 90 * time.Second},
+		{3, 40 * time.Second, 60 * time.Second}, // 40s + 20s jitter, at the cap
+		{4, 60 * time.Second, 60 * time.Second}, // 80s capped to 60s; jitter cannot pass the cap
+		{5, 60 * time.Second, 60 * time.Second},
+		{1000, 60 * time.Second, 60 * time.Second},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.base, breaker.OpenDurationFor(c, tt.streak, noJitter), "streak %d", tt.streak)

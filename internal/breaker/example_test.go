@@ -9,9 +9,9 @@ import (
 )
 
 // Example drives one breaker through failure, cool-off, a failed probe and
-// recovery, with the clock and the random source under its control, like
-// seed 003's demo: three consecutive failures open it for five seconds, and
-// one successful trial closes it.
+// recovery, with the clock and the random source under its control: three
+// consecutive failures open it for five seconds, and one successful trial
+// closes it.
 func Example() {
 	c := breaker.DefaultConfig()
 	c.Trip = breaker.TripConsecutive

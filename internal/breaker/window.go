@@ -42,6 +42,13 @@ type Bucket struct {
 	Failures int
 }
 
+// BucketSpan is how far back the stored buckets of a window of length win
+// reach: win plus a tenth (two bucket widths), so a bucket that straddles
+// the window's start, or that a process with a slightly different clock
+// counted, is still read. Stores read buckets younger than this and delete
+// the older ones.
+func BucketSpan(win time.Duration) time.Duration { return win + win/10 }
+
 // NewWindow returns an empty window of c.Window split into BucketsPerWindow
 // buckets.
 func NewWindow(c Config) Window {

@@ -148,7 +148,7 @@ type Flag struct {
 }
 
 // Flags lists every flag in the order it was bound: the source of the
-// README's configuration tables.
+// configuration tables in docs/configuration.md.
 func (f *FlagSet) Flags() []Flag {
 	out := make([]Flag, len(f.bindings))
 	for i, b := range f.bindings {

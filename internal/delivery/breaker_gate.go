@@ -165,6 +165,11 @@ func (g *BreakerGate) Load(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for id, b := range all {
+		// A NOTIFY may have brought a newer generation while the load was
+		// reading: never go back to an older one.
+		if cur, ok := g.views[id]; ok && cur.Generation > b.Generation {
+			continue
+		}
 		g.setViewLocked(id, b)
 	}
 	return nil
@@ -510,10 +515,61 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		if ctx.Err() == nil {
 			g.logger.Warn("breaker_flush", slog.String("error", err.Error()), slog.Int("counts", len(counts)))
 		}
+		g.carryOver(pending)
 		return
 	}
 	for _, ev := range evs {
 		g.evaluate(ctx, ev, cfgs[ev.EndpointID], shadow[ev.EndpointID], transport[ev.EndpointID])
+	}
+}
+
+// maxCarriedTallies bounds the tallies a failed flush hands to the next:
+// past it (a long database outage with traffic to very many endpoints) the
+// surplus is dropped and logged. Each tally holds at most the buckets of one
+// window span, so the carried evidence is bounded too.
+const maxCarriedTallies = 10000
+
+// carryOver merges the tallies of a failed flush into those counted since,
+// as if counted first: bucket counts add up, runs chain. Buckets that left
+// their window's span are dropped (no flush would read them). A flush whose
+// commit went through unacknowledged is counted twice; evidence a little
+// too strong for one window is the lesser harm than losing it on every
+// hiccup.
+func (g *BreakerGate) carryOver(failed map[tallyKey]*tally) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	dropped := 0
+	for k, old := range failed {
+		oldest := breaker.BucketStart(old.cfg, now.Add(-breaker.BucketSpan(old.cfg.Window))).UnixNano()
+		for start := range old.buckets {
+			if start < oldest {
+				delete(old.buckets, start)
+			}
+		}
+		cur := g.pending[k]
+		if cur == nil {
+			if len(g.pending) >= maxCarriedTallies {
+				dropped++
+				continue
+			}
+			g.pending[k] = old
+			continue
+		}
+		for start, n := range old.buckets {
+			if c := cur.buckets[start]; c != nil {
+				c[0] += n[0]
+				c[1] += n[1]
+			} else {
+				cur.buckets[start] = n
+			}
+		}
+		cur.run = old.run.Then(cur.run)
+		cur.failures += old.failures
+		cur.transport += old.transport
+	}
+	if dropped > 0 {
+		g.logger.Warn("breaker_tallies_dropped", slog.Int("tallies", dropped), slog.Int("max", maxCarriedTallies))
 	}
 }
 
@@ -582,7 +638,7 @@ func (g *BreakerGate) setPrunedAt(id string, at time.Time) {
 func (g *BreakerGate) prune(ctx context.Context) {
 	keep := time.Hour
 	if mw, ok := g.configs.(interface{ MaxWindow() time.Duration }); ok {
-		keep = mw.MaxWindow() + mw.MaxWindow()/10
+		keep = breaker.BucketSpan(mw.MaxWindow())
 	}
 	for ctx.Err() == nil {
 		n, err := g.store.PruneBuckets(ctx, keep, 10000)
@@ -650,7 +706,8 @@ func (g *BreakerGate) CheckFleet() {
 }
 
 // logSuppressed logs a trip the min_throughput guard held back, once per
-// endpoint per window, in the form seed 004's grep looks for.
+// endpoint per window, so that an operator can count the guard's work
+// (grep -c 'breaker_trip_suppressed reason=min_throughput').
 func (g *BreakerGate) logSuppressed(id string, cfg breaker.Config, s breaker.Suppression, now time.Time) {
 	if g.metrics != nil {
 		g.metrics.TripSuppressed.WithLabelValues(SuppressedMinThroughput).Inc()
@@ -717,7 +774,8 @@ type BreakerMetrics struct {
 	Rejected       *prometheus.CounterVec
 	FleetSuspect   prometheus.Gauge
 	// OpenDuration is observed when a trial closes a breaker, by traffic
-	// class: seed 004's time in open, to compare with ClassOpenDuration.
+	// class: the time in open, whose median should stay close to
+	// ClassOpenDuration.
 	OpenDuration *prometheus.HistogramVec
 	// ClassOpenDuration is each traffic class's configured open_duration
 	// (the ClassBook sets it).

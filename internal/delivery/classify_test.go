@@ -59,14 +59,14 @@ func TestClassifyStatus(t *testing.T) {
 		{400, delivery.ClassIgnore},
 		{401, delivery.ClassAuthFailure},
 		{403, delivery.ClassAuthFailure},
-		{404, delivery.ClassIgnore}, // seed 004: classify(None, 404) == "ignore"
+		{404, delivery.ClassIgnore}, // up and rejecting this payload: not ill health
 		{409, delivery.ClassIgnore},
 		{410, delivery.ClassIgnore},
 		{422, delivery.ClassIgnore},
-		{429, delivery.ClassIgnore}, // seed 004: classify(None, 429) == "ignore"
+		{429, delivery.ClassIgnore}, // a slow-down instruction, not ill health
 		{500, delivery.ClassFailure},
 		{502, delivery.ClassFailure},
-		{503, delivery.ClassFailure}, // seed 004: classify(None, 503) == "failure"
+		{503, delivery.ClassFailure}, // 5xx: the endpoint is unwell
 		{504, delivery.ClassFailure},
 		{599, delivery.ClassFailure},
 		{0, delivery.ClassFailure},
@@ -94,7 +94,7 @@ func TestClassifyTransportError(t *testing.T) {
 		ec     delivery.ErrorClass
 		want   delivery.Classification
 	}{
-		// seed 004: classify(httpx.ConnectError("refused"), None) == "failure"
+		// The endpoint could not even accept the request: the strongest signal.
 		{"connect error", 0, delivery.ErrConnRefused, delivery.ClassFailure},
 		{"timeout", 0, delivery.ErrTimeout, delivery.ClassFailure},
 		{"reset", 0, delivery.ErrConnReset, delivery.ClassFailure},

@@ -143,4 +143,4 @@ func newTarget(ep store.Endpoint) (*Target, error) {
 }
 
 // errEndpointGone marks deliveries whose endpoint was deleted.
-var errEndpointGone = errors.New("endpoint deleted")
+var errEndpointGone = errors.New(store.LastErrorEndpointDeleted)

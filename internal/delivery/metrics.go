@@ -49,8 +49,8 @@ func (l *EndpointLabels) Label(id string) string {
 	return id
 }
 
-// Metrics are the delivery worker's Prometheus series (names as seed 004 and
-// the operator issue give them).
+// Metrics are the delivery worker's Prometheus series (names and labels are
+// stable: docs/observability.md lists them).
 type Metrics struct {
 	Labels *EndpointLabels
 

@@ -92,4 +92,27 @@ func (s *endpointSlots) release(id string, took time.Duration) {
 	case st.free <- struct{}{}:
 	default:
 	}
+	if st.inFlight > 0 {
+		return
+	}
+	// Nothing in flight, so nobody waits: forget the endpoint, or the map
+	// would hold every endpoint ever delivered to. A fast endpoint loses
+	// nothing (a new entry is treated as fast); a slow one's average is
+	// kept, so its next delivery past the cap is refused at once, until
+	// more than maxIdle idle endpoints are remembered: then every idle
+	// entry goes.
+	if st.latency < s.fast {
+		delete(s.m, id)
+		return
+	}
+	if len(s.m) > maxIdleSlots {
+		for k, v := range s.m {
+			if v.inFlight == 0 {
+				delete(s.m, k)
+			}
+		}
+	}
 }
+
+// maxIdleSlots bounds the idle slow endpoints endpointSlots remembers.
+const maxIdleSlots = 1024

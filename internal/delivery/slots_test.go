@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -18,6 +19,10 @@ func TestEndpointSlots(t *testing.T) {
 		t.Parallel()
 		s := newEndpointSlots(3)
 		var inFlight, peak atomic.Int64
+		// Holders keep their slot until the cap is reached, so the
+		// others contend for full slots.
+		full := make(chan struct{})
+		var fullOnce sync.Once
 		var wg sync.WaitGroup
 		for range 50 {
 			wg.Add(1)
@@ -29,48 +34,66 @@ func TestEndpointSlots(t *testing.T) {
 				n := inFlight.Add(1)
 				for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
 				}
-				time.Sleep(time.Millisecond)
+				if n == 3 {
+					fullOnce.Do(func() { close(full) })
+				}
+				<-full
 				inFlight.Add(-1)
 				s.release("ep", time.Millisecond)
 			}()
 		}
 		wg.Wait()
-		require.LessOrEqual(t, peak.Load(), int64(3))
+		require.Equal(t, int64(3), peak.Load(), "the cap is reached and never passed")
 	})
 
 	t.Run("a fast endpoint's delivery waits for a slot", func(t *testing.T) {
 		t.Parallel()
-		s := newEndpointSlots(1)
-		require.True(t, s.acquire(ctx, "fast"))
-		go func() {
-			time.Sleep(5 * time.Millisecond)
+		// In a synctest bubble the clock is fake and synctest.Wait returns
+		// once the second acquire is blocked waiting for the slot.
+		synctest.Test(t, func(t *testing.T) {
+			s := newEndpointSlots(1)
+			require.True(t, s.acquire(ctx, "fast"))
+			got := make(chan bool)
+			go func() { got <- s.acquire(ctx, "fast") }()
+			synctest.Wait()
+			select {
+			case <-got:
+				t.Fatal("acquire returned while the slot was taken")
+			default:
+			}
 			s.release("fast", 5*time.Millisecond)
-		}()
-		require.True(t, s.acquire(ctx, "fast"), "the slot freed within maxWait")
+			require.True(t, <-got, "the slot freed within maxWait")
+		})
 	})
 
+	// In a bubble, time passes only while every goroutine waits: a refusal
+	// "at once" takes no time at all, a wait exactly maxWait.
 	t.Run("a slow endpoint's delivery is refused at once", func(t *testing.T) {
 		t.Parallel()
-		s := newEndpointSlots(1)
-		require.True(t, s.acquire(ctx, "slow"))
-		s.release("slow", 10*time.Second)
-		s.release("slow", 10*time.Second) // its latency average is now slow
-		for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			s := newEndpointSlots(1)
 			require.True(t, s.acquire(ctx, "slow"))
 			s.release("slow", 10*time.Second)
-		}
-		require.True(t, s.acquire(ctx, "slow"))
-		start := time.Now()
-		require.False(t, s.acquire(ctx, "slow"))
-		require.Less(t, time.Since(start), 20*time.Millisecond, "no wait for a slow endpoint")
+			s.release("slow", 10*time.Second) // its latency average is now slow
+			for range 20 {
+				require.True(t, s.acquire(ctx, "slow"))
+				s.release("slow", 10*time.Second)
+			}
+			require.True(t, s.acquire(ctx, "slow"))
+			start := time.Now()
+			require.False(t, s.acquire(ctx, "slow"))
+			require.Zero(t, time.Since(start), "no wait for a slow endpoint")
+		})
 	})
 
 	t.Run("a full fast endpoint gives up after maxWait", func(t *testing.T) {
 		t.Parallel()
-		s := newEndpointSlots(1)
-		require.True(t, s.acquire(ctx, "stuck"))
-		start := time.Now()
-		require.False(t, s.acquire(ctx, "stuck"))
-		require.GreaterOrEqual(t, time.Since(start), s.maxWait)
+		synctest.Test(t, func(t *testing.T) {
+			s := newEndpointSlots(1)
+			require.True(t, s.acquire(ctx, "stuck"))
+			start := time.Now()
+			require.False(t, s.acquire(ctx, "stuck"))
+			require.Equal(t, s.maxWait, time.Since(start))
+		})
 	})
 }

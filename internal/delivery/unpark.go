@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -18,7 +19,8 @@ type ParkedStore interface {
 var _ ParkedStore = (*store.Store)(nil)
 
 // Unparker gives parked deliveries their jobs back. When an endpoint's
-// breaker is closed it releases all of them, oldest first; when it could
+// breaker is closed it releases them, oldest first, at a pace (see
+// UnparkPace) rather than all at once; when it could
 // admit a probe (open past open_until, or half-open with no trial in
 // flight) it releases the oldest one, which becomes the probe, so an
 // endpoint whose whole backlog is parked still gets probed without new
@@ -33,6 +35,60 @@ type Unparker struct {
 	logger   *slog.Logger
 	metrics  *Metrics
 	kick     chan string
+	pace     UnparkPace
+
+	// window holds, per endpoint whose closed breaker still has parked
+	// deliveries, how many of its deliveries may have a job due at once and
+	// the failures its breaker had counted at the last pass. Only Run's
+	// goroutine (or a test calling Pass) touches it.
+	window map[string]paceState
+}
+
+type paceState struct {
+	window   int
+	failures int
+	// congested is set once a failure was seen: the window then grows by
+	// Start per pass instead of doubling.
+	congested bool
+}
+
+// UnparkPace is how a closed breaker's parked backlog is released. Released
+// all at once, a backlog of thousands is queued into a fresh window: the
+// jobs beyond the per-endpoint cap snooze every 100 ms, churning the queue,
+// and an endpoint that just recovered, perhaps barely, takes the whole
+// fleet's cap at once and trips again. Instead the unparker keeps at most a
+// window of the endpoint's deliveries queued (its own new traffic
+// included): the window starts at Start, a few trials' worth, doubles on
+// each pass that finds at least half of it drained (the endpoint keeps up)
+// up to Max, about the per-endpoint cap times the dispatchers, and halves
+// (to no less than 1) on a pass that finds new failures counted by the
+// breaker since the last; after a failure it grows by Start per pass, not
+// doubling (TCP's congestion avoidance after slow start). A pass runs
+// every Interval while a backlog is being released. So the release follows the rate and the concurrency the
+// endpoint shows it takes, and a barely recovered endpoint is not handed
+// more than it answered well.
+type UnparkPace struct {
+	// Start is the first window: a few trials' worth. Default 4.
+	Start int
+	// Max is the largest window. Default 100.
+	Max int
+	// Interval is how often a backlog being released is looked at.
+	// Default 200ms.
+	Interval time.Duration
+}
+
+// SetPace sets the release pace; call it before Run.
+func (u *Unparker) SetPace(p UnparkPace) {
+	if p.Start <= 0 {
+		p.Start = 4
+	}
+	if p.Max < p.Start {
+		p.Max = max(100, p.Start)
+	}
+	if p.Interval <= 0 {
+		p.Interval = 200 * time.Millisecond
+	}
+	u.pace = p
 }
 
 // releaseBatch is how many deliveries one release transaction queues.
@@ -46,7 +102,9 @@ func NewUnparker(st ParkedStore, enq store.Enqueuer, interval time.Duration, log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Unparker{store: st, enq: enq, interval: interval, logger: logger, metrics: metrics, kick: make(chan string, 1024)}
+	u := &Unparker{store: st, enq: enq, interval: interval, logger: logger, metrics: metrics, kick: make(chan string, 1024), window: map[string]paceState{}}
+	u.SetPace(UnparkPace{})
+	return u
 }
 
 // Kick asks for a pass over one endpoint soon. It never blocks.
@@ -61,16 +119,32 @@ func (u *Unparker) Kick(endpointID string) {
 func (u *Unparker) Run(ctx context.Context) {
 	t := time.NewTicker(u.interval)
 	defer t.Stop()
+	pace := time.NewTicker(u.pace.Interval)
+	defer pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			u.Pass(ctx, nil)
+		case <-pace.C:
+			if ids := u.Releasing(); len(ids) > 0 {
+				u.Pass(ctx, ids)
+			}
 		case id := <-u.kick:
 			u.Pass(ctx, []string{id})
 		}
 	}
+}
+
+// Releasing lists the endpoints whose closed breaker's backlog is being
+// released at a pace.
+func (u *Unparker) Releasing() []string {
+	ids := make([]string, 0, len(u.window))
+	for id := range u.window {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // Pass releases what may go now, for the endpoints in ids (all when nil).
@@ -82,17 +156,56 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 		}
 		return
 	}
+	listed := make(map[string]bool, len(list))
 	for _, pe := range list {
+		listed[pe.EndpointID] = true
 		switch pe.Breaker.EffectiveState(pe.Now) {
 		case breaker.StateClosed:
-			u.release(ctx, pe.EndpointID, pe.Parked)
+			u.release(ctx, pe.EndpointID, u.paced(pe))
 		case breaker.StateHalfOpen:
+			delete(u.window, pe.EndpointID)
 			if !pe.TrialInFlight {
 				u.release(ctx, pe.EndpointID, 1)
 			}
+		default:
+			delete(u.window, pe.EndpointID)
+		}
+	}
+	// An endpoint with nothing parked any more is done (or was deleted).
+	for id := range u.window {
+		if !listed[id] && (ids == nil || slices.Contains(ids, id)) {
+			delete(u.window, id)
 		}
 	}
 }
+
+// paced returns how many of a closed breaker's parked deliveries may be
+// released now, and moves its window (see UnparkPace).
+func (u *Unparker) paced(pe store.ParkedEndpoint) int {
+	st, ok := u.window[pe.EndpointID]
+	switch {
+	case !ok:
+		st.window = u.pace.Start
+	case pe.Failures > st.failures:
+		st.window, st.congested = max(st.window/2, 1), true
+	case pe.Queued <= st.window/2 && st.congested:
+		st.window = min(st.window+u.pace.Start, u.pace.Max)
+	case pe.Queued <= st.window/2:
+		st.window = min(2*st.window, u.pace.Max)
+	}
+	st.failures = pe.Failures
+	n := min(pe.Parked, max(st.window-pe.Queued, 0))
+	if n < pe.Parked {
+		u.window[pe.EndpointID] = st
+	} else {
+		delete(u.window, pe.EndpointID)
+	}
+	return n
+}
+
+// Window returns the release window of an endpoint whose backlog is being
+// released at a pace, or 0.
+func (u *Unparker) Window(endpointID string) int { return u.window[endpointID].window }
 
 // release queues up to n parked deliveries of one endpoint.
 func (u *Unparker) release(ctx context.Context, endpointID string, n int) {

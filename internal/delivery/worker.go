@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -68,8 +69,9 @@ var _ AuthRules = (*ClassBook)(nil)
 type DeliveryReader interface {
 	// MessagePayloads loads payloads too large to ride in a job.
 	MessagePayloads(ctx context.Context, ids []string) (map[string]json.RawMessage, error)
-	// DeliveryProgress returns a delivery's recorded status and series.
-	DeliveryProgress(ctx context.Context, id string) (status string, series int, err error)
+	// DeliveryProgress returns a delivery's recorded status, series and
+	// owning job.
+	DeliveryProgress(ctx context.Context, id string) (store.Progress, error)
 }
 
 var _ DeliveryReader = (*store.Store)(nil)
@@ -118,6 +120,11 @@ type Worker struct {
 
 	// retryAt hands the worker's chosen next-attempt time to NextRetry.
 	retryAt sync.Map // job id -> time.Time
+	// unconfirmed holds the jobs whose park may have committed unacknowledged
+	// (the job metadata says so too, for a run in another process), at most
+	// maxUnconfirmed of them.
+	unconfirmed  sync.Map // job id -> struct{}
+	nUnconfirmed atomic.Int64
 
 	slots    *endpointSlots
 	payloads *payloads
@@ -203,16 +210,27 @@ func (e *attemptError) Error() string {
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	args := job.Args
-	if job.Attempt > 1 || unsettled(job) {
+	_, parkUnconfirmed := w.unconfirmed.LoadAndDelete(job.ID)
+	if parkUnconfirmed {
+		w.nUnconfirmed.Add(-1)
+	}
+	if job.Attempt > 1 || unsettled(job) || parkUnconfirmed {
 		// A retry, a job rescued from a process that died after its
 		// attempt was recorded but before River marked the job done, or
 		// one whose last record may have committed unacknowledged: do not
-		// send again what the ledger already settled.
-		status, series, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
+		// send again what the ledger already settled, nor a delivery this
+		// job no longer owns (parked, or released to another job).
+		p, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if parkUnconfirmed {
+				w.markUnconfirmed(job.ID)
+			}
 			return river.JobSnooze(time.Second + w.jitter())
 		}
-		if err != nil || series != args.Series || status == store.DeliveryDelivered || status == store.DeliveryFailed || status == store.DeliveryHeld || status == store.DeliveryExpired {
+		if err != nil || p.Series != args.Series || p.Status == store.DeliveryDelivered || p.Status == store.DeliveryFailed || p.Status == store.DeliveryHeld || p.Status == store.DeliveryExpired {
+			return nil
+		}
+		if p.JobID == nil || *p.JobID != job.ID {
 			return nil
 		}
 	}
@@ -363,21 +381,43 @@ func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm A
 	until := adm.RetryAt
 	update := store.StatusUpdate{
 		DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
-		BreakerOpenUntil: &until,
+		BreakerOpenUntil: &until, JobID: job.ID,
 	}
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
 		update.Park = true
-		if err := w.record(ctx, nil, nil, update); err == nil {
+		err := w.record(ctx, nil, nil, update)
+		if err == nil {
 			if w.deps.Metrics != nil {
 				w.deps.Metrics.Parked.Inc()
 			}
 			return nil
 		}
-		// Not parked: fall back to waiting on a snoozed job.
-		update.Park = false
+		// The park may have committed with its answer lost, leaving the
+		// delivery to the unparker, which may release it to a new job: this
+		// job's next run checks that it still owns the delivery before it
+		// sends (here, and in the metadata for a run in another process).
+		w.deps.Logger.WarnContext(ctx, "park_unconfirmed", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
+		w.markUnconfirmed(job.ID)
+		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
+		return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
 	}
 	w.deps.Ledger.RecordAsync(update)
 	return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
+}
+
+// maxUnconfirmed bounds the jobs markUnconfirmed remembers: an entry is
+// dropped only when the job runs again here, and a job may run elsewhere.
+const maxUnconfirmed = 10000
+
+// markUnconfirmed makes the job's next run in this process check that the
+// job still owns its delivery.
+func (w *Worker) markUnconfirmed(jobID int64) {
+	if w.nUnconfirmed.Load() >= maxUnconfirmed {
+		return // the job's metadata still says so
+	}
+	if _, had := w.unconfirmed.LoadOrStore(jobID, struct{}{}); !had {
+		w.nUnconfirmed.Add(1)
+	}
 }
 
 // finishAttempt records the attempt and returns what River should do: nil to

@@ -307,7 +307,7 @@ type chaosReport struct {
 	TotalSeconds     float64          `json:"total_seconds"`
 }
 
-// TestChaosNothingLost is issue 8's soak: an api, two dispatchers and a
+// TestChaosNothingLost is the soak: an api, two dispatchers and a
 // receiver whose endpoints fail at random (500, hangs past the timeout,
 // 429 with Retry-After, connections closed before and during the answer,
 // 4 MiB bodies), one that answers 401 to everything and one that is down.

@@ -22,12 +22,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hookd/hookd/internal/pgcluster"
 )
 
 var build struct {
-	once sync.Once
-	dir  string
-	err  error
+	once    sync.Once
+	dir     string
+	release func() // retires the watchdog that removes dir if this binary dies
+	err     error
 }
 
 // Binaries builds cmd/api and cmd/dispatcher once and returns their paths.
@@ -40,7 +43,12 @@ func Binaries(t testing.TB) (api, dispatcher string) {
 			return
 		}
 		build.dir = dir
+		if build.release, err = pgcluster.RemoveOnExit(dir); err != nil {
+			build.err = err
+			return
+		}
 		cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "github.com/hookd/hookd/cmd/api", "github.com/hookd/hookd/cmd/dispatcher")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			build.err = fmt.Errorf("go build: %w\n%s", err, out)
@@ -56,6 +64,9 @@ func Binaries(t testing.TB) (api, dispatcher string) {
 func CleanupBinaries() {
 	if build.dir != "" {
 		_ = os.RemoveAll(build.dir)
+	}
+	if build.release != nil {
+		build.release()
 	}
 }
 
@@ -77,7 +88,10 @@ func Start(t testing.TB, name, binary string, env map[string]string, ready *rege
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so a signal meant for the test binary's never
+	// reaches it; killed with the test binary, so a run killed by its
+	// timeout (which skips every cleanup) leaves no process behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &Proc{Name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {

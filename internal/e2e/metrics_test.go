@@ -13,8 +13,8 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// TestMetricsAfterARunWithOneFailingEndpoint is the operator issue's
-// metrics acceptance test: two dispatchers deliver N messages to a healthy
+// TestMetricsAfterARunWithOneFailingEndpoint is the metrics' end-to-end
+// test: two dispatchers deliver N messages to a healthy
 // endpoint and to one answering 500 under a fast class; their /metrics
 // pages, summed as Prometheus would, agree exactly with the delivery log
 // wherever the figure is deterministic.

@@ -38,8 +38,8 @@ func (p *pipeline) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-// TestFanOutDeliversEveryMessageOnce is the pipeline issue's main
-// end-to-end check: 1,000 messages fanned out to 3 endpoints through real
+// TestFanOutDeliversEveryMessageOnce is the pipeline's main end-to-end
+// check: 1,000 messages fanned out to 3 endpoints through real
 // api and dispatcher processes; every one of the 3,000 deliveries arrives
 // once with a valid signature and every attempt is logged.
 func TestFanOutDeliversEveryMessageOnce(t *testing.T) {
@@ -134,22 +134,36 @@ func TestFailingReceiverGetsTheDeliveryOnAttemptThree(t *testing.T) {
 // webhook arrives twice only where the kill interrupted its attempt.
 func TestKilledDispatcherLosesNothing(t *testing.T) {
 	t.Parallel()
+	// The messages are queued before the dispatcher starts, and after its
+	// first 100 requests the receiver answers nothing until the kill: the
+	// kill lands mid-run with attempts in flight however fast or slow the
+	// machine is. Should the kill come late, an attempt that timed out
+	// waiting is retried within a second.
+	const answerFirst = 100
+	var requests atomic.Int64
+	var killed atomic.Bool
 	p := setupPipeline(t, func(r *deliverytest.Request) deliverytest.Response {
+		if !killed.Load() && requests.Add(1) > answerFirst {
+			return deliverytest.Response{Hang: true}
+		}
 		return deliverytest.Response{Status: http.StatusOK, Delay: 20 * time.Millisecond}
 	})
-	env := map[string]string{"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "RESCUE_STUCK_AFTER": "8s"}
-	first := StartDispatcher(t, "dispatcher-1", p.db.URL, env)
+	env := map[string]string{"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "RESCUE_STUCK_AFTER": "8s",
+		"RETRY_SCHEDULE": "0s" + strings.Repeat(",1s", 30)}
 	p.api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": p.receiver.URL("/k"), "secret": testSecret})
 	const messages = 600
 	for i := range messages {
 		p.api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
 	}
-	Eventually(t, time.Minute, 10*time.Millisecond, "some deliveries made", func() bool {
-		return p.receiver.Stats("/k").Delivered >= 100
+	first := StartDispatcher(t, "dispatcher-1", p.db.URL, env)
+	Eventually(t, time.Minute, 10*time.Millisecond, "deliveries made, then attempts in flight", func() bool {
+		st := p.receiver.Stats("/k")
+		return requests.Load() > answerFirst && st.InFlight > 0
 	})
 	first.Kill()
+	killed.Store(true)
 	killedAt := p.receiver.Stats("/k").Delivered
-	require.Less(t, killedAt, messages, "the kill must land mid-run")
+	require.Less(t, killedAt, messages, "the kill landed mid-run")
 	StartDispatcher(t, "dispatcher-2", p.db.URL, env)
 
 	Eventually(t, 3*time.Minute, 200*time.Millisecond, "every delivery delivered after the restart", func() bool {

@@ -66,9 +66,10 @@ func TestGuardedDispatcherBlocksLoopback(t *testing.T) {
 
 	require.Zero(t, rc.Stats("/internal").Requests, "nothing reached the receiver")
 
-	// Let a breaker flush pass, then: no outcome counted, no transition,
-	// still closed in its first generation.
-	time.Sleep(500 * time.Millisecond)
+	// A dispatcher stopping flushes every outcome it counted before it
+	// exits: after that, no outcome counted, no transition, still closed in
+	// its first generation.
+	require.NoError(t, d.Stop(30*time.Second), "a clean exit:\n%s", d.Tail(20))
 	require.Zero(t, count(`SELECT count(*) FROM breaker_buckets WHERE endpoint_id = $1`, e.ID), "no outcome reached the breaker window")
 	require.Zero(t, count(`SELECT count(*) FROM breaker_transitions WHERE endpoint_id = $1`, e.ID))
 	var br struct {

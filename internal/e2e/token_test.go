@@ -66,3 +66,64 @@ func TestStoredTokenLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code, "the bootstrap token still works")
 }
+
+// TestTenantTokenLifecycle: against the real binaries, a tenant token made
+// with `api token create --tenant` reaches its tenant's endpoints only
+// (another tenant's answer 404, the admin-only routes 403); a token made
+// with POST /v1/tokens and revoked with DELETE /v1/tokens/{id}, and one
+// whose expiry comes due, are refused (401) within the 10s cache TTL.
+func TestTenantTokenLifecycle(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	boot := StartAPI(t, db.URL, nil)
+	ctx := context.Background()
+	as := func(token string) *API { return &API{Proc: boot.Proc, URL: boot.URL, Token: token, HTTP: boot.HTTP} }
+	status := func(a *API, method, path string, body any) int {
+		t.Helper()
+		code, err := a.Do(ctx, method, path, body, nil)
+		require.NoError(t, err)
+		return code
+	}
+
+	acme := boot.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook"})
+	globex := boot.CreateEndpoint(t, map[string]any{"tenant_id": "globex", "url": "https://globex.example/hook"})
+	tenant := as(strings.TrimSpace(apiCommand(t, db.URL, "token", "create", "--tenant", "globex", "--expires", "720h")))
+
+	var list struct {
+		Data []Endpoint `json:"data"`
+	}
+	code, err := tenant.Do(ctx, "GET", "/v1/endpoints", nil, &list)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, list.Data, 1)
+	require.Equal(t, globex.ID, list.Data[0].ID)
+	require.Equal(t, http.StatusOK, status(tenant, "GET", "/v1/endpoints/"+globex.ID, nil))
+	require.Equal(t, http.StatusNotFound, status(tenant, "GET", "/v1/endpoints/"+acme.ID, nil))
+	require.Equal(t, http.StatusForbidden, status(tenant, "POST", "/v1/messages", map[string]any{"tenant_id": "acme", "event_type": "a", "payload": 1}))
+	require.Equal(t, http.StatusForbidden, status(tenant, "GET", "/v1/traffic-classes", nil))
+	require.Equal(t, http.StatusForbidden, status(tenant, "POST", "/v1/tokens", map[string]any{"name": "escalate"}))
+
+	// Made and revoked through the API.
+	var made struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	code, err = boot.Do(ctx, "POST", "/v1/tokens", map[string]any{"name": "globex-api", "tenant_id": "globex", "read_only": true}, &made)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	ro := as(made.Token)
+	require.Equal(t, http.StatusOK, status(ro, "GET", "/v1/endpoints/"+globex.ID, nil))
+	require.Equal(t, http.StatusForbidden, status(ro, "POST", "/v1/endpoints/"+globex.ID+"/disable", nil))
+
+	require.Equal(t, http.StatusNoContent, status(boot, "DELETE", "/v1/tokens/"+made.ID, nil))
+	// The CLI's token expires (by the database clock) at the same moment.
+	_, err = db.Pool.Exec(ctx, `UPDATE api_tokens SET created_at = now() - interval '1 hour', expires_at = now() WHERE tenant_id = 'globex' AND NOT read_only`)
+	require.NoError(t, err)
+	ended := time.Now()
+	Eventually(t, 15*time.Second, 100*time.Millisecond, "the revoked and the expired token refused", func() bool {
+		return status(ro, "GET", "/v1/endpoints", nil) == http.StatusUnauthorized &&
+			status(tenant, "GET", "/v1/endpoints", nil) == http.StatusUnauthorized
+	})
+	require.Less(t, time.Since(ended), 12*time.Second, "refused within the 10s cache TTL")
+	require.Equal(t, http.StatusOK, status(boot, "GET", "/v1/endpoints", nil), "the bootstrap token still works")
+}

@@ -11,14 +11,14 @@ import (
 	"github.com/hookd/hookd/internal/replay"
 )
 
-// benchTrace is seed 002's 100 s trace repeated ten times: 100,000 rows at
+// benchTrace is the reference simulation's 100 s trace repeated ten times: 100,000 rows at
 // 100 rps with outages, degraded periods and healthy traffic, so the
 // breaker spends time in every state.
 func benchTrace(b *testing.B) []replay.Row {
 	b.Helper()
 	var phases []replay.Phase
 	for range 10 {
-		phases = append(phases, seed002Phases()...)
+		phases = append(phases, referencePhases()...)
 	}
 	rows, err := replay.Synth(replay.SynthConfig{RPS: 100, Phases: phases, Spacing: replay.SpacingPoisson, Seed: 1})
 	require.NoError(b, err)
@@ -29,9 +29,9 @@ func benchTrace(b *testing.B) []replay.Row {
 // Allow and, for a sent row, one Record of the real breaker per row.
 func BenchmarkReplay(b *testing.B) {
 	rows := benchTrace(b)
-	rate := seed002Config(breaker.TripRate, 5, 0.5, 10*time.Second)
+	rate := referenceConfig(breaker.TripRate, 5, 0.5, 10*time.Second)
 	rate.HalfOpenTrials, rate.OpenJitter = 3, 0.3
-	consecutive := seed002Config(breaker.TripConsecutive, 5, 0.5, 30*time.Second)
+	consecutive := referenceConfig(breaker.TripConsecutive, 5, 0.5, 30*time.Second)
 	for _, bc := range []struct {
 		name string
 		cfg  breaker.Config
@@ -63,7 +63,7 @@ func BenchmarkParseTrace(b *testing.B) {
 	b.ReportMetric(float64(len(rows))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
 
-// BenchmarkSweep measures seed 004's 27-config sweep over the trace as
+// BenchmarkSweep measures the default grid's 27-config sweep over the trace as
 // quiet and incident traces, in replayed rows per second on every core.
 func BenchmarkSweep(b *testing.B) {
 	rows := benchTrace(b)

@@ -213,7 +213,8 @@ func mustMarshal(t *testing.T, v any) []byte {
 	return data
 }
 
-// TestReplayEvents prints each transition as it happens, seed 003 style.
+// TestReplayEvents prints each transition as it happens, one line per
+// event, as a transcript.
 func TestReplayEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -237,8 +237,7 @@ func WriteText(w io.Writer, r Report, seed uint64) error {
 	return nil
 }
 
-// FormatEvent returns e as one line of a transcript, in the style of seed
-// 003's demo: the time since the first row, the row, its outcome, the
+// FormatEvent returns e as one line of a transcript: the time since the first row, the row, its outcome, the
 // transition and its reason, the window at that moment, and what the
 // request became. When abs is set the row's instant follows the offset.
 func FormatEvent(e Event, abs bool) string {

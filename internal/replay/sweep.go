@@ -23,8 +23,10 @@ type Grid struct {
 	Mins []int
 }
 
-// DefaultGrid returns seed 004's grid: rates 0.3, 0.5 and 0.7 x windows of
-// 30, 60 and 120 s x minimum throughputs of 10, 20 and 50.
+// DefaultGrid returns the 27-config grid: rates 0.3, 0.5 and 0.7 x windows
+// of 30, 60 and 120 s x minimum throughputs of 10, 20 and 50, spanning a
+// strict-to-lenient threshold, a short-to-long window and a low-to-high
+// evidence floor around the class defaults.
 func DefaultGrid() Grid {
 	return Grid{
 		Rates:   []float64{0.3, 0.5, 0.7},

@@ -11,7 +11,7 @@ import (
 	"github.com/hookd/hookd/internal/replay"
 )
 
-func TestDefaultGridIsSeed004s(t *testing.T) {
+func TestDefaultGrid(t *testing.T) {
 	t.Parallel()
 	configs := replay.DefaultGrid().Configs(breaker.DefaultConfig())
 	require.Len(t, configs, 27)
@@ -85,7 +85,7 @@ func TestSweepFindsTheConfigThatSeparatesDegradedFromDown(t *testing.T) {
 		require.Equal(t, 0.1, c.Config.FailureRateThreshold)
 		require.Positive(t, c.FalseTrips())
 	}
-	// Seed 002's formula: 10 s x (0.3 - 0.02) / 0.98 = 2.9 s after the
+	// The time-to-open estimate: 10 s x (0.3 - 0.02) / 0.98 = 2.9 s after the
 	// outage starts (Poisson arrivals make it a little earlier or later).
 	d, ok := best.Detection()
 	require.True(t, ok)

@@ -44,9 +44,9 @@ func TestParsePhase(t *testing.T) {
 	}
 }
 
-// seed002Phases is seed 002's trace: 2% background errors, a 10 s outage,
+// referencePhases is the reference simulation's trace: 2% background errors, a 10 s outage,
 // healthy traffic, 20 s at 20% errors, healthy traffic; 100 s in all.
-func seed002Phases() []replay.Phase {
+func referencePhases() []replay.Phase {
 	return []replay.Phase{
 		{Name: "before", Duration: 30 * time.Second, FailureRate: 0.02},
 		{Name: "outage", Duration: 10 * time.Second, FailureRate: 1},
@@ -58,7 +58,7 @@ func seed002Phases() []replay.Phase {
 
 func TestSynthFixedSpacing(t *testing.T) {
 	t.Parallel()
-	rows, err := replay.Synth(replay.SynthConfig{RPS: 100, Phases: seed002Phases(), Spacing: replay.SpacingFixed, Seed: 7})
+	rows, err := replay.Synth(replay.SynthConfig{RPS: 100, Phases: referencePhases(), Spacing: replay.SpacingFixed, Seed: 7})
 	require.NoError(t, err)
 	require.Len(t, rows, 10000)
 	counts := map[string]int{}
@@ -82,7 +82,7 @@ func TestSynthIsDeterministicBySeed(t *testing.T) {
 		t.Run(string(spacing), func(t *testing.T) {
 			t.Parallel()
 			gen := func(seed uint64) []replay.Row {
-				rows, err := replay.Synth(replay.SynthConfig{RPS: 50, Phases: seed002Phases(), Spacing: spacing, Seed: seed})
+				rows, err := replay.Synth(replay.SynthConfig{RPS: 50, Phases: referencePhases(), Spacing: spacing, Seed: seed})
 				require.NoError(t, err)
 				return rows
 			}
@@ -94,7 +94,7 @@ func TestSynthIsDeterministicBySeed(t *testing.T) {
 
 func TestSynthPoissonSpacing(t *testing.T) {
 	t.Parallel()
-	rows, err := replay.Synth(replay.SynthConfig{RPS: 100, Phases: seed002Phases(), Spacing: replay.SpacingPoisson, Seed: 3})
+	rows, err := replay.Synth(replay.SynthConfig{RPS: 100, Phases: referencePhases(), Spacing: replay.SpacingPoisson, Seed: 3})
 	require.NoError(t, err)
 	// 10000 expected, standard deviation 100.
 	require.InDelta(t, 10000, len(rows), 500)

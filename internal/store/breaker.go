@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -177,21 +178,28 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		pruneWin = make([]time.Duration, len(prune))
 	)
 	for i, p := range prune {
-		pruneIDs[i], pruneWin[i] = p.EndpointID, p.Window
+		pruneIDs[i], pruneWin[i] = p.EndpointID, breaker.BucketSpan(p.Window)
 	}
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
 	}
+	// Every flush locks the breaker rows of its runs in endpoint order, so
+	// two flushes of the same endpoints never wait for each other in a
+	// cycle (which Postgres breaks by aborting one, tally and all).
+	runs = slices.SortedFunc(slices.Values(runs), func(a, b RunCount) int { return strings.Compare(a.EndpointID, b.EndpointID) })
 	for i, r := range runs {
 		runIDs[i], runGens[i], runFails[i], runPre[i], runMax[i], runSuf[i], runMixed[i] =
 			r.EndpointID, r.Generation, int32(r.Run.Failures), int32(r.Run.Prefix), int32(r.Run.Max), int32(r.Run.Suffix), r.Run.Mixed
 	}
 	for i, w := range want {
-		wantIDs[i], wantWin[i] = w.EndpointID, w.Window
+		wantIDs[i], wantWin[i] = w.EndpointID, breaker.BucketSpan(w.Window)
 	}
 	var out []Evidence
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
+		batch.Queue(`
+			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
+			ORDER BY endpoint_id FOR UPDATE`, runIDs)
 		batch.Queue(`
 			INSERT INTO breaker_buckets AS bb (endpoint_id, generation, bucket_start, successes, failures)
 			SELECT i.endpoint_id, i.generation, i.bucket_start, i.successes, i.failures
@@ -218,19 +226,24 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
 				coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
 				coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
-			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
+			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
 			JOIN breaker_states s ON s.endpoint_id = w.endpoint_id
 			LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
-				AND b.bucket_start > clock_timestamp() - w.win - w.win / 10
+				AND b.bucket_start > clock_timestamp() - w.span
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
 		batch.Queue(`
-			DELETE FROM breaker_buckets b
-			USING unnest($1::text[], $2::interval[]) AS w(endpoint_id, win)
-			WHERE b.endpoint_id = w.endpoint_id AND b.bucket_start < clock_timestamp() - w.win - w.win / 10`,
+			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM breaker_buckets b
+				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
+				WHERE b.bucket_start < clock_timestamp() - w.span
+				FOR UPDATE OF b SKIP LOCKED))`,
 			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock breakers: %w", err)
+		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("add to breaker buckets: %w", err)
 		}
@@ -375,14 +388,16 @@ func saveBreaker(ctx context.Context, q queryRower, id string, prev int64, b bre
 }
 
 // PruneBuckets deletes buckets of past generations and buckets older than
-// keep, at most limit rows, and returns how many went.
+// keep, at most limit rows, and returns how many went. Rows a flush has
+// locked are skipped (whoever locked them deletes or updates them), so a
+// prune never waits on a flush in a cycle.
 func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM breaker_buckets WHERE ctid IN (
+		DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
 			SELECT b.ctid FROM breaker_buckets b
 			LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
 			WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
-			LIMIT $2)`, keep, limit)
+			LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune breaker buckets: %w", err)
 	}
@@ -396,10 +411,22 @@ func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int)
 // connection closes and Postgres releases the lock at once, so another
 // worker can probe; idle_session_timeout on these connections bounds a host
 // that vanished without closing its sockets.
+//
+// A worker never waits for a trial connection: a slot token (one per pool
+// connection) is taken without blocking, so a full pool answers "busy" at
+// once, and every step of a trial (taking the lock, reading and writing the
+// breaker, recording the outcome, unlocking) has its own deadline, so a
+// stalled database cannot hold a worker, a lock or a connection for good.
 type TrialPool struct {
-	pool  *pgxpool.Pool
-	store *Store
+	pool   *pgxpool.Pool
+	store  *Store
+	tokens chan struct{}
+	// step bounds each trial step (default trialStepTimeout).
+	step time.Duration
 }
+
+// trialStepTimeout bounds each statement group of a trial.
+const trialStepTimeout = 5 * time.Second
 
 // OpenTrialPool opens the trial pool: size connections at most, each ended
 // by the server after idleTimeout without a statement; appName names the pool's sessions in pg_stat_activity.
@@ -417,7 +444,7 @@ func (s *Store) OpenTrialPool(ctx context.Context, url string, size int32, idleT
 	if err != nil {
 		return nil, fmt.Errorf("open trial pool: %w", err)
 	}
-	return &TrialPool{pool: pool, store: s}, nil
+	return &TrialPool{pool: pool, store: s, tokens: make(chan struct{}, size), step: trialStepTimeout}, nil
 }
 
 // Close closes the pool.
@@ -425,55 +452,101 @@ func (p *TrialPool) Close() { p.pool.Close() }
 
 // Trial is an admitted half-open probe holding its slot's lock.
 type Trial struct {
+	pool       *TrialPool
 	conn       *pgxpool.Conn
 	endpointID string
 	lockKey    int64
 	ticket     breaker.Ticket
 }
 
+// trialKeySQL is the advisory lock key of trial slot slot of endpoint id
+// (both SQL expressions): the one definition every statement uses.
+func trialKeySQL(id, slot string) string {
+	return `hashtextextended('hookd-trial/' || ` + id + ` || '/' || ` + slot + `, 0)`
+}
+
+// trialsHeldSQL counts the granted trial slot locks of endpoint id among
+// its first slots slots (SQL expressions), this session's own included.
+// pg_locks splits a bigint advisory key into classid (high 32 bits) and
+// objid (low 32 bits).
+func trialsHeldSQL(id, slots string) string {
+	k := trialKeySQL(id, "slot")
+	return `(SELECT count(*) FROM pg_locks l, generate_series(0, ` + slots + ` - 1) AS slot
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.classid::bigint = (` + k + ` >> 32) & 4294967295
+			AND l.objid::bigint = ` + k + ` & 4294967295)`
+}
+
 // trialLockSQL takes the first free slot lock of an endpoint, if any.
-const trialLockSQL = `
+var trialLockSQL = `
 	SELECT k FROM (
-		SELECT hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) AS k
+		SELECT ` + trialKeySQL("$1", "slot") + ` AS k
 		FROM generate_series(0, $2 - 1) AS slot
 	) keys
 	WHERE pg_try_advisory_lock(k)
 	LIMIT 1`
 
+// trialBreakerSQL locks an endpoint's breaker row ($1) and reads it with the
+// database's time and the trial slot locks held among its $2 slots.
+var trialBreakerSQL = `SELECT ` + breakerColumns + `, clock_timestamp(), ` + trialsHeldSQL("s.endpoint_id", "$2") + `
+	FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE OF s`
+
 // Acquire tries to admit a trial to endpointID's breaker under config c at
 // the database's time. It returns the Trial (nil unless the decision is a
 // Trial admission), the decision, and the breaker as stored afterwards. When
 // every slot is taken the decision is Rejected with reason half_open_busy.
+//
+// When every connection of this process's pool is held by a trial in flight
+// it answers Rejected with reason half_open_busy at once, without waiting.
 func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Config, meta TransitionMeta) (*Trial, breaker.Decision, breaker.Breaker, error) {
+	busy := breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}
+	select {
+	case p.tokens <- struct{}{}:
+	default:
+		return nil, busy, breaker.Breaker{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.step)
+	defer cancel()
+	// With a token the pool has a connection to spare: this waits at most
+	// for a new connection to be dialled, within the step's deadline.
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
+		<-p.tokens
 		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("acquire trial connection: %w", err)
 	}
-	var key int64
-	err = conn.QueryRow(ctx, trialLockSQL, endpointID, c.HalfOpenConcurrency).Scan(&key)
+	t := &Trial{pool: p, conn: conn, endpointID: endpointID}
+	err = conn.QueryRow(ctx, trialLockSQL, endpointID, c.HalfOpenConcurrency).Scan(&t.lockKey)
 	if errors.Is(err, pgx.ErrNoRows) {
+		t.conn, t.lockKey = nil, 0
 		conn.Release()
-		return nil, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, breaker.Breaker{}, nil
+		<-p.tokens
+		return nil, busy, breaker.Breaker{}, nil
 	}
 	if err != nil {
+		// The lock may have been taken with its answer lost: close the
+		// connection, which releases it on the server.
+		cctx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Conn().Close(cctx)
+		cancelClose()
 		conn.Release()
+		<-p.tokens
 		return nil, breaker.Decision{}, breaker.Breaker{}, fmt.Errorf("take trial lock: %w", err)
 	}
-	t := &Trial{conn: conn, endpointID: endpointID, lockKey: key}
 	var (
 		dec   breaker.Decision
 		after breaker.Breaker
 	)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var now time.Time
-		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, endpointID), &now)
+		var held int
+		_, b, err := scanBreaker(tx.QueryRow(ctx, trialBreakerSQL, endpointID, c.HalfOpenConcurrency), &now, &held)
 		if err != nil {
 			return fmt.Errorf("lock breaker: %w", err)
 		}
 		prev := b.Generation
-		// Holding a slot's lock means fewer than half_open_concurrency
-		// trials are in flight fleet-wide: the locks are the count.
-		b.TrialsInFlight = 0
+		// The slot locks are the fleet's count of trials in flight; ours,
+		// just taken, is not yet one of them.
+		b.TrialsInFlight = max(held-1, 0)
 		dec = b.Allow(c, now.UTC())
 		after = b
 		if dec.Transition != nil {
@@ -495,18 +568,22 @@ func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Co
 // releases its slot and returns the result and the breaker as stored.
 func (t *Trial) Finish(ctx context.Context, c breaker.Config, o breaker.Outcome, rnd func() float64, meta TransitionMeta) (breaker.Result, breaker.Breaker, error) {
 	defer t.release(ctx)
+	ctx, cancel := context.WithTimeout(ctx, t.pool.step)
+	defer cancel()
 	var (
 		res   breaker.Result
 		after breaker.Breaker
 	)
 	err := pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
 		var now time.Time
-		_, b, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+`, clock_timestamp() FROM breaker_states s WHERE s.endpoint_id = $1 FOR UPDATE`, t.endpointID), &now)
+		var held int
+		_, b, err := scanBreaker(tx.QueryRow(ctx, trialBreakerSQL, t.endpointID, c.HalfOpenConcurrency), &now, &held)
 		if err != nil {
 			return fmt.Errorf("lock breaker: %w", err)
 		}
 		prev := b.Generation
-		b.TrialsInFlight = 1
+		// The slot locks held, ours included, are the trials in flight.
+		b.TrialsInFlight = max(held, 1)
 		res = b.Record(c, now.UTC(), t.ticket, o, rnd)
 		after = b
 		if !res.Applied {
@@ -527,13 +604,14 @@ func (t *Trial) release(ctx context.Context) {
 	if t.conn == nil {
 		return
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.pool.step)
 	defer cancel()
 	if _, err := t.conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, t.lockKey); err != nil {
 		_ = t.conn.Conn().Close(uctx)
 	}
 	t.conn.Release()
 	t.conn = nil
+	<-t.pool.tokens
 }
 
 // BreakerStatus is a breaker as the API shows it: its stored fields and
@@ -566,9 +644,9 @@ func (s *Store) GetBreakerStatus(ctx context.Context, endpointID string, c break
 		FROM breaker_states s
 		JOIN endpoints e ON e.id = s.endpoint_id AND e.deleted_at IS NULL
 		LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
-			AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10
+			AND b.bucket_start > clock_timestamp() - $2::interval
 		WHERE s.endpoint_id = $1
-		GROUP BY s.endpoint_id`, endpointID, c.Window), &st.Now, &updated, &starts, &succ, &fail)
+		GROUP BY s.endpoint_id`, endpointID, breaker.BucketSpan(c.Window)), &st.Now, &updated, &starts, &succ, &fail)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return BreakerStatus{}, err
@@ -695,13 +773,8 @@ type BreakerSummary struct {
 }
 
 // trialInFlightSQL reports whether any trial slot lock of the endpoint $1
-// with $2 slots is held: pg_locks splits a bigint advisory key into classid
-// (high 32 bits) and objid (low 32 bits).
-const trialInFlightSQL = `EXISTS (
-	SELECT 1 FROM pg_locks l, generate_series(0, $2 - 1) AS slot
-	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		AND l.classid::bigint = (hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) >> 32) & 4294967295
-		AND l.objid::bigint = hashtextextended('hookd-trial/' || $1 || '/' || slot, 0) & 4294967295)`
+// with $2 slots is held.
+var trialInFlightSQL = trialsHeldSQL("$1", "$2") + ` > 0`
 
 // BreakerDetails returns an endpoint's breaker status with whether a trial
 // is in flight and its opens in the last 24 hours.
@@ -799,7 +872,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	brows, err := s.pool.Query(ctx, `
 		SELECT b.endpoint_id, b.bucket_start, b.successes, b.failures
 		FROM breaker_buckets b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
-		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval - $2::interval / 10`, customPlan, ids, longest)
+		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval`, customPlan, ids, breaker.BucketSpan(longest))
 	if err != nil {
 		return nil, fmt.Errorf("list breaker windows: %w", err)
 	}
@@ -820,11 +893,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	xrows, err := s.pool.Query(ctx, `
 		SELECT i.id,
 			(SELECT count(*) FROM breaker_transitions t WHERE t.endpoint_id = i.id AND t.to_state = 'open' AND NOT t.shadow AND t.at > now() - interval '24 hours'),
-			EXISTS (
-				SELECT 1 FROM pg_locks l, generate_series(0, i.slots - 1) AS slot
-				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-					AND l.classid::bigint = (hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) >> 32) & 4294967295
-					AND l.objid::bigint = hashtextextended('hookd-trial/' || i.id || '/' || slot, 0) & 4294967295)
+			`+trialsHeldSQL("i.id", "i.slots")+` > 0
 		FROM unnest($1::text[], $2::int[]) AS i(id, slots)`, ids, slots)
 	if err != nil {
 		return nil, fmt.Errorf("list breaker activity: %w", err)

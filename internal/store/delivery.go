@@ -259,6 +259,10 @@ type StatusUpdate struct {
 	// Park, with status waiting, detaches the delivery from its job: it
 	// waits without one until ReleaseParked queues it again.
 	Park bool
+	// JobID is the job that made the update (0: none known). A park
+	// applies only while that job owns the delivery (its job_id), so a
+	// stale job can never detach the job that owns it now.
+	JobID int64
 }
 
 // AuthRule is a class's 401/403 auto-disable rule.
@@ -368,9 +372,13 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			lastErrs  = make([]*string, n)
 			openUntil = make([]*time.Time, n)
 			parks     = make([]bool, n)
+			jobs      = make([]*int64, n)
 		)
 		for i, u := range updates {
 			parks[i] = u.Park && u.Status == DeliveryWaiting
+			if u.JobID != 0 {
+				jobs[i] = &u.JobID
+			}
 			ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
 			lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
 			if u.LastStatusCode != nil {
@@ -394,15 +402,16 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				job_id = CASE WHEN u.park THEN NULL ELSE d.job_id END,
 				updated_at = now()
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
-				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[])
+				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[])
 				AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
-					last_status_code, last_error, breaker_open_until, park)
+					last_status_code, last_error, breaker_open_until, park, job_id)
 			WHERE d.id = u.id AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
 				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
+				AND (NOT u.park OR u.job_id IS NULL OR d.job_id = u.job_id)
 				AND (u.status <> 'held' OR EXISTS (
 					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
 			RETURNING d.id, u.status`, customPlan,
-			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks)
+			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
@@ -467,23 +476,32 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 		if m.Status == DeliveryDelivered || m.Status == DeliveryExpired || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
 			continue
 		}
-		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park
+		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
 	}
 	return out
 }
 
-// DeliveryProgress returns a delivery's stored status and series: what a
-// re-run job checks so it does not resend what an earlier run already
-// recorded.
-func (s *Store) DeliveryProgress(ctx context.Context, id string) (status string, series int, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT status, series FROM deliveries WHERE id = $1`, id).Scan(&status, &series)
+// Progress is what a re-run job checks before sending: the delivery's
+// stored status and series, and the job that owns it (nil while parked).
+type Progress struct {
+	Status string
+	Series int
+	JobID  *int64
+}
+
+// DeliveryProgress returns a delivery's Progress: what a re-run job checks
+// so it does not resend what an earlier run already recorded, nor send a
+// delivery another job (or the unparker) owns now.
+func (s *Store) DeliveryProgress(ctx context.Context, id string) (Progress, error) {
+	var p Progress
+	err := s.pool.QueryRow(ctx, `SELECT status, series, job_id FROM deliveries WHERE id = $1`, id).Scan(&p.Status, &p.Series, &p.JobID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, ErrNotFound
+		return Progress{}, ErrNotFound
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("load delivery progress: %w", err)
+		return Progress{}, fmt.Errorf("load delivery progress: %w", err)
 	}
-	return status, series, nil
+	return p, nil
 }
 
 // authSummary is one endpoint's auth outcomes within a batch, in order.
@@ -706,11 +724,19 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	for i, q := range batch {
 		ids[i] = q.ID
 	}
-	if _, err := tx.Exec(ctx, `
+	// Compare-and-set on what was selected: a row that is no longer held
+	// or parked is not given a second job.
+	tag, err := tx.Exec(ctx, `
 		UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL,
 			breaker_open_until = NULL, updated_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id`, customPlan, ids, jobIDs); err != nil {
+		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND `+which, customPlan, ids, jobIDs)
+	if err != nil {
 		return 0, fmt.Errorf("release deliveries: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(batch) {
+		// Rows locked FOR UPDATE cannot change under us: this is a bug,
+		// and the jobs just queued must not commit.
+		return 0, fmt.Errorf("release deliveries: %d of %d rows still releasable", tag.RowsAffected(), len(batch))
 	}
 	return len(batch), nil
 }
@@ -734,6 +760,12 @@ type ParkedEndpoint struct {
 	Breaker       breaker.Breaker
 	Now           time.Time
 	TrialInFlight bool
+	// Queued counts the endpoint's deliveries that have a job due now
+	// (queued, running, or snoozed): the backlog a release adds to.
+	Queued int
+	// Failures counts the failures in the shared buckets of the breaker's
+	// current generation: for a closed breaker, those since it closed.
+	Failures int
 }
 
 // maxTrialSlots bounds the trial slots ParkedEndpoints looks at when it
@@ -751,11 +783,10 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 			GROUP BY endpoint_id
 		)
 		SELECT `+breakerColumns+`, p.parked, clock_timestamp(),
-			EXISTS (
-				SELECT 1 FROM pg_locks l, generate_series(0, $1 - 1) AS slot
-				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-					AND l.classid::bigint = (hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) >> 32) & 4294967295
-					AND l.objid::bigint = hashtextextended('hookd-trial/' || s.endpoint_id || '/' || slot, 0) & 4294967295)
+			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
+			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = p.endpoint_id AND q.status IN ('pending', 'waiting')
+				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
+			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation)
 		FROM p JOIN breaker_states s ON s.endpoint_id = p.endpoint_id`, maxTrialSlots, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
@@ -765,7 +796,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 	for rows.Next() {
 		var pe ParkedEndpoint
 		var now time.Time
-		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight)
+		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures)
 		if err != nil {
 			return nil, fmt.Errorf("list parked endpoints: %w", err)
 		}

@@ -230,12 +230,29 @@ func updateEndpointTx(ctx context.Context, q queryRower, id, set string, args ..
 	return e, err
 }
 
+// LastErrorEndpointDeleted is the last_error of a delivery that failed
+// because its endpoint was deleted.
+const LastErrorEndpointDeleted = "endpoint deleted"
+
 // DeleteEndpoint soft-deletes an endpoint: its history stays, it receives
-// nothing more, and its pending deliveries fail with reason endpoint_deleted
-// when their jobs next run.
+// nothing more, and, in the same transaction, every delivery it still owns
+// (queued, retrying, waiting on its breaker, parked or held, whatever the
+// breaker's state) fails with last_error LastErrorEndpointDeleted. A job
+// left behind finds the endpoint gone and sends nothing; an attempt in
+// flight at the delete still records what the endpoint answered.
 func (s *Store) DeleteEndpoint(ctx context.Context, id string) error {
-	_, err := s.updateEndpoint(ctx, id, `deleted_at = now()`)
-	return err
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := updateEndpointTx(ctx, tx, id, `deleted_at = now()`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE deliveries SET status = 'failed', last_error = $2, next_attempt_at = NULL,
+				breaker_open_until = NULL, updated_at = now()
+			WHERE endpoint_id = $1 AND status IN ('pending', 'waiting', 'held')`, id, LastErrorEndpointDeleted); err != nil {
+			return fmt.Errorf("settle deleted endpoint's deliveries: %w", err)
+		}
+		return nil
+	})
 }
 
 // SetEndpointStatus enables or disables an endpoint. reason is stored with a

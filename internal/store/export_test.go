@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -34,6 +35,9 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 	defer c.mu.Unlock()
 	return c.groups, c.messages
 }
+
+// SetStepTimeout changes the deadline of each trial step.
+func (p *TrialPool) SetStepTimeout(d time.Duration) { p.step = d }
 
 // GetDeliverySQL is GetDelivery's statement.
 const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`

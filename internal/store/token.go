@@ -10,33 +10,73 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Token scopes: an admin token reaches every tenant and the operational
+// routes; a tenant token reaches only its TenantID's objects.
+const (
+	ScopeAdmin  = "admin"
+	ScopeTenant = "tenant"
+)
+
 // APIToken is a stored API token as listed: never the token, nor its hash.
 type APIToken struct {
-	ID         string
-	Name       string
+	ID   string
+	Name string
+	// Scope is ScopeAdmin or ScopeTenant; TenantID is set exactly for
+	// ScopeTenant.
+	Scope    string
+	TenantID string
+	// ReadOnly tokens may make no change.
+	ReadOnly   bool
 	CreatedAt  time.Time
+	ExpiresAt  *time.Time
 	LastUsedAt *time.Time
 	RevokedAt  *time.Time
 }
 
-const apiTokenColumns = `id, name, created_at, last_used_at, revoked_at`
+const apiTokenColumns = `id, name, scope, coalesce(tenant_id, ''), read_only, created_at, expires_at, last_used_at, revoked_at`
 
 func apiTokenDest(t *APIToken) []any {
-	return []any{&t.ID, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt}
+	return []any{&t.ID, &t.Name, &t.Scope, &t.TenantID, &t.ReadOnly, &t.CreatedAt, &t.ExpiresAt, &t.LastUsedAt, &t.RevokedAt}
 }
 
-// CreateAPIToken stores a token under name by its SHA-256 sum (the token
-// itself is never stored). It returns ErrConflict when a live token already
-// has the name.
-func (s *Store) CreateAPIToken(ctx context.Context, name string, sum [32]byte) (APIToken, error) {
+// liveToken is the condition of a token that authenticates: not revoked
+// and not expired, by the database clock.
+const liveToken = `revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`
+
+// NewAPIToken is a token to store.
+type NewAPIToken struct {
+	Name string
+	// Sum is the token's SHA-256; the token itself is never stored.
+	Sum [32]byte
+	// TenantID binds the token to one tenant; empty makes an admin token.
+	TenantID string
+	ReadOnly bool
+	// ExpiresIn, when positive, ends the token that long after its
+	// creation (by the database clock).
+	ExpiresIn time.Duration
+}
+
+// CreateAPIToken stores a token by its SHA-256 sum. It returns ErrConflict
+// when a live token already has the name.
+func (s *Store) CreateAPIToken(ctx context.Context, in NewAPIToken) (APIToken, error) {
+	scope, tenant := ScopeAdmin, (*string)(nil)
+	if in.TenantID != "" {
+		scope, tenant = ScopeTenant, &in.TenantID
+	}
+	var expiresIn *float64
+	if in.ExpiresIn > 0 {
+		secs := in.ExpiresIn.Seconds()
+		expiresIn = &secs
+	}
 	var t APIToken
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO api_tokens (id, name, sha256) VALUES ($1, $2, $3)
-		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), name, sum[:]).Scan(apiTokenDest(&t)...)
+		INSERT INTO api_tokens (id, name, sha256, scope, tenant_id, read_only, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), in.Name, in.Sum[:], scope, tenant, in.ReadOnly, expiresIn).Scan(apiTokenDest(&t)...)
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "api_tokens_live_name_idx":
-		return APIToken{}, fmt.Errorf("%w: a live token is already named %q", ErrConflict, name)
+		return APIToken{}, fmt.Errorf("%w: a live token is already named %q", ErrConflict, in.Name)
 	case isUniqueViolation(err):
 		return APIToken{}, fmt.Errorf("%w: the token is already stored", ErrConflict)
 	}
@@ -46,9 +86,14 @@ func (s *Store) CreateAPIToken(ctx context.Context, name string, sum [32]byte) (
 	return t, nil
 }
 
-// ListAPITokens returns every token, revoked ones included, oldest first.
-func (s *Store) ListAPITokens(ctx context.Context) ([]APIToken, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens ORDER BY id`)
+// ListAPITokens returns a page of tokens, revoked and expired ones
+// included, oldest first; a zero Limit means every token.
+func (s *Store) ListAPITokens(ctx context.Context, p Page) ([]APIToken, error) {
+	limit := (*int)(nil)
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens WHERE id > $1 ORDER BY id LIMIT $2`, p.After, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list api tokens: %w", err)
 	}
@@ -70,8 +115,8 @@ type TokenRef struct {
 	Name string
 }
 
-// RevokeAPIToken revokes the live token ref names and returns it. It
-// returns ErrNotFound when no live token matches.
+// RevokeAPIToken revokes the unrevoked token ref names (an expired one
+// included) and returns it. It returns ErrNotFound when none matches.
 func (s *Store) RevokeAPIToken(ctx context.Context, ref TokenRef) (APIToken, error) {
 	col, val := "id", ref.ID
 	if ref.ID == "" {
@@ -97,8 +142,8 @@ const TokenUseResolution = time.Minute
 // LookupAPIToken returns the live token whose SHA-256 is sum, with the
 // stored hash for the caller's constant-time comparison, and stamps its
 // last use in the same statement, writing at most once per
-// TokenUseResolution. It returns ErrNotFound for an unknown or revoked
-// token.
+// TokenUseResolution. It returns ErrNotFound for an unknown, revoked or
+// expired token.
 func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []byte, error) {
 	var (
 		t      APIToken
@@ -106,7 +151,7 @@ func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []b
 	)
 	err := s.pool.QueryRow(ctx, `
 		WITH live AS (
-			SELECT `+apiTokenColumns+`, sha256 FROM api_tokens WHERE sha256 = $1 AND revoked_at IS NULL
+			SELECT * FROM api_tokens WHERE sha256 = $1 AND `+liveToken+`
 		), touched AS (
 			UPDATE api_tokens a SET last_used_at = now() FROM live
 			WHERE a.id = live.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - make_interval(secs => $2))
@@ -121,12 +166,15 @@ func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []b
 	return t, stored, nil
 }
 
-// LiveAPITokenName reports whether a live (unrevoked) token has name. A
-// dashboard session names its token, not the token itself, so this is how
-// a session learns that its token was revoked.
+// LiveAPITokenName reports whether a live (unrevoked, unexpired), writable
+// admin token has name. A dashboard session names its token, not the token
+// itself, so this is how a session learns that its token was revoked or
+// expired; only such tokens open dashboard sessions, so a later tenant or
+// read-only token of a reused name does not keep one alive.
 func (s *Store) LiveAPITokenName(ctx context.Context, name string) (bool, error) {
 	var live bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens WHERE name = $1 AND revoked_at IS NULL)`, name).Scan(&live)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens
+		WHERE name = $1 AND scope = 'admin' AND NOT read_only AND `+liveToken+`)`, name).Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("look up api token name: %w", err)
 	}

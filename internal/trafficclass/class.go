@@ -1,8 +1,9 @@
 // Package trafficclass owns traffic classes: the named, stored breaker configs
 // that endpoints are bucketed into by measured traffic volume, together with
 // each class's 401/403 auto-disable rule and its enforce (shadow mode) flag.
-// It holds the four built-in classes and the rule they are derived with
-// (seed 004's min_throughput rule and seed 002's detection-time formula), the
+// It holds the four built-in classes and the rules they are derived with
+// (min_throughput is half a window's requests, floored; the window comes
+// from the time a full outage takes to open it), the
 // strict JSON form of a class, and the pure statistics that turn an endpoint's
 // measured traffic into a class. It does no I/O and reads no clock: storage,
 // the API and the reclassification job are built on its types elsewhere.
@@ -198,7 +199,7 @@ func Default(name string) Class {
 	}
 }
 
-// MinThroughputFor returns seed 004's minimum-throughput rule: half the
+// MinThroughputFor returns the minimum-throughput rule: half the
 // requests expected in one window at rps requests/s, never below floor,
 //
 //	max(floor, ceil(rps * window * 0.5))
@@ -223,7 +224,7 @@ func MinThroughputFor(rps float64, window time.Duration, floor int) int {
 	return max(floor, int(need))
 }
 
-// TimeToOpen returns seed 002's estimate of how long a rate breaker takes to
+// TimeToOpen returns the estimate of how long a rate breaker takes to
 // open once an endpoint goes fully down: the failure fraction in the window
 // climbs from baseline towards 1 and crosses threshold after
 //
@@ -283,8 +284,8 @@ func (c Class) Validate() error {
 
 // Noisy reports whether an endpoint whose healthy error rate is
 // healthyErrorRate is too noisy for c's breaker: c trips on a failure rate
-// and its threshold sits within NoiseFactor of that healthy rate (seed 002:
-// the threshold should sit at least a few times above it). A breaker that
+// and its threshold sits within NoiseFactor of that healthy rate (a
+// threshold belongs at least a few times above it, or normal noise trips it). A breaker that
 // trips on consecutive failures, or a NaN or non-positive rate, is never
 // reported.
 func (c Class) Noisy(healthyErrorRate float64) bool {

@@ -79,7 +79,7 @@ func TestBuiltinsAreFreshCopies(t *testing.T) {
 
 // TestBuiltinMinThroughputFollowsTheRule recomputes every built-in's
 // min_throughput from the bottom of its documented band and its window with
-// seed 004's rule.
+// the rule: half the requests one window holds, never below the floor.
 func TestBuiltinMinThroughputFollowsTheRule(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -111,7 +111,7 @@ func TestBuiltinMinThroughputFollowsTheRule(t *testing.T) {
 	}
 }
 
-// TestWindowsHoldEnoughEvidence checks seed 002's verification step: at the
+// TestWindowsHoldEnoughEvidence checks that a window can gather evidence: at the
 // bottom of its band each class's window holds at least min_throughput
 // requests, except trickle, whose window cannot hold it anywhere in its band
 // (the breaker cannot gather evidence at trickle rates, so it stays closed).
@@ -134,7 +134,7 @@ func TestWindowsHoldEnoughEvidence(t *testing.T) {
 	}
 }
 
-// TestDetectionTimes pins seed 002's time_to_open for every built-in at its
+// TestDetectionTimes pins the time_to_open estimate for every built-in at its
 // threshold and a 2% baseline, as the docs quote them.
 func TestDetectionTimes(t *testing.T) {
 	t.Parallel()
@@ -166,8 +166,8 @@ func TestTimeToOpen(t *testing.T) {
 		threshold, baseline float64
 		want                time.Duration
 	}{
-		{"seed 002 10s", 10 * time.Second, 0.5, 0.02, 4897959183 * time.Nanosecond},
-		{"seed 002 2s", 2 * time.Second, 0.5, 0.02, 979591836 * time.Nanosecond},
+		{"50% over 10s", 10 * time.Second, 0.5, 0.02, 4897959183 * time.Nanosecond},
+		{"50% over 2s", 2 * time.Second, 0.5, 0.02, 979591836 * time.Nanosecond},
 		{"no baseline", 10 * time.Second, 0.5, 0, 5 * time.Second},
 		{"threshold at baseline", 10 * time.Second, 0.2, 0.2, 0},
 		{"threshold below baseline", 10 * time.Second, 0.1, 0.2, 0},
@@ -192,8 +192,8 @@ func TestMinThroughputFor(t *testing.T) {
 		floor  int
 		want   int
 	}{
-		{"seed 004 busy", 40, 30 * time.Second, 20, 600},
-		{"seed 004 quiet", 0.01, 30 * time.Second, 20, 20},
+		{"busy, 40 rps", 40, 30 * time.Second, 20, 600},
+		{"quiet, 0.01 rps", 0.01, 30 * time.Second, 20, 20},
 		{"rounds up", 3, 5 * time.Second, 1, 8},
 		{"float noise in 1/60 adds nothing", 1.0 / 60, 10 * time.Minute, 1, 5},
 		{"float noise in 0.1", 0.1, 100 * time.Second, 1, 5},

@@ -19,10 +19,10 @@ const (
 	// with less it returns DefaultClass.
 	MinHistoryMinutes = 60
 	// QuietQuantile is the quantile of the per-minute request rate taken as
-	// quiet-time volume (seed 002: the 5th percentile over 14 days).
+	// quiet-time volume (the 5th percentile over 14 days).
 	QuietQuantile = 0.05
 	// HealthyQuantile is the quantile of the 5-minute failure rates taken as
-	// the healthy error rate (seed 002: the p99 outside incidents).
+	// the healthy error rate (the p99 outside incidents).
 	HealthyQuantile = 0.99
 )
 
@@ -119,7 +119,7 @@ func Percentile(sorted []float64, p float64) float64 {
 // QuietRPS returns the quiet-time volume, in requests/s, of an endpoint
 // whose request count in each minute of its history is perMinuteCounts, in
 // any order: the QuietQuantile (5th percentile) of the per-minute rate, as
-// seed 002's quantile_over_time(0.05, ...[14d:1m]). Every minute of the
+// Prometheus' quantile_over_time(0.05, ...[14d:1m]). Every minute of the
 // history must be present, idle minutes as 0: leaving them out would make a
 // quiet endpoint look busy. The count that matters is of attempts the
 // breaker counts (success or failure), since those fill its window; NaN
@@ -131,7 +131,7 @@ func QuietRPS(perMinuteCounts []float64) float64 {
 // HealthyErrorRate returns the healthy error rate of an endpoint whose
 // failure rate (failures / (successes + failures)) in each 5-minute bucket of
 // its history is fiveMinuteRates, in any order: the HealthyQuantile (p99),
-// as seed 002's quantile_over_time(0.99, ...[14d:5m]). Buckets that overlap
+// as Prometheus' quantile_over_time(0.99, ...[14d:5m]). Buckets that overlap
 // a period the breaker was open or isolated must be left out (they are the
 // incidents, not the health), as must buckets with no counted outcome; NaN
 // rates are skipped. It returns NaN when no bucket is left.

@@ -67,8 +67,8 @@ func ExampleDecode() {
 	// decode traffic class: window: must be a duration string such as "30s"; half_open_trials: must be at least 1; colour: unknown field
 }
 
-// ExampleMinThroughputFor applies seed 004's rule to its own examples and to
-// the bottom of the high band.
+// ExampleMinThroughputFor applies the rule to a busy endpoint (40 rps), a
+// quiet one (0.01 rps, held at the floor) and the bottom of the high band.
 func ExampleMinThroughputFor() {
 	fmt.Println(trafficclass.MinThroughputFor(40, 30*time.Second, 20))
 	fmt.Println(trafficclass.MinThroughputFor(0.01, 30*time.Second, 20)) // the floor

@@ -104,7 +104,7 @@ func replay(t *testing.T, c breaker.Config, attempts []attempt) run {
 	return r
 }
 
-// threeAMBlip is seed 000/004's quiet night: two 404s (ignore) and one 500
+// threeAMBlip is a quiet endpoint's night: two 404s (ignore) and one 500
 // (failure, retried 5 s later and failing again) in an otherwise idle
 // window.
 var threeAMBlip = []attempt{
@@ -121,12 +121,12 @@ func outage(interval, warmup, length time.Duration) []attempt {
 	return append(steady(interval, 0, warmup, baseline), steady(interval, warmup, warmup+length, always)...)
 }
 
-// TestQuietEndpointDoesNotTripButBusyOneDoes is seed 000/004's complaint
-// turned into a test. An endpoint measured as quiet is classified low; under
+// TestQuietEndpointDoesNotTripButBusyOneDoes: one threshold for every
+// endpoint fires on the quiet one and sleeps through the busy one's outage. An endpoint measured as quiet is classified low; under
 // low, its 3 a.m. blip does not trip the breaker (the min_throughput guard
 // holds it back), while an endpoint under the same class that is busy enough
-// to fill low's window does trip on a real outage, within seed 002's
-// time_to_open of it.
+// to fill low's window does trip on a real outage, within the time_to_open
+// estimate of it.
 func TestQuietEndpointDoesNotTripButBusyOneDoes(t *testing.T) {
 	t.Parallel()
 
@@ -153,7 +153,7 @@ func TestQuietEndpointDoesNotTripButBusyOneDoes(t *testing.T) {
 		require.Positive(t, r.suppressed, "the 100% failure rate over 2 outcomes is held back by min_throughput")
 
 		naive := c
-		naive.MinThroughput = 1 // no guard: seed 004's "coin flip"
+		naive.MinThroughput = 1 // no guard: a rate over two samples is a coin flip
 		require.NotNil(t, replay(t, naive, threeAMBlip).opened, "without the guard the blip trips")
 	})
 
@@ -178,7 +178,7 @@ func TestQuietEndpointDoesNotTripButBusyOneDoes(t *testing.T) {
 	}
 }
 
-// detectionBound is seed 002's time_to_open with no background errors (the
+// detectionBound is the time_to_open estimate with no background errors (the
 // slowest case), plus one inter-arrival gap and one bucket width for the
 // discreteness of arrivals and of the window.
 func detectionBound(c breaker.Config, interval time.Duration) time.Duration {

@@ -2,8 +2,12 @@
 // template that holds every migration (River's and hookd's), and drops it when
 // the test ends. Tests run against a real Postgres, never a mock.
 //
-// The server is named by TEST_DATABASE_URL (default
-// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable).
+// The server is a private cluster (internal/pgcluster) that the first test of
+// a test binary starts and that stops and disappears when the binary exits,
+// so the tests never depend on, nor change, a server they did not start.
+// When TEST_DATABASE_URL names a server, that server is used as it is; the
+// databases the tests create on it (the template included) are dropped when
+// the last test binary using it exits.
 package storetest
 
 import (
@@ -15,24 +19,138 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookd/hookd/internal/pgcluster"
 	"github.com/hookd/hookd/internal/store"
 )
 
-// templateLockKey serialises template creation across test processes.
-const templateLockKey = 0x686f6f6b6474 // "hookdt"
+// Advisory locks on the server: templateLockKey serialises template
+// creation across test binaries; every binary holds usersLockKey shared for
+// its lifetime, so the cleanup after the last one can take it exclusively.
+const (
+	templateLockKey = 0x686f6f6b6474 // "hookdt"
+	usersLockKey    = 0x686f6f6b6475 // "hookdu"
+)
 
-// AdminURL returns the URL of the server's maintenance database.
-func AdminURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
+// testDatabases matches the names of the databases this package creates:
+// per-test databases, templates and templates being built.
+const testDatabases = `^hookd_(t|tmpl)_[0-9a-f]+(_build)?$`
+
+// cleanupEnv carries the server URL to the watchdog copy of the test binary
+// that drops the tests' databases once every test binary using it is gone.
+const cleanupEnv = "HOOKD_STORETEST_CLEANUP"
+
+var shared struct {
+	once     sync.Once
+	url      string
+	err      error
+	cluster  *pgcluster.Cluster // the private cluster; its watchdog removes it
+	session  *pgx.Conn          // holds usersLockKey on a TEST_DATABASE_URL server
+	lifeline *os.File           // the cleanup watchdog's stdin
+}
+
+// server returns the admin URL of the test server, starting the private
+// cluster on first use.
+func server() (string, error) {
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+			shared.url, shared.err = u, joinServer(ctx, u)
+			return
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			shared.err = fmt.Errorf("private cluster: %w", err)
+			return
+		}
+		shared.cluster, shared.url = c, c.AdminURL()
+	})
+	return shared.url, shared.err
+}
+
+// joinServer registers this test binary as a user of a TEST_DATABASE_URL
+// server and starts the watchdog that cleans up after it.
+func joinServer(ctx context.Context, u string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return fmt.Errorf("connect to TEST_DATABASE_URL: %w", err)
 	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1)`, int64(usersLockKey)); err != nil {
+		_ = conn.Close(ctx)
+		return fmt.Errorf("lock: %w", err)
+	}
+	_, lifeline, err := pgcluster.Watchdog(map[string]string{cleanupEnv: u})
+	if err != nil {
+		_ = conn.Close(ctx)
+		return err
+	}
+	shared.session, shared.lifeline = conn, lifeline
+	return nil
+}
+
+// A copy of the test binary started as the cleanup watchdog does only that.
+func init() {
+	if u := os.Getenv(cleanupEnv); u != "" {
+		pgcluster.WaitForParent()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := dropTestDatabases(ctx, u); err != nil {
+			fmt.Fprintln(os.Stderr, "storetest cleanup:", err)
+		}
+		cancel()
+		os.Exit(0)
+	}
+}
+
+// dropTestDatabases drops every database this package created on the
+// server at u, unless a test binary still uses the server: that one's
+// cleanup does it when it exits.
+func dropTestDatabases(ctx context.Context, u string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var alone bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(usersLockKey)).Scan(&alone); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if !alone {
+		return nil
+	}
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname ~ $1`, testDatabases)
+	if err != nil {
+		return fmt.Errorf("list databases: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list databases: %w", err)
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{n}.Sanitize()+` WITH (FORCE)`); err != nil {
+			return fmt.Errorf("drop %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// AdminURL returns the URL of the test server's maintenance database,
+// starting the private cluster on first use. It panics when no server can
+// be had (PostgreSQL's server programs missing, TEST_DATABASE_URL not
+// answering): every test that needs the database would fail anyway.
+func AdminURL() string {
+	u, err := server()
+	if err != nil {
+		panic("storetest: " + err.Error())
+	}
+	return u
 }
 
 // DB is one test's database.
@@ -51,12 +169,16 @@ func New(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	tmpl, err := ensureTemplate(ctx)
+	serverURL, err := server()
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	tmpl, err := ensureTemplate(ctx, serverURL)
 	if err != nil {
 		t.Fatalf("storetest: template: %v", err)
 	}
 	name := "hookd_t_" + randomSuffix()
-	admin, err := pgx.Connect(ctx, AdminURL())
+	admin, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		t.Fatalf("storetest: connect: %v", err)
 	}
@@ -64,7 +186,7 @@ func New(t testing.TB) *DB {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tmpl)); err != nil {
 		t.Fatalf("storetest: create database: %v", err)
 	}
-	dbURL, err := withDatabase(AdminURL(), name)
+	dbURL, err := withDatabase(serverURL, name)
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
@@ -76,7 +198,7 @@ func New(t testing.TB) *DB {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, AdminURL())
+		conn, err := pgx.Connect(ctx, serverURL)
 		if err != nil {
 			t.Errorf("storetest: connect for drop: %v", err)
 			return
@@ -91,12 +213,12 @@ func New(t testing.TB) *DB {
 
 // ensureTemplate returns the name of the migrated template database for the
 // current migrations, creating it once per migration set.
-func ensureTemplate(ctx context.Context) (string, error) {
+func ensureTemplate(ctx context.Context, adminURL string) (string, error) {
 	name, err := templateName()
 	if err != nil {
 		return "", err
 	}
-	admin, err := pgx.Connect(ctx, AdminURL())
+	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return "", fmt.Errorf("connect: %w", err)
 	}
@@ -122,7 +244,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s`, building)); err != nil {
 		return "", fmt.Errorf("create template: %w", err)
 	}
-	u, err := withDatabase(AdminURL(), building)
+	u, err := withDatabase(adminURL, building)
 	if err != nil {
 		return "", err
 	}

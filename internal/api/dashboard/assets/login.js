@@ -21,7 +21,9 @@
       }
       error.textContent = res.status === 401
         ? 'That token was not accepted.'
-        : `Login failed (HTTP ${res.status}).`;
+        : res.status === 403
+          ? 'The dashboard needs a writable admin token: tenant and read-only tokens cannot log in.'
+          : `Login failed (HTTP ${res.status}).`;
     } catch (e) {
       error.textContent = 'The server cannot be reached.';
     }

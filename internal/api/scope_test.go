@@ -1,0 +1,515 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// isolation is a server holding two tenants' objects: initech's (the ones
+// a globex token must not reach; the name appears nowhere in the OpenAPI
+// document or the dashboard's assets) and globex's own.
+type isolation struct {
+	b *testBundle
+	// initech's endpoint, message, a failed delivery (so a retry would
+	// succeed), its secret and an admin token's record.
+	initechEndpoint endpointJSON
+	initechMessage  messageJSON
+	initechDelivery deliveryJSON
+	initechSecret   string
+	initechToken    store.APIToken
+	// globex's own endpoint and message.
+	globexEndpoint endpointJSON
+	globexMessage  messageJSON
+	// globex and globexRO are tokens of tenant globex, read-write and
+	// read-only.
+	globex, globexRO string
+}
+
+func setupIsolation(t *testing.T) *isolation {
+	t.Helper()
+	_, b := setup(t)
+	in := &isolation{b: b}
+	in.initechEndpoint = b.createEndpoint(t, "initech")
+	in.initechMessage = b.sendMessage(t, "initech", "invoice.paid")
+	require.Len(t, in.initechMessage.Deliveries, 1)
+	in.initechDelivery = in.initechMessage.Deliveries[0]
+	b.seedAttempts(t, in.initechDelivery, store.Attempt{AttemptNumber: 1, Classification: "failure", ResponseExcerpt: "initech-excerpt"})
+	b.markFailed(t, in.initechDelivery, 1, 1)
+	r := b.do(t, "GET", "/v1/endpoints/"+in.initechEndpoint.ID+"/secret", nil)
+	requireStatus(t, http.StatusOK, r)
+	in.initechSecret = looseJSON[struct {
+		Secret string `json:"secret"`
+	}](t, r).Secret
+	_, in.initechToken = b.storedToken(t, "initech-ops")
+
+	in.globexEndpoint = b.createEndpoint(t, "globex")
+	in.globexMessage = b.sendMessage(t, "globex", "invoice.paid")
+	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-app", TenantID: "globex"})
+	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-ro", TenantID: "globex", ReadOnly: true})
+	return in
+}
+
+// markers are strings only initech's data holds.
+func (in *isolation) markers() []string {
+	return []string{"initech", in.initechEndpoint.ID, in.initechMessage.ID, in.initechDelivery.ID, in.initechSecret, in.initechToken.ID, "initech-ops", "initech-excerpt"}
+}
+
+// digest fingerprints every table a request could change (a token's
+// last_used_at aside, which any authenticated request may stamp).
+func (in *isolation) digest(t *testing.T) string {
+	t.Helper()
+	var out strings.Builder
+	for _, q := range []string{
+		`SELECT md5(coalesce(string_agg(e::text, '|' ORDER BY id), '')) FROM endpoints e`,
+		`SELECT md5(coalesce(string_agg(m::text, '|' ORDER BY id), '')) FROM messages m`,
+		`SELECT md5(coalesce(string_agg(d::text, '|' ORDER BY id), '')) FROM deliveries d`,
+		`SELECT md5(coalesce(string_agg(a::text, '|' ORDER BY id), '')) FROM delivery_attempts a`,
+		`SELECT md5(coalesce(string_agg(c::text, '|' ORDER BY name), '')) FROM traffic_classes c`,
+		`SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY endpoint_id), '')) FROM breaker_states s`,
+		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM breaker_transitions x`,
+		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM class_changes x`,
+		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM endpoint_events x`,
+		`SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY id), '')) FROM river_job j`,
+		`SELECT md5(coalesce(string_agg(concat_ws(',', id, name, scope, tenant_id, read_only, expires_at, revoked_at), '|' ORDER BY id), '')) FROM api_tokens`,
+	} {
+		var sum string
+		require.NoError(t, in.b.db.Pool.QueryRow(context.Background(), q).Scan(&sum), q)
+		out.WriteString(sum)
+	}
+	return out.String()
+}
+
+// pathFor fills a route pattern with initech's objects (or, with missing,
+// with ids that name nothing).
+func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string {
+	t.Helper()
+	p := pattern
+	id := ""
+	switch {
+	case strings.HasPrefix(p, "/v1/endpoints/{id}"), strings.HasPrefix(p, "/dashboard/endpoints/{id}"):
+		id = in.initechEndpoint.ID
+		if missing {
+			id = missingID("ep")
+		}
+	case strings.HasPrefix(p, "/v1/messages/{id}"):
+		id = in.initechMessage.ID
+		if missing {
+			id = missingID("msg")
+		}
+	case strings.HasPrefix(p, "/v1/deliveries/{id}"):
+		id = in.initechDelivery.ID
+		if missing {
+			id = missingID("dlv")
+		}
+	case strings.HasPrefix(p, "/v1/tokens/{id}"):
+		id = in.initechToken.ID
+		if missing {
+			id = missingID("tok")
+		}
+	case strings.Contains(p, "{id}"):
+		t.Fatalf("%s: no fixture for {id}: add the object this route names", pattern)
+	}
+	p = strings.ReplaceAll(p, "{id}", id)
+	p = strings.ReplaceAll(p, "/traffic-classes/{name}", "/traffic-classes/medium")
+	p = strings.ReplaceAll(p, "/assets/{name}", "/assets/app.js")
+	require.NotContains(t, p, "{", "%s: no fixture for a path parameter", pattern)
+	return p
+}
+
+// walkBodies are the bodies sent to routes that take one: each names
+// initech's tenant where the route takes a tenant_id. A route missing here is
+// sent no body.
+var walkBodies = map[string]any{
+	"POST /v1/endpoints":                      map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
+	"PATCH /v1/endpoints/{id}":                map[string]any{"description": "taken over"},
+	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
+	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
+	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
+	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
+	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
+}
+
+// leaks returns the initech markers an answer holds, the request's own path
+// (echoed in a problem's instance) aside.
+func (in *isolation) leaks(a rawAnswer, path string) []string {
+	body := bytes.ReplaceAll(a.body, []byte(path), nil)
+	var out []string
+	for _, m := range in.markers() {
+		if bytes.Contains(body, []byte(m)) {
+			out = append(out, m)
+		}
+	}
+	if loc := a.header.Get("Location"); loc != "" {
+		out = append(out, "Location: "+loc)
+	}
+	return out
+}
+
+// withoutInstance drops a problem's instance (the request path), so
+// answers to different paths compare.
+func withoutInstance(t *testing.T, body []byte) string {
+	t.Helper()
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
+	delete(p, "instance")
+	out, err := json.Marshal(p)
+	require.NoError(t, err)
+	return string(out)
+}
+
+// TestTenantTokenIsolationOnEveryRoute walks every route of the router with
+// a token of tenant globex against tenant initech's objects, and fails on any
+// answer that leaks initech's data or changes anything:
+//   - every /v1 route has a scope rule (a route added without one fails here);
+//   - no answer holds an initech id, secret, token, excerpt or tenant name;
+//   - no change succeeds, and the database is unchanged after the walk;
+//   - a route naming an initech object answers 404 or 403 exactly as it does
+//     for an id that names nothing, so existence does not leak;
+//   - any other route is admin-only (403) unless it is a tenant's list;
+//   - routes outside /v1 answer the token as they answer no token at all.
+func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	in := setupIsolation(t)
+	b := in.b
+	rules := api.ScopeRules()
+	before := in.digest(t)
+	auth := "Bearer " + in.globex
+
+	var routes []string
+	require.NoError(t, chi.Walk(api.NewRouter(api.Deps{}), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		routes = append(routes, method+" "+route)
+		return nil
+	}))
+	require.Greater(t, len(routes), 30)
+	for _, key := range routes {
+		method, pattern, _ := strings.Cut(key, " ")
+		t.Run(key, func(t *testing.T) {
+			path := in.pathFor(t, pattern, false)
+			body := walkBodies[method+" "+strings.TrimPrefix(pattern, "/v1")]
+			if body == nil {
+				body = walkBodies[key]
+			}
+			a := b.raw(t, method, path, auth, body)
+			require.Empty(t, in.leaks(a, path), "%s %s answered %d: %s", method, path, a.status, a.body)
+
+			if !strings.HasPrefix(pattern, "/v1/") {
+				// The token grants nothing outside /v1.
+				anon := b.raw(t, method, path, "", body)
+				require.Equal(t, anon.status, a.status, "%s", a.body)
+				require.Equal(t, string(anon.body), string(a.body))
+				return
+			}
+			require.Contains(t, rules, key, "every /v1 route is registered with a scope rule (routes.go)")
+			if !safeMethod(method) || strings.Contains(pattern, "{") {
+				require.Contains(t, []int{http.StatusForbidden, http.StatusNotFound}, a.status,
+					"a change, or a route naming initech's object, is refused: %s", a.body)
+			} else if tenantLists[key] {
+				require.Equal(t, http.StatusOK, a.status, "a tenant's list is filtered, not refused: %s", a.body)
+			} else {
+				require.Equal(t, http.StatusForbidden, a.status, "a read that is neither a tenant's list nor of an object is admin-only: %s", a.body)
+			}
+			if strings.Contains(pattern, "{") {
+				// The same answer as for an object that does not exist.
+				mpath := in.pathFor(t, pattern, true)
+				m := b.raw(t, method, mpath, auth, body)
+				require.Equal(t, m.status, a.status, "existence leaks: %s vs %s", a.body, m.body)
+				require.Equal(t, withoutInstance(t, m.body), withoutInstance(t, a.body))
+			}
+			if a.status == http.StatusForbidden {
+				require.Equal(t, "application/problem+json", a.header.Get("Content-Type"))
+			}
+		})
+	}
+	require.Equal(t, before, in.digest(t), "nothing changed")
+	for key := range rules {
+		require.Contains(t, routes, key, "a rule for a route that is not registered")
+	}
+}
+
+// tenantLists are the routes that answer a tenant token with its own
+// tenant's part of a list: every other route without an object in its path
+// is admin-only, so a new one answering a tenant token fails the walk
+// until it is listed here.
+var tenantLists = map[string]bool{"GET /v1/endpoints": true, "GET /v1/breakers": true}
+
+func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
+
+// TestTenantTokenReachesItsOwnTenant: a tenant token does reach its
+// tenant's objects, and lists show them alone.
+func TestTenantTokenReachesItsOwnTenant(t *testing.T) {
+	t.Parallel()
+	in := setupIsolation(t)
+	b := in.b
+	as := withHeader("Authorization", "Bearer "+in.globex)
+	ep := "/v1/endpoints/" + in.globexEndpoint.ID
+
+	for _, list := range []string{"/v1/endpoints", "/v1/endpoints?tenant_id=globex", "/v1/breakers", "/v1/breakers?tenant_id=globex"} {
+		r := b.do(t, "GET", list, nil, as)
+		requireStatus(t, http.StatusOK, r)
+		page := looseJSON[struct {
+			Data []struct {
+				TenantID string `json:"tenant_id"`
+			} `json:"data"`
+		}](t, r)
+		require.Len(t, page.Data, 1, list)
+		require.Equal(t, "globex", page.Data[0].TenantID, list)
+	}
+	// The admin's lists hold both tenants.
+	r := b.do(t, "GET", "/v1/endpoints", nil)
+	requireStatus(t, http.StatusOK, r)
+	require.Len(t, looseJSON[struct {
+		Data []endpointJSON `json:"data"`
+	}](t, r).Data, 2)
+
+	for _, path := range []string{ep, ep + "/secret", ep + "/attempts", ep + "/stats", ep + "/breaker", ep + "/traffic",
+		"/v1/messages/" + in.globexMessage.ID, "/v1/deliveries/" + in.globexMessage.Deliveries[0].ID,
+		"/v1/deliveries/" + in.globexMessage.Deliveries[0].ID + "/attempts"} {
+		requireStatus(t, http.StatusOK, b.do(t, "GET", path, nil, as))
+	}
+	requireStatus(t, http.StatusOK, b.do(t, "PATCH", ep, map[string]any{"description": "mine"}, as))
+	requireStatus(t, http.StatusOK, b.do(t, "POST", ep+"/disable", nil, as))
+	requireStatus(t, http.StatusOK, b.do(t, "POST", ep+"/enable", nil, as))
+	requireStatus(t, http.StatusOK, b.do(t, "POST", ep+"/secret/rotate", nil, as))
+	requireStatus(t, http.StatusAccepted, b.do(t, "POST", "/v1/messages", map[string]any{"tenant_id": "globex", "event_type": "a", "payload": 1}, as))
+	r = b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "globex", "url": "https://globex.example/2"}, as)
+	requireStatus(t, http.StatusCreated, r)
+	requireStatus(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/endpoints/"+decodeJSON[endpointJSON](t, r).ID, nil, as))
+
+	// Naming another tenant is refused, naming the field.
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/endpoints"}, {"POST", "/v1/messages"}} {
+		body := map[string]any{"tenant_id": "initech", "url": "https://initech.example/x"}
+		if c.path == "/v1/messages" {
+			body = map[string]any{"tenant_id": "initech", "event_type": "a", "payload": 1}
+		}
+		requireFieldError(t, http.StatusForbidden, b.do(t, c.method, c.path, body, as), "tenant_id")
+	}
+	for _, list := range []string{"/v1/endpoints?tenant_id=initech", "/v1/breakers?tenant_id=initech"} {
+		requireFieldError(t, http.StatusForbidden, b.do(t, "GET", list, nil, as), "tenant_id")
+	}
+}
+
+// TestAdminOnlyRoutesRefuseTenantTokens: traffic classes, breaker
+// operations (on the token's own endpoints too), reclassification and
+// tokens answer 403 to a tenant token, and the same to the admin's
+// read-only tokens when they change something.
+func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
+	t.Parallel()
+	in := setupIsolation(t)
+	b := in.b
+	own := "/v1/endpoints/" + in.globexEndpoint.ID
+	adminRO, _ := b.scopedToken(t, store.NewAPIToken{Name: "grafana", ReadOnly: true})
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/traffic-classes", nil},
+		{"POST", "/v1/traffic-classes", map[string]any{"name": "mine"}},
+		{"GET", "/v1/traffic-classes/medium", nil},
+		{"PUT", "/v1/traffic-classes/medium", map[string]any{"failure_rate_threshold": 0.9}},
+		{"DELETE", "/v1/traffic-classes/medium", nil},
+		{"POST", own + "/breaker/reset", nil},
+		{"POST", own + "/breaker/isolate", map[string]any{"reason": "x"}},
+		{"POST", own + "/traffic/reclassify", nil},
+		{"POST", "/v1/tokens", map[string]any{"name": "mine"}},
+		{"GET", "/v1/tokens", nil},
+		{"DELETE", "/v1/tokens/" + in.initechToken.ID, nil},
+	} {
+		a := b.raw(t, c.method, c.path, "Bearer "+in.globex, c.body)
+		require.Equal(t, http.StatusForbidden, a.status, "%s %s: %s", c.method, c.path, a.body)
+		var p api.Problem
+		require.NoError(t, json.Unmarshal(a.body, &p))
+		require.Equal(t, "this route needs an admin token", p.Detail)
+
+		ro := b.raw(t, c.method, c.path, "Bearer "+adminRO, c.body)
+		if c.method == "GET" {
+			require.Equal(t, http.StatusOK, ro.status, "an admin's read-only token reads: %s", ro.body)
+		} else {
+			require.Equal(t, http.StatusForbidden, ro.status, "%s %s: %s", c.method, c.path, ro.body)
+		}
+	}
+}
+
+// TestReadOnlyTenantTokenChangesNothing: a read-only tenant token reads
+// its tenant's objects and is refused every change with 403.
+func TestReadOnlyTenantTokenChangesNothing(t *testing.T) {
+	t.Parallel()
+	in := setupIsolation(t)
+	b := in.b
+	before := in.digest(t)
+	auth := "Bearer " + in.globexRO
+	ep := "/v1/endpoints/" + in.globexEndpoint.ID
+	dlv := "/v1/deliveries/" + in.globexMessage.Deliveries[0].ID
+	b.markFailed(t, in.globexMessage.Deliveries[0], 1, 1)
+	before = in.digest(t)
+
+	var walked int
+	require.NoError(t, chi.Walk(api.NewRouter(api.Deps{}), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if !strings.HasPrefix(route, "/v1/") || safeMethod(method) {
+			return nil
+		}
+		walked++
+		path := strings.ReplaceAll(route, "/v1/endpoints/{id}", ep)
+		path = strings.ReplaceAll(path, "/v1/deliveries/{id}", dlv)
+		path = strings.ReplaceAll(path, "{name}", "medium")
+		path = strings.ReplaceAll(path, "{id}", missingID("tok"))
+		body := walkBodies[method+" "+strings.TrimPrefix(route, "/v1")]
+		if m, ok := body.(map[string]any); ok && m["tenant_id"] != nil {
+			m = map[string]any{"tenant_id": "globex", "url": "https://globex.example/x", "event_type": "a", "payload": 1}
+			if route == "/v1/tokens" {
+				m = map[string]any{"name": "mine"}
+			}
+			body = m
+		}
+		a := b.raw(t, method, path, auth, body)
+		require.Equal(t, http.StatusForbidden, a.status, "%s %s: %s", method, path, a.body)
+		return nil
+	}))
+	require.Greater(t, walked, 15)
+	require.Equal(t, before, in.digest(t), "nothing changed")
+	for _, path := range []string{"/v1/endpoints", ep, ep + "/secret", dlv} {
+		require.Equal(t, http.StatusOK, b.raw(t, "GET", path, auth, nil).status, path)
+	}
+}
+
+// TestExpiredAndRevokedTokensAreRefusedWithinTheCacheTTL: a token that
+// expires, or is revoked through DELETE /v1/tokens/{id}, is still served
+// from the cache until TokenCacheTTL has passed and refused (401) from then.
+func TestExpiredAndRevokedTokensAreRefusedWithinTheCacheTTL(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now()}
+	_, b := setup(t, func(d *api.Deps) { d.Now = clock.Now })
+	ctx := context.Background()
+
+	r := b.do(t, "POST", "/v1/tokens", map[string]any{"name": "expiring", "tenant_id": "globex", "expires_in": "1h"})
+	requireStatus(t, http.StatusCreated, r)
+	expiring := looseJSON[struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}](t, r)
+	r = b.do(t, "POST", "/v1/tokens", map[string]any{"name": "revoked", "tenant_id": "globex"})
+	requireStatus(t, http.StatusCreated, r)
+	revoked := looseJSON[struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}](t, r)
+	for _, tok := range []string{expiring.Token, revoked.Token} {
+		require.Equal(t, http.StatusOK, b.raw(t, "GET", "/v1/endpoints", "Bearer "+tok, nil).status)
+	}
+
+	// The expiry comes due (by the database clock) and the other token is
+	// revoked through the API.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE api_tokens SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 second' WHERE id = $1`, expiring.ID)
+	require.NoError(t, err)
+	requireStatus(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/tokens/"+revoked.ID, nil))
+	requireProblem(t, http.StatusNotFound, b.do(t, "DELETE", "/v1/tokens/"+revoked.ID, nil))
+
+	clock.Advance(api.TokenCacheTTL - time.Millisecond)
+	for _, tok := range []string{expiring.Token, revoked.Token} {
+		require.Equal(t, http.StatusOK, b.raw(t, "GET", "/v1/endpoints", "Bearer "+tok, nil).status, "trusted from the cache")
+	}
+	clock.Advance(time.Millisecond)
+	for _, tok := range []string{expiring.Token, revoked.Token} {
+		require.Equal(t, http.StatusUnauthorized, b.raw(t, "GET", "/v1/endpoints", "Bearer "+tok, nil).status, "refused once the TTL has passed")
+	}
+}
+
+// TestTokensAPI: an admin creates, lists and revokes tokens; bad input is
+// refused naming the field and writes nothing.
+func TestTokensAPI(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	r := b.do(t, "POST", "/v1/tokens", map[string]any{"name": "initech-portal", "tenant_id": "initech", "expires_in": "720h", "read_only": true})
+	requireStatus(t, http.StatusCreated, r)
+	require.Equal(t, "no-store", r.Header.Get("Cache-Control"))
+	created := decodeJSON[map[string]any](t, r)
+	token := created["token"].(string)
+	require.Regexp(t, `^hkd_[A-Za-z0-9_-]{43}$`, token)
+	require.Equal(t, "tenant", created["scope"])
+	require.Equal(t, "initech", created["tenant_id"])
+	require.Equal(t, true, created["read_only"])
+	expires, err := time.Parse(time.RFC3339Nano, created["expires_at"].(string))
+	require.NoError(t, err)
+	createdAt, err := time.Parse(time.RFC3339Nano, created["created_at"].(string))
+	require.NoError(t, err)
+	require.Equal(t, 720*time.Hour, expires.Sub(createdAt).Round(time.Second))
+
+	// The new token works, as a read-only initech token.
+	require.Equal(t, http.StatusOK, b.raw(t, "GET", "/v1/endpoints", "Bearer "+token, nil).status)
+	require.Equal(t, http.StatusForbidden, b.raw(t, "POST", "/v1/endpoints", "Bearer "+token, map[string]any{"tenant_id": "initech", "url": "https://initech.example/x"}).status)
+
+	r = b.do(t, "POST", "/v1/tokens", map[string]any{"name": "ci"})
+	requireStatus(t, http.StatusCreated, r)
+	admin := decodeJSON[map[string]any](t, r)
+	require.Equal(t, "admin", admin["scope"])
+	require.Nil(t, admin["tenant_id"])
+	require.Nil(t, admin["expires_at"])
+
+	r = b.do(t, "GET", "/v1/tokens?limit=1", nil)
+	requireStatus(t, http.StatusOK, r)
+	page := looseJSON[struct {
+		Data       []map[string]any `json:"data"`
+		NextCursor *string          `json:"next_cursor"`
+	}](t, r)
+	require.Len(t, page.Data, 1)
+	require.NotNil(t, page.NextCursor)
+	require.NotContains(t, string(r.Body), token, "a list never shows a token")
+	r = b.do(t, "GET", "/v1/tokens?after="+url.QueryEscape(*page.NextCursor), nil)
+	requireStatus(t, http.StatusOK, r)
+	require.Len(t, looseJSON[struct {
+		Data []map[string]any `json:"data"`
+	}](t, r).Data, 1)
+
+	before := b.counts(t)
+	var n int
+	count := func() int {
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM api_tokens`).Scan(&n))
+		return n
+	}
+	tokens := count()
+	for field, body := range map[string]map[string]any{
+		"name":       {"name": "bad name"},
+		"tenant_id":  {"name": "x", "tenant_id": ""},
+		"expires_in": {"name": "x", "expires_in": "30s"},
+		"read_only":  {"name": "x", "read_only": "yes"},
+		"scope":      {"name": "x", "scope": "admin"},
+	} {
+		requireFieldError(t, http.StatusBadRequest, b.do(t, "POST", "/v1/tokens", body, lenientIf(field == "expires_in")...), field)
+	}
+	for _, bad := range []string{"1h-", "5", "100000h", "0"} {
+		requireFieldError(t, http.StatusBadRequest, b.do(t, "POST", "/v1/tokens", map[string]any{"name": "x", "expires_in": bad}, docBlind("the duration's bounds have no schema")), "expires_in")
+	}
+	requireProblem(t, http.StatusConflict, b.do(t, "POST", "/v1/tokens", map[string]any{"name": "ci"}))
+	require.Equal(t, tokens, count(), "nothing written")
+	require.Equal(t, before, b.counts(t))
+
+	requireStatus(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/tokens/"+admin["id"].(string), nil))
+	requireProblem(t, http.StatusNotFound, b.do(t, "DELETE", "/v1/tokens/tok_nope", nil))
+}
+
+func lenientIf(docBlindToo bool) []callOpt {
+	if docBlindToo {
+		return []callOpt{docBlind("the duration's bounds have no schema")}
+	}
+	return nil
+}
+
+// looseJSON decodes the fields of T from a response body, ignoring others.
+func looseJSON[T any](t *testing.T, r *response) T {
+	t.Helper()
+	var v T
+	require.NoErrorf(t, json.Unmarshal(r.Body, &v), "decode %T from %s", v, r.Body)
+	return v
+}

@@ -1,0 +1,84 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// TestClosedBreakerBacklogIsReleasedAtAPace: a closed breaker's parked
+// backlog is not queued all at once: at most a window of the endpoint's
+// deliveries has a job at a time; the window doubles while the endpoint
+// drains what it was given, halves when the breaker counts new failures
+// and then grows by its start size only, never passes its maximum, and in
+// the end everything is released.
+func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	enq := &countingEnqueuer{}
+	const backlog = 150
+	until := time.Now().Add(time.Minute)
+	var parks []store.StatusUpdate
+	for range backlog {
+		m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+		require.NoError(t, err)
+		d := m.Deliveries[0]
+		parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
+	}
+	require.NoError(t, st.RecordLedger(ctx, nil, parks))
+
+	u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
+	u.SetPace(delivery.UnparkPace{Start: 10, Max: 40, Interval: time.Second})
+	queued := func() (n int) {
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'pending'`, ep.ID).Scan(&n))
+		return n
+	}
+	drain := func() { // the endpoint answers everything it was given
+		_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'delivered' WHERE endpoint_id = $1 AND status = 'pending'`, ep.ID)
+		require.NoError(t, err)
+	}
+	fail := func() { // the breaker counts a failure in its closed generation
+		_, err := st.FlushOutcomes(ctx, []store.OutcomeCount{{EndpointID: ep.ID, Generation: 1, BucketStart: time.Now().UTC().Truncate(time.Second), Failures: 1}}, nil, nil, nil)
+		require.NoError(t, err)
+	}
+
+	u.Pass(ctx, nil)
+	require.Equal(t, 10, queued(), "the first release is the start window, not the whole backlog")
+	u.Pass(ctx, nil)
+	require.Equal(t, 10, queued(), "nothing drained: nothing more")
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 20, queued(), "drained: the window doubles")
+	drain()
+	fail()
+	u.Pass(ctx, nil)
+	require.Equal(t, 10, queued(), "a new failure: the window halves")
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 20, queued(), "after a failure the window grows by its start size")
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 30, queued())
+	released := 10 + 20 + 10 + 20 + 30
+	for passes := 0; released < backlog; passes++ {
+		require.Less(t, passes, 20, "the backlog is released in the end")
+		drain()
+		u.Pass(ctx, nil)
+		q := queued()
+		require.LessOrEqual(t, q, 40, "never more than the maximum window")
+		released += q
+	}
+	require.Equal(t, backlog, released)
+	require.Empty(t, u.Releasing(), "done: the endpoint's window is forgotten")
+}

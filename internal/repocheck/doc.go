@@ -1,0 +1,3 @@
+// Package repocheck holds tests on the repository's tracked files
+// themselves: what may be committed.
+package repocheck
