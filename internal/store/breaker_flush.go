@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookd/hookd/internal/breaker"
+)
+
+// OutcomeCount is what one process counted for one endpoint, generation and
+// bucket since its last flush.
+type OutcomeCount struct {
+	EndpointID  string
+	Generation  int64
+	BucketStart time.Time
+	Successes   int
+	Failures    int
+}
+
+// RunCount is one process's consecutive-failure run for a consecutive-mode
+// endpoint since its last flush.
+type RunCount struct {
+	EndpointID string
+	Generation int64
+	Run        breaker.Run
+}
+
+// EvidenceRequest names an endpoint whose shared evidence the flush should
+// return, with the window to load.
+type EvidenceRequest struct {
+	EndpointID string
+	Window     time.Duration
+}
+
+// Evidence is an endpoint's shared breaker after a flush: its stored fields,
+// its window loaded with every process's buckets of the current generation,
+// and the database time of the read. For an endpoint whose run was merged
+// in this flush, Breaker.Consecutive is the count BEFORE the merge and
+// PriorRun the merged run, so breaker.ApplyRun reproduces the merge.
+type Evidence struct {
+	EndpointID string
+	Breaker    breaker.Breaker
+	Buckets    []breaker.Bucket
+	PriorRun   *breaker.Run
+	Now        time.Time
+}
+
+// FlushOutcomes adds a process's counts to the shared buckets and merges its
+// consecutive runs, both only for breakers still closed at the counted
+// generation (older outcomes are dropped), deletes the buckets of the
+// endpoints in prune that have left their window (so an active endpoint
+// keeps about BucketsPerWindow rows), then returns the shared evidence of
+// the endpoints in want. One transaction, one network round trip.
+func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want, prune []EvidenceRequest) ([]Evidence, error) {
+	var (
+		ids      = make([]string, len(counts))
+		gens     = make([]int64, len(counts))
+		starts   = make([]time.Time, len(counts))
+		succ     = make([]int32, len(counts))
+		fail     = make([]int32, len(counts))
+		runIDs   = make([]string, len(runs))
+		runGens  = make([]int64, len(runs))
+		runFails = make([]int32, len(runs))
+		runPre   = make([]int32, len(runs))
+		runMax   = make([]int32, len(runs))
+		runSuf   = make([]int32, len(runs))
+		runMixed = make([]bool, len(runs))
+		wantIDs  = make([]string, len(want))
+		wantWin  = make([]time.Duration, len(want))
+		pruneIDs = make([]string, len(prune))
+		pruneWin = make([]time.Duration, len(prune))
+	)
+	for i, p := range prune {
+		pruneIDs[i], pruneWin[i] = p.EndpointID, breaker.BucketSpan(p.Window)
+	}
+	for i, c := range counts {
+		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
+	}
+	// Every flush locks the breaker rows of its runs in endpoint order, so
+	// two flushes of the same endpoints never wait for each other in a
+	// cycle (which Postgres breaks by aborting one, tally and all).
+	runs = slices.SortedFunc(slices.Values(runs), func(a, b RunCount) int { return strings.Compare(a.EndpointID, b.EndpointID) })
+	for i, r := range runs {
+		runIDs[i], runGens[i], runFails[i], runPre[i], runMax[i], runSuf[i], runMixed[i] =
+			r.EndpointID, r.Generation, int32(r.Run.Failures), int32(r.Run.Prefix), int32(r.Run.Max), int32(r.Run.Suffix), r.Run.Mixed
+	}
+	for i, w := range want {
+		wantIDs[i], wantWin[i] = w.EndpointID, breaker.BucketSpan(w.Window)
+	}
+	var out []Evidence
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(`
+			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
+			ORDER BY endpoint_id FOR UPDATE`, runIDs)
+		batch.Queue(`
+			INSERT INTO breaker_buckets AS bb (endpoint_id, generation, bucket_start, successes, failures)
+			SELECT i.endpoint_id, i.generation, i.bucket_start, i.successes, i.failures
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[])
+				AS i(endpoint_id, generation, bucket_start, successes, failures)
+			JOIN breaker_states s ON s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed'
+			ORDER BY 1, 2, 3
+			ON CONFLICT (endpoint_id, generation, bucket_start) DO UPDATE
+				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
+			ids, gens, starts, succ, fail)
+		batch.Queue(`
+			UPDATE breaker_states s
+			SET consecutive_failures = CASE WHEN r.mixed THEN r.suffix ELSE o.before + r.failures END
+			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[], $6::int[], $7::bool[])
+					AS r(endpoint_id, generation, failures, prefix, max_run, suffix, mixed),
+				LATERAL (SELECT consecutive_failures AS before FROM breaker_states
+					WHERE endpoint_id = r.endpoint_id FOR UPDATE) o
+			WHERE s.endpoint_id = r.endpoint_id AND s.generation = r.generation AND s.state = 'closed'
+				AND (r.failures > 0 OR o.before <> 0)
+			RETURNING s.endpoint_id, o.before`,
+			runIDs, runGens, runFails, runPre, runMax, runSuf, runMixed)
+		batch.Queue(`
+			SELECT `+breakerColumns+`, clock_timestamp(),
+				coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+				coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
+				coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
+			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
+			JOIN breaker_states s ON s.endpoint_id = w.endpoint_id
+			LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
+				AND b.bucket_start > clock_timestamp() - w.span
+			GROUP BY s.endpoint_id`,
+			wantIDs, wantWin)
+		batch.Queue(`
+			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM breaker_buckets b
+				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
+				WHERE b.bucket_start < clock_timestamp() - w.span
+				FOR UPDATE OF b SKIP LOCKED))`,
+			pruneIDs, pruneWin)
+		br := tx.SendBatch(ctx, batch)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock breakers: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("add to breaker buckets: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("merge consecutive runs: %w", err)
+		}
+		merged := map[string]int{}
+		for rows.Next() {
+			var id string
+			var before int
+			if err := rows.Scan(&id, &before); err != nil {
+				rows.Close()
+				return fmt.Errorf("merge consecutive runs: %w", err)
+			}
+			merged[id] = before
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("merge consecutive runs: %w", err)
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return fmt.Errorf("read breaker evidence: %w", err)
+		}
+		for rows.Next() {
+			var (
+				now     time.Time
+				bStarts []time.Time
+				bSucc   []int32
+				bFail   []int32
+			)
+			id, b, err := scanBreaker(rows, &now, &bStarts, &bSucc, &bFail)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read breaker evidence: %w", err)
+			}
+			ev := Evidence{EndpointID: id, Breaker: b, Now: now.UTC()}
+			for i := range bStarts {
+				ev.Buckets = append(ev.Buckets, breaker.Bucket{Start: bStarts[i].UTC(), Successes: int(bSucc[i]), Failures: int(bFail[i])})
+			}
+			out = append(out, ev)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read breaker evidence: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("prune breaker buckets: %w", err)
+		}
+		// Attach each merged run and the count before it.
+		for i := range out {
+			before, ok := merged[out[i].EndpointID]
+			if !ok {
+				continue
+			}
+			for _, r := range runs {
+				if r.EndpointID == out[i].EndpointID && r.Generation == out[i].Breaker.Generation {
+					run := r.Run
+					out[i].PriorRun = &run
+					out[i].Breaker.Consecutive = before
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PruneBuckets deletes buckets of past generations and buckets older than
+// keep, at most limit rows, and returns how many went. Rows a flush has
+// locked are skipped (whoever locked them deletes or updates them), so a
+// prune never waits on a flush in a cycle.
+func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
+			SELECT b.ctid FROM breaker_buckets b
+			LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
+			WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
+			LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune breaker buckets: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

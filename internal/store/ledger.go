@@ -1,0 +1,224 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StatusUpdate changes a delivery's status after an attempt or a refusal.
+// It applies only to the delivery's current attempt series, never changes a
+// delivered or expired delivery, and a waiting status only replaces pending
+// or waiting.
+type StatusUpdate struct {
+	DeliveryID       string
+	Series           int
+	Status           string
+	AttemptCount     int
+	LastAttemptAt    *time.Time
+	NextAttemptAt    *time.Time
+	LastStatusCode   *int
+	LastError        *string
+	BreakerOpenUntil *time.Time
+	// Park, with status waiting, detaches the delivery from its job: it
+	// waits without one until ReleaseParked queues it again.
+	Park bool
+	// JobID is the job that made the update (0: none known). A park
+	// applies only while that job owns the delivery (its job_id), so a
+	// stale job can never detach the job that owns it now.
+	JobID int64
+}
+
+// LedgerBatch is what one ledger flush writes.
+type LedgerBatch struct {
+	Attempts []Attempt
+	Updates  []StatusUpdate
+	// AuthRules holds the auto-disable rule of each endpoint with an
+	// attempt in the batch; endpoints without one are never disabled.
+	AuthRules map[string]AuthRule
+}
+
+// LedgerResult is what a ledger flush did beyond writing.
+type LedgerResult struct {
+	// Disabled lists the endpoints disabled for auth failures.
+	Disabled []AutoDisable
+	// HoldRefused names deliveries whose held status was not applied
+	// because their endpoint is enabled again: their jobs must run again.
+	HoldRefused map[string]bool
+}
+
+// AfterDisable runs inside the ledger's transaction for the endpoints it
+// just disabled (to queue their operational webhooks atomically).
+type AfterDisable func(ctx context.Context, tx pgx.Tx, disabled []AutoDisable) error
+
+// RecordLedger writes a batch of attempts and status updates in one
+// transaction (see RecordBatch), without auth rules.
+func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []StatusUpdate) error {
+	_, err := s.RecordBatch(ctx, LedgerBatch{Attempts: attempts, Updates: updates}, nil)
+	return err
+}
+
+// RecordBatch writes a ledger batch in one transaction: the attempts by
+// COPY, the status updates by one UPDATE over arrays, and the auth-failure
+// streaks of the batch's endpoints; an endpoint whose streak reaches its
+// rule is disabled with reason auth_failures in the same transaction, so
+// each attempt counts exactly once. after (may be nil) runs in the
+// transaction for the endpoints disabled.
+func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
+	attempts, updates := b.Attempts, b.Updates
+	var res LedgerResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res = LedgerResult{}
+		if len(attempts) > 0 {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
+				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
+					"status_code", "error_class", "classification", "response_excerpt", "trial"},
+				pgx.CopyFromSlice(len(attempts), func(i int) ([]any, error) {
+					a := attempts[i]
+					var ec *string
+					if a.ErrorClass != "" {
+						ec = &a.ErrorClass
+					}
+					return []any{a.DeliveryID, a.MessageID, a.EndpointID, a.AttemptNumber, a.AttemptedAt,
+						float64(a.Duration) / float64(time.Millisecond), a.StatusCode, ec, a.Classification,
+						a.ResponseExcerpt, a.Trial}, nil
+				}))
+			if err != nil {
+				return fmt.Errorf("copy attempts: %w", err)
+			}
+		}
+		var err error
+		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules); err != nil {
+			return err
+		}
+		if len(res.Disabled) > 0 && after != nil {
+			if err := after(ctx, tx, res.Disabled); err != nil {
+				return err
+			}
+		}
+		updates = mergeUpdates(updates)
+		if len(updates) == 0 {
+			return nil
+		}
+		n := len(updates)
+		var (
+			ids       = make([]string, n)
+			series    = make([]int32, n)
+			statuses  = make([]string, n)
+			counts    = make([]int32, n)
+			lastAt    = make([]*time.Time, n)
+			nextAt    = make([]*time.Time, n)
+			codes     = make([]*int32, n)
+			lastErrs  = make([]*string, n)
+			openUntil = make([]*time.Time, n)
+			parks     = make([]bool, n)
+			jobs      = make([]*int64, n)
+		)
+		for i, u := range updates {
+			parks[i] = u.Park && u.Status == DeliveryWaiting
+			if u.JobID != 0 {
+				jobs[i] = &u.JobID
+			}
+			ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
+			lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
+			if u.LastStatusCode != nil {
+				c := int32(*u.LastStatusCode)
+				codes[i] = &c
+			}
+		}
+		// A hold applies only while the endpoint is still disabled (the
+		// endpoint row is share-locked against a concurrent enable);
+		// otherwise the caller runs the job again.
+		rows, err := tx.Query(ctx, `
+			UPDATE deliveries d SET
+				status = u.status,
+				attempt_count = greatest(d.attempt_count, u.attempt_count),
+				last_attempt_at = coalesce(u.last_attempt_at, d.last_attempt_at),
+				next_attempt_at = CASE WHEN u.status = 'pending' THEN u.next_attempt_at ELSE NULL END,
+				last_status_code = CASE WHEN u.last_attempt_at IS NULL THEN d.last_status_code ELSE u.last_status_code END,
+				last_error = CASE WHEN u.last_attempt_at IS NULL THEN coalesce(u.last_error, d.last_error) ELSE u.last_error END,
+				breaker_open_until = CASE WHEN u.status = 'waiting' THEN u.breaker_open_until ELSE NULL END,
+				delivered_at = CASE WHEN u.status = 'delivered' THEN coalesce(u.last_attempt_at, now()) ELSE d.delivered_at END,
+				job_id = CASE WHEN u.park THEN NULL ELSE d.job_id END,
+				updated_at = now()
+			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
+				$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[])
+				AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
+					last_status_code, last_error, breaker_open_until, park, job_id)
+			WHERE d.id = u.id AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
+				AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
+				AND (NOT u.park OR u.job_id IS NULL OR d.job_id = u.job_id)
+				AND (u.status <> 'held' OR EXISTS (
+					SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
+			RETURNING d.id, u.status`, customPlan,
+			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs)
+		if err != nil {
+			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		held := map[string]bool{}
+		for rows.Next() {
+			var id, status string
+			if err := rows.Scan(&id, &status); err != nil {
+				rows.Close()
+				return fmt.Errorf("update delivery statuses: %w", err)
+			}
+			if status == DeliveryHeld {
+				held[id] = true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		for _, u := range updates {
+			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
+				if res.HoldRefused == nil {
+					res.HoldRefused = map[string]bool{}
+				}
+				res.HoldRefused[u.DeliveryID] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return LedgerResult{}, err
+	}
+	return res, nil
+}
+
+// mergeUpdates folds the updates of one delivery within a batch into one, in
+// order, by the same rules the UPDATE applies across batches: a newer series
+// replaces an older one, nothing replaces delivered or expired, waiting only replaces
+// pending or waiting, and the attempt fields come from the latest update
+// that carries an attempt.
+func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
+	index := make(map[string]int, len(updates))
+	out := make([]StatusUpdate, 0, len(updates))
+	for _, u := range updates {
+		i, ok := index[u.DeliveryID]
+		if !ok || u.Series > out[i].Series {
+			if !ok {
+				index[u.DeliveryID] = len(out)
+				out = append(out, u)
+			} else {
+				out[i] = u
+			}
+			continue
+		}
+		m := &out[i]
+		if u.Series < m.Series {
+			continue
+		}
+		if u.LastAttemptAt != nil {
+			m.AttemptCount = max(m.AttemptCount, u.AttemptCount)
+			m.LastAttemptAt, m.LastStatusCode, m.LastError = u.LastAttemptAt, u.LastStatusCode, u.LastError
+		}
+		if m.Status == DeliveryDelivered || m.Status == DeliveryExpired || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
+			continue
+		}
+		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
+	}
+	return out
+}
