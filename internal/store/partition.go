@@ -224,12 +224,14 @@ func (s *Store) ddl(ctx context.Context, fn func(pgx.Tx) error) error {
 // of its range), all in one transaction. It returns the rows moved.
 //
 // A live range (one rows are being written to now, which then go to the
-// default partition) is created with the table locked against writers
-// (SHARE ROW EXCLUSIVE) for the few milliseconds it takes: a writer that
+// default partition) is created with the table locked against readers and
+// writers (ACCESS EXCLUSIVE) for the few milliseconds it takes: a writer that
 // had routed its row to the default partition before the attach would
-// otherwise fail on the default's new constraint, and an update of a row
-// being moved would miss it. A range ahead of every writer needs no lock
-// beyond ATTACH's own, so steady state never blocks a write.
+// otherwise fail on the default's new constraint, an update of a row being
+// moved would miss it, and a reader that had looked up the table's
+// partitions before the attach but took its snapshot after the move would
+// find the row in neither place. A range ahead of every writer needs no lock
+// beyond ATTACH's own, so steady state never blocks a read or a write.
 func (s *Store) createPartition(ctx context.Context, t partitioned, from, to time.Time, live bool) (PartitionChange, error) {
 	name := fmt.Sprintf("%s_p%s", t.name, from.UTC().Format("20060102t150405"))
 	var moved int64
@@ -242,7 +244,7 @@ func (s *Store) createPartition(ctx context.Context, t partitioned, from, to tim
 			}
 		}
 		if live {
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+t.name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 				return fmt.Errorf("lock %s: %w", t.name, err)
 			}
 		}
