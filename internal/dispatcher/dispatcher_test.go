@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -73,38 +74,8 @@ func runAndStop(t *testing.T, breakers bool) {
 	cfg.AllowPrivateTargets = true
 	cfg.ShutdownGrace = 10 * time.Second
 	cfg.Breakers = breakers
-	stdout, lines := io.Pipe()
-	d, err := dispatcher.New(cfg, dispatcher.Deps{
-		Pool:   db.Pool,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Stdout: lines,
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
+	base, cancel, done := startRun(t, cfg, db.Pool, slog.LevelWarn)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- d.Run(ctx)
-		_ = lines.Close()
-	}()
-
-	metricsURL := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := metricsLine.FindStringSubmatch(sc.Text()); m != nil {
-				metricsURL <- m[1]
-			}
-		}
-	}()
-	var base string
-	select {
-	case base = <-metricsURL:
-	case err := <-done:
-		t.Fatalf("Run returned before serving metrics: %v", err)
-	case <-time.After(waitFor):
-		t.Fatal("no metrics URL printed")
-	}
 	for path, want := range map[string]string{"/healthz": `{"status":"ok"}`, "/readyz": `{"status":"ready"}`} {
 		res, err := http.Get(base + path)
 		require.NoError(t, err)
@@ -186,4 +157,43 @@ func newSecret(t *testing.T) string {
 	_, err := rand.Read(key)
 	require.NoError(t, err)
 	return delivery.SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
+// startRun runs a Dispatcher of cfg on pool until the returned cancel is
+// called, and returns the base URL of its metrics listener once it prints
+// it; done receives Run's result.
+func startRun(t *testing.T, cfg dispatcher.Config, pool *pgxpool.Pool, level slog.Level) (base string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	stdout, lines := io.Pipe()
+	d, err := dispatcher.New(cfg, dispatcher.Deps{
+		Pool:   pool,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level})),
+		Stdout: lines,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	result := make(chan error, 1)
+	go func() {
+		result <- d.Run(ctx)
+		_ = lines.Close()
+	}()
+	metricsURL := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := metricsLine.FindStringSubmatch(sc.Text()); m != nil {
+				metricsURL <- m[1]
+			}
+		}
+	}()
+	select {
+	case base = <-metricsURL:
+	case err := <-result:
+		cancel()
+		t.Fatalf("Run returned before serving metrics: %v", err)
+	case <-time.After(waitFor):
+		cancel()
+		t.Fatal("no metrics URL printed")
+	}
+	return base, cancel, result
 }

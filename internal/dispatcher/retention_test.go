@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -54,37 +53,8 @@ func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
 	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.AllowPrivateTargets = true
 	cfg.Breakers = false
-	stdout, lines := io.Pipe()
-	d, err := dispatcher.New(cfg, dispatcher.Deps{
-		Pool:   db.Pool,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
-		Stdout: lines,
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
+	base, cancel, done := startRun(t, cfg, db.Pool, slog.LevelError)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- d.Run(ctx)
-		_ = lines.Close()
-	}()
-	metricsURL := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := metricsLine.FindStringSubmatch(sc.Text()); m != nil {
-				metricsURL <- m[1]
-			}
-		}
-	}()
-	var base string
-	select {
-	case base = <-metricsURL:
-	case err := <-done:
-		t.Fatalf("Run returned early: %v", err)
-	case <-time.After(waitFor):
-		t.Fatal("no metrics URL printed")
-	}
 
 	require.Eventually(t, func() bool {
 		got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
