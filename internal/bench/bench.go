@@ -109,6 +109,9 @@ type bench struct {
 
 	// halfRate is S1's half-load message rate, which S4 offers too.
 	halfRate float64
+	// receivers are the receivers of the scenario running: its duplicates
+	// are theirs.
+	receivers []*receiver
 }
 
 // newBench finds the module root, builds the binaries and starts the

@@ -1,12 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/delivery/deliverytest"
 )
 
 func TestPercentile(t *testing.T) {
@@ -116,4 +124,72 @@ func TestMessageBody(t *testing.T) {
 	// The payload is the object after "payload":, exactly the asked size.
 	i := len(`{"tenant_id":"t-1","event_type":"bench.event","payload":`)
 	require.Len(t, b[i:len(b)-1], defaultPayloadSize)
+}
+
+func TestReceiverCountsDuplicates(t *testing.T) {
+	t.Parallel()
+	secret, err := delivery.GenerateSecret(rand.Reader)
+	require.NoError(t, err)
+	key, err := delivery.ParseSecret(secret)
+	require.NoError(t, err)
+	// The second message's first answer is a 500: only 2xx answers count.
+	var failed atomic.Bool
+	rcv, err := newReceiver(newClock(), secret, func(r *deliverytest.Request) deliverytest.Response {
+		if r.MsgID == "msg_b" && failed.CompareAndSwap(false, true) {
+			return deliverytest.Response{Status: http.StatusInternalServerError}
+		}
+		return deliverytest.Response{Status: http.StatusOK}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rcv.close()) })
+
+	post := func(msgID, path string, wantStatus int) {
+		t.Helper()
+		body := []byte(`{"seq":1}`)
+		ts := time.Now()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, rcv.url(path), bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("webhook-id", msgID)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+		req.Header.Set("webhook-signature", delivery.Sign(msgID, ts, body, key))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, wantStatus, resp.StatusCode)
+	}
+	post("msg_a", "/g0/t0/e0", http.StatusOK)
+	post("msg_a", "/g0/t0/e1", http.StatusOK) // the same message to another endpoint: a fan-out, not a duplicate
+	post("msg_b", "/g0/t0/e0", http.StatusInternalServerError)
+	post("msg_b", "/g0/t0/e0", http.StatusOK) // a retry after a failure: not a duplicate
+	require.Zero(t, rcv.duplicates())
+
+	post("msg_a", "/g0/t0/e0", http.StatusOK)
+	post("msg_a", "/g0/t0/e0", http.StatusOK)
+	post("msg_b", "/g0/t0/e0", http.StatusOK)
+	require.EqualValues(t, 3, rcv.duplicates())
+	require.EqualValues(t, 6, rcv.total(), "duplicates still count as 2xx answers")
+}
+
+func TestNoDuplicatesTarget(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		scenarios []*scenarioResult
+		status    string
+		value     float64
+	}{
+		{"none ran", nil, "n/a", 0},
+		{"clean", []*scenarioResult{{Name: "s1"}, {Name: "s7"}}, "met", 0},
+		{"duplicates only with faults", []*scenarioResult{{Name: "s1"}, {Name: "s4", Faults: true, Duplicates: 2}}, "met", 0},
+		{"a fault-free duplicate", []*scenarioResult{{Name: "s1", Duplicates: 1}, {Name: "s3"}}, "missed", 1},
+		{"a failed scenario is not counted", []*scenarioResult{{Name: "s1"}, {Name: "s3", Duplicates: 5, Error: "boom"}}, "met", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := noDuplicates(tc.scenarios)
+			require.Equal(t, tc.status, got.Status, got.Measured)
+			require.InDelta(t, tc.value, got.Value, 1e-9)
+			require.Equal(t, duplicatesGoal, got.Goal)
+		})
+	}
 }

@@ -49,7 +49,9 @@ type span struct {
 // receiver is the webhook receiver every scenario points its endpoints at:
 // deliverytest's signature-verifying Receiver behind a server of the bench's
 // own that timestamps every answer, counts 2xx answers per endpoint group
-// (paths are /g<group>/...), and keeps the request log of watched paths.
+// (paths are /g<group>/...), counts duplicates (a 2xx for a webhook-id and
+// path that had one already: the same delivery answered twice), and keeps
+// the request log of watched paths.
 type receiver struct {
 	rc    *deliverytest.Receiver
 	srv   *http.Server
@@ -57,11 +59,13 @@ type receiver struct {
 	clock *clock
 	watch map[string]bool
 
-	ok  [maxGroups]atomic.Int64
-	bad atomic.Int64 // 400 answers: failed signature checks
+	ok   [maxGroups]atomic.Int64
+	bad  atomic.Int64 // 400 answers: failed signature checks
+	dups atomic.Int64
 
 	mu     sync.Mutex
 	events []delivered
+	okOnce map[string]struct{} // webhook-id "|" path of every 2xx so far
 	spans  map[string][]span
 	served chan struct{}
 }
@@ -81,7 +85,7 @@ func newReceiver(clk *clock, secret string, respond func(*deliverytest.Request) 
 	}
 	r := &receiver{
 		rc: rc, base: "http://" + ln.Addr().String(), clock: clk,
-		watch: map[string]bool{}, spans: map[string][]span{}, served: make(chan struct{}),
+		watch: map[string]bool{}, spans: map[string][]span{}, okOnce: map[string]struct{}{}, served: make(chan struct{}),
 	}
 	for _, p := range watch {
 		r.watch[p] = true
@@ -129,6 +133,12 @@ func (r *receiver) record(path, msg string, arrive time.Duration, status int) {
 	defer r.mu.Unlock()
 	if ok {
 		r.events = append(r.events, delivered{msg: msg, path: path, at: end})
+		key := msg + "|" + path
+		if _, again := r.okOnce[key]; again {
+			r.dups.Add(1)
+		} else {
+			r.okOnce[key] = struct{}{}
+		}
 	}
 	if r.watch[path] {
 		r.spans[path] = append(r.spans[path], span{arrive: arrive, end: end, status: status})
@@ -154,6 +164,10 @@ func (r *receiver) total() int64 {
 	}
 	return n
 }
+
+// duplicates returns how many 2xx answers so far were for a webhook-id and
+// path answered 2xx before.
+func (r *receiver) duplicates() int64 { return r.dups.Load() }
 
 // snapshot returns a copy of every 2xx answer so far.
 func (r *receiver) snapshot() []delivered {

@@ -34,6 +34,8 @@ type results struct {
 	S4HealthyPerS         float64 `json:"s4_healthy_per_s"`
 	S5MaxProbesInFlight   int     `json:"s5_max_probes_in_flight"`
 	S6RSSMB               float64 `json:"s6_rss_mb"`
+	// Duplicates is every scenario's duplicates summed.
+	Duplicates int64 `json:"duplicates"`
 
 	Targets   []target          `json:"targets"`
 	Scenarios []*scenarioResult `json:"scenarios"`
@@ -73,6 +75,11 @@ type scenarioResult struct {
 	APIPostP99Ms   float64 `json:"api_post_p99_ms,omitempty"`
 	FailedPosts    int64   `json:"failed_posts,omitempty"`
 	BadSignatures  int64   `json:"bad_signatures,omitempty"`
+	// Duplicates counts the 2xx answers the receiver gave a webhook-id and
+	// endpoint it had answered 2xx before, over the whole scenario.
+	Duplicates int64 `json:"duplicates"`
+	// Faults is set for the scenarios whose receiver fails on purpose.
+	Faults bool `json:"faults,omitempty"`
 
 	Roundtrips              float64     `json:"roundtrips_per_delivery"`
 	RoundtripsAPI           float64     `json:"roundtrips_api_per_delivery"`

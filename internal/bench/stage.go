@@ -45,6 +45,7 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 	if s.rcv, err = newReceiver(s.clock, b.secret, respond, watch...); err != nil {
 		return nil, err
 	}
+	b.receivers = append(b.receivers, s.rcv)
 	s.api, err = startProc(ctx, name+"-api", b.apiBin, filepath.Join(b.scratch, name+"-api.log"), map[string]string{
 		"DATABASE_URL": b.pg.url(roleAPI, s.db),
 		"API_TOKEN":    apiToken,

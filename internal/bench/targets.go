@@ -162,6 +162,8 @@ func evaluate(r *results) {
 		add(na("s6", "S6 breaker bucket rows bounded (old buckets pruned)"))
 	}
 
+	add(noDuplicates(r.Scenarios))
+
 	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
 	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
 		spread, _ := s7.Extra["last_4_minutes_spread"].(map[string]float64)
@@ -183,6 +185,42 @@ func evaluate(r *results) {
 		add(na("s7", s7Sizes))
 		add(na("s7", s7Drops))
 	}
+}
+
+// duplicatesGoal is the target on duplicates.
+const duplicatesGoal = "zero duplicates in fault-free scenarios"
+
+// noDuplicates checks that no scenario without faults (its receiver never
+// fails on purpose) delivered anything twice.
+func noDuplicates(scenarios []*scenarioResult) target {
+	var total int64
+	var per, faulty []string
+	checked := 0
+	for _, s := range scenarios {
+		if s.Error != "" {
+			continue
+		}
+		if s.Faults {
+			faulty = append(faulty, fmt.Sprintf("%s %d", s.Name, s.Duplicates))
+			continue
+		}
+		checked++
+		total += s.Duplicates
+		if s.Duplicates > 0 {
+			per = append(per, fmt.Sprintf("%s %d", s.Name, s.Duplicates))
+		}
+	}
+	if checked == 0 {
+		return target{Scenario: "all", Goal: duplicatesGoal, Measured: "not run", Status: "n/a"}
+	}
+	measured := fmt.Sprintf("%d duplicates in %d fault-free scenarios", total, checked)
+	if len(per) > 0 {
+		measured += " (" + strings.Join(per, ", ") + ")"
+	}
+	if len(faulty) > 0 {
+		measured += "; with faults, not a target: " + strings.Join(faulty, ", ")
+	}
+	return atMost("all", duplicatesGoal, float64(total), 0, measured)
 }
 
 // atLeast checks value >= goal.
