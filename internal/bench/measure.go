@@ -74,3 +74,47 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 
 // ms converts a duration to milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// secondLatency is the accepted -> delivered latency of the deliveries of
+// the messages accepted in one second of a window.
+type secondLatency struct {
+	AtS   int     `json:"at_s"`
+	N     int     `json:"n"`
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// latencyBySecond buckets the first 2xx answer per message and path of
+// group g by the second (from w.from) its message was accepted in, so late
+// deliveries can be set against what happened in that second.
+func (t *tracker) latencyBySecond(events []delivered, g int, w window) []secondLatency {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := make(map[string]struct{}, len(events))
+	buckets := map[int][]time.Duration{}
+	for _, e := range events {
+		if groupOf(e.path) != g {
+			continue
+		}
+		key := e.msg + "|" + e.path
+		if _, dup := seen[key]; dup {
+			continue
+		}
+		seen[key] = struct{}{}
+		a, ok := t.msgs[e.msg]
+		if !ok || a.at < w.from || a.at >= w.to {
+			continue
+		}
+		sec := int((a.at - w.from) / time.Second)
+		buckets[sec] = append(buckets[sec], max(e.at-a.at, 0))
+	}
+	out := make([]secondLatency, 0, len(buckets))
+	for sec, lat := range buckets {
+		slices.Sort(lat)
+		out = append(out, secondLatency{AtS: sec, N: len(lat), P50Ms: round1(ms(percentile(lat, 0.5))),
+			P99Ms: round1(ms(percentile(lat, 0.99))), MaxMs: round1(ms(lat[len(lat)-1]))})
+	}
+	slices.SortFunc(out, func(a, b secondLatency) int { return a.AtS - b.AtS })
+	return out
+}

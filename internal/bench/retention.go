@@ -144,6 +144,7 @@ func runS7(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"sizes_levelled_off":             level,
 		"last_4_minutes_spread":          spread,
 		"spread_rule":                    "per table, (max - min) / max of its size over the last 4 one-minute samples; levelled off when the total of the followed tables is within 15%",
+		"latency_by_accept_second":       s.tracker.latencyBySecond(s.rcv.snapshot(), 0, w),
 	}
 	return res, s.loadErrors(res, m)
 }
