@@ -65,6 +65,9 @@ type Metrics struct {
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
 	Expired *prometheus.CounterVec
+	// PayloadMissing counts attempts that found no payload for a message
+	// younger than payload retention (retried, not expired).
+	PayloadMissing prometheus.Counter
 }
 
 // NewMetrics creates and registers the delivery metrics on reg.
@@ -104,12 +107,16 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_expired_total",
 			Help: "Deliveries made final as expired before they were delivered or failed, by reason: retention (older than --retention) or payload (payload dropped by --payload-retention).",
 		}, []string{"reason"}),
+		PayloadMissing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_payload_missing_total",
+			Help: "Attempts that found no payload for a message younger than --payload-retention: a read that missed, retried by River (never expired, nothing sent).",
+		}),
 	}
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked, m.Expired)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing)
 	}
 	return m
 }

@@ -71,6 +71,7 @@ func (g *switchGate) Admit(context.Context, *delivery.Target) (delivery.Admissio
 }
 
 type ownershipBundle struct {
+	db       *storetest.DB
 	st       *store.Store
 	ledger   *ackLosingLedger
 	gate     *switchGate
@@ -82,10 +83,12 @@ type ownershipBundle struct {
 	args     delivery.DeliverArgs
 }
 
-func setupOwnership(t *testing.T) *ownershipBundle {
+// setupOwnership creates an endpoint, a message with one delivery and a
+// worker; tune adjusts the worker's config and deps before it is made.
+func setupOwnership(t *testing.T, tune ...func(*delivery.WorkerConfig, *delivery.WorkerDeps)) *ownershipBundle {
 	t.Helper()
 	db := storetest.New(t)
-	b := &ownershipBundle{st: store.New(db.Pool, nil), gate: &switchGate{}, enq: &countingEnqueuer{}}
+	b := &ownershipBundle{db: db, st: store.New(db.Pool, nil), gate: &switchGate{}, enq: &countingEnqueuer{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		b.hits.Add(1)
 		w.WriteHeader(http.StatusNoContent)
@@ -110,14 +113,19 @@ func setupOwnership(t *testing.T) *ownershipBundle {
 		ledger.Stop()
 		stop()
 	})
-	b.worker = delivery.NewWorker(delivery.WorkerConfig{Park: true, Schedule: delivery.Schedule{0, time.Second}}, delivery.WorkerDeps{
+	cfg := delivery.WorkerConfig{Park: true, Schedule: delivery.Schedule{0, time.Second}}
+	deps := delivery.WorkerDeps{
 		Endpoints:  delivery.NewEndpointCache(b.st, time.Minute, time.Now),
 		Deliveries: b.st,
 		Gate:       b.gate,
 		Ledger:     ledger,
 		Sender:     delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second}),
 		Now:        time.Now,
-	})
+	}
+	for _, f := range tune {
+		f(&cfg, &deps)
+	}
+	b.worker = delivery.NewWorker(cfg, deps)
 	return b
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // PayloadLoader loads message payloads by id.
@@ -18,6 +20,26 @@ type PayloadLoader interface {
 // errPayloadGone is a payload absent from the database: payload retention
 // dropped it (or retention dropped its message).
 var errPayloadGone = errors.New("payload expired: dropped by payload retention before the delivery finished")
+
+// errPayloadMissing is a payload absent from the database although its
+// message is younger than payload retention: nothing has dropped it, so the
+// read missed (a bug), and the delivery is retried, never expired.
+var errPayloadMissing = errors.New("payload missing although its message is younger than payload retention")
+
+// payloadRetired reports whether payload retention can have dropped the
+// payload of message id by now (the database clock): its message is at
+// least retention old by the time in its ULID. The maintainer drops a
+// payload partition only once its whole interval ends retention before
+// now, and a row lives in the partition of its id's time, so every payload
+// it dropped is at least that old (up to an interval older). A zero
+// retention (none configured) or an id naming no time retires nothing.
+func payloadRetired(messageID string, now time.Time, retention time.Duration) bool {
+	at, ok := store.IDTime(messageID)
+	if !ok || retention <= 0 {
+		return false
+	}
+	return !now.Before(at.Add(retention))
+}
 
 // payloads gives the worker each message's payload. Jobs carry only the
 // message id: a payload inside River's args would be written with every

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 type countingLoader struct {
@@ -80,4 +82,30 @@ func TestPayloadsCacheIsBounded(t *testing.T) {
 	_, err = p.get(ctx, "m00") // the oldest was evicted
 	require.NoError(t, err)
 	require.Equal(t, before+1, l.calls.Load())
+}
+
+func TestPayloadRetired(t *testing.T) {
+	t.Parallel()
+	accepted := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	id := store.IDBound("msg", accepted) // the first id of that millisecond
+	for _, tt := range []struct {
+		name      string
+		id        string
+		age       time.Duration
+		retention time.Duration
+		want      bool
+	}{
+		{"young: a read that missed", id, time.Minute, time.Hour, false},
+		{"a millisecond short of retention", id, time.Hour - time.Millisecond, time.Hour, false},
+		{"exactly retention old", id, time.Hour, time.Hour, true},
+		{"older than retention", id, 26 * time.Hour, 24 * time.Hour, true},
+		{"database clock behind the id's time", id, -time.Minute, time.Hour, false},
+		{"no retention configured", id, 100 * time.Hour, 0, false},
+		{"an id naming no time", "msg_not-a-ulid", 100 * time.Hour, time.Hour, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, payloadRetired(tt.id, accepted.Add(tt.age), tt.retention))
+		})
+	}
 }

@@ -89,6 +89,11 @@ type WorkerConfig struct {
 	// Park parks deliveries refused by an open or isolated breaker (no job
 	// until released) instead of snoozing their jobs; an Unparker must run.
 	Park bool
+	// PayloadRetention is how long payloads are kept: a missing payload of
+	// a message at least this old is expired, of a younger one an error
+	// River retries. Zero: none is kept for a limited time, so a missing
+	// payload is always an error.
+	PayloadRetention time.Duration
 }
 
 // WorkerDeps are the worker's collaborators.
@@ -284,6 +289,18 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	payload := []byte(args.Payload) // jobs queued by older versions carried it
 	if len(payload) == 0 {
 		p, err := w.payloads.get(ctx, args.MessageID)
+		if errors.Is(err, errPayloadGone) && !payloadRetired(args.MessageID, w.deps.Now(), w.cfg.PayloadRetention) {
+			// Retention cannot have dropped it yet: the read missed. Retry
+			// (an attempt of River's, nothing sent), never expire.
+			adm.Finish(ctx, Outcome{At: w.deps.Now()})
+			release()
+			if w.deps.Metrics != nil {
+				w.deps.Metrics.PayloadMissing.Inc()
+			}
+			w.deps.Logger.ErrorContext(ctx, "delivery_payload_missing", slog.String("delivery", args.DeliveryID),
+				slog.String("message", args.MessageID), slog.Duration("payload_retention", w.cfg.PayloadRetention))
+			return fmt.Errorf("deliver %s: message %s: %w", args.DeliveryID, args.MessageID, errPayloadMissing)
+		}
 		if errors.Is(err, errPayloadGone) {
 			// Nothing is left to send, ever: the delivery is final.
 			adm.Finish(ctx, Outcome{At: w.deps.Now()})

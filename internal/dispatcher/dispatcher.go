@@ -285,9 +285,10 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	opsSender := delivery.NewSender(delivery.SenderConfig{Timeout: d.cfg.RequestTimeout})
 	d.senders = []*delivery.Sender{sender, opsSender}
 	worker := delivery.NewWorker(delivery.WorkerConfig{
-		Schedule:       d.r.schedule,
-		MaxPerEndpoint: d.cfg.MaxPerEndpoint,
-		Park:           d.cfg.Breakers,
+		Schedule:         d.r.schedule,
+		MaxPerEndpoint:   d.cfg.MaxPerEndpoint,
+		Park:             d.cfg.Breakers,
+		PayloadRetention: d.r.retention.PayloadRetention,
 	}, delivery.WorkerDeps{
 		Endpoints:  d.cache,
 		Deliveries: d.store,

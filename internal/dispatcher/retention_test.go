@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,14 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// TestDeliveryWhosePayloadIsGoneExpires: a queued delivery whose payload
-// payload retention has dropped is never sent: the worker makes it final
-// (expired, last_error saying why) and counts it; the dispatcher's
-// maintainer has made the partitions ahead at start.
-func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
+// TestDeliveryWhosePayloadIsMissingIsRetried: a queued delivery of a
+// message younger than payload retention whose payload does not read (no
+// retention can have dropped it: a bug) is never sent and never expired:
+// the worker logs and counts it and River retries it, so once the payload
+// reads again it is delivered. (A missing payload of a message older than
+// payload retention expires: internal/delivery's worker tests.) The
+// dispatcher's maintainer has made the partitions ahead at start.
+func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	db := storetest.New(t)
 	secret := newSecret(t)
 	arrived := make(chan string, 1)
@@ -44,7 +48,6 @@ func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
 	require.NoError(t, err)
 	msg, _, err := st.CreateMessage(t.Context(), store.NewMessage{TenantID: "acme", EventType: "order.created", Payload: json.RawMessage(`{"n":1}`)}, &delivery.Enqueuer{Client: inserter})
 	require.NoError(t, err)
-	// What dropping its payload partition does to this message.
 	_, err = db.Pool.Exec(t.Context(), `DELETE FROM message_payloads WHERE message_id = $1`, msg.ID)
 	require.NoError(t, err)
 	before := goleak.IgnoreCurrent()
@@ -53,24 +56,47 @@ func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
 	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.AllowPrivateTargets = true
 	cfg.Breakers = false
+	// River retries the missing payload every half second or so.
+	cfg.RetrySchedule = "0s,500ms"
 	base, cancel, done := startRun(t, cfg, db.Pool, slog.LevelError)
 	defer cancel()
 
-	require.Eventually(t, func() bool {
-		got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
-		require.NoError(t, err)
-		return got.Status == store.DeliveryExpired
-	}, waitFor, 20*time.Millisecond)
+	metric := func(want string) func() bool {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want))
+		return func() bool {
+			res, err := http.Get(base + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(res.Body)
+			require.NoError(t, res.Body.Close())
+			require.NoError(t, err)
+			return re.Match(body)
+		}
+	}
+	require.Eventually(t, metric(`webhook_delivery_payload_missing_total `), waitFor, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return !metric(`webhook_delivery_payload_missing_total 0`)() }, waitFor, 20*time.Millisecond)
 	got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
 	require.NoError(t, err)
-	require.NotNil(t, got.LastError)
-	require.Contains(t, *got.LastError, "payload")
+	require.Equal(t, store.DeliveryPending, got.Status, "a young message's missing payload is not an expiry")
 	require.Zero(t, got.AttemptCount, "nothing was sent")
 	select {
 	case id := <-arrived:
 		t.Fatalf("message %s was sent without its payload", id)
 	default:
 	}
+
+	_, err = db.Pool.Exec(t.Context(), `INSERT INTO message_payloads (message_id, payload) VALUES ($1, '{"n":1}')`, msg.ID)
+	require.NoError(t, err)
+	select {
+	case id := <-arrived:
+		require.Equal(t, msg.ID, id)
+	case <-time.After(waitFor):
+		t.Fatal("the retry did not deliver the message once its payload read again")
+	}
+	require.Eventually(t, func() bool {
+		got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
+		require.NoError(t, err)
+		return got.Status == store.DeliveryDelivered
+	}, waitFor, 20*time.Millisecond)
 	// The maintainer's first run, at start, made the current interval's
 	// partitions and two more.
 	require.Eventually(t, func() bool {
@@ -84,15 +110,8 @@ func TestDeliveryWhosePayloadIsGoneExpires(t *testing.T) {
 		}
 		return ahead >= 3
 	}, waitFor, 20*time.Millisecond)
-	require.Eventually(t, func() bool {
-		res, err := http.Get(base + "/metrics")
-		require.NoError(t, err)
-		body, err := io.ReadAll(res.Body)
-		require.NoError(t, res.Body.Close())
-		require.NoError(t, err)
-		return strings.Contains(string(body), `webhook_delivery_expired_total{reason="payload"} 1`) &&
-			strings.Contains(string(body), `hookd_partition_default_rows{table="messages"} 0`)
-	}, waitFor, 20*time.Millisecond)
+	require.Eventually(t, metric(`hookd_partition_default_rows{table="messages"} 0`), waitFor, 20*time.Millisecond)
+	require.True(t, metric(`webhook_delivery_expired_total{reason="payload"} 0`)(), "nothing expired")
 	http.DefaultClient.CloseIdleConnections()
 
 	cancel()
