@@ -18,6 +18,7 @@ const (
 	EndpointStatsSQL  = endpointStatsSQL
 	MeasureTrafficSQL = measureTrafficSQL
 	ListAttemptsSQL   = listAttemptsSQL
+	LedgerUpdateSQL   = ledgerUpdateSQL
 )
 
 // Waiting returns how many messages wait for a group, for tests that need

@@ -103,7 +103,7 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	tag, err := tx.Exec(ctx, `
 		UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL,
 			breaker_open_until = NULL, updated_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND `+which, customPlan, ids, jobIDs)
+		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1) AND `+which, customPlan, ids, jobIDs)
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries: %w", err)
 	}

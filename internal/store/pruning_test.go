@@ -112,7 +112,7 @@ func TestAttemptReadsPruneToTheirTimeRange(t *testing.T) {
 	// A delivery by id: one partition of deliveries.
 	var dlv []string
 	for _, r := range planRelations(t, b, store.GetDeliverySQL, d.ID) {
-		if strings.HasPrefix(r, "deliveries") {
+		if strings.HasPrefix(r, "deliveries_") { // the parent is the UPDATE's own target
 			dlv = append(dlv, r)
 		}
 	}
@@ -166,4 +166,58 @@ func TestExpirySweepReadsOnlyUnfinishedDeliveries(t *testing.T) {
 	}
 	walk(plans[0]["Plan"].(map[string]any))
 	require.Less(t, read, 1000.0)
+}
+
+// TestLedgerUpdatePrunesToItsDeliveries: the ledger's batch UPDATE of
+// deliveries reads only the partitions holding the batch's deliveries (and
+// the default one), however many intervals of history the table keeps; a
+// join on the key alone would plan a scan of every partition.
+func TestLedgerUpdatePrunesToItsDeliveries(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	parts, err := s.Partitions(ctx)
+	require.NoError(t, err)
+	for _, p := range parts {
+		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
+		require.NoError(t, err)
+	}
+	var now time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	// Ten days of daily partitions, then today's and two ahead.
+	_, err = s.EnsurePartitions(ctx, now.Add(-10*24*time.Hour), 24*time.Hour, 12)
+	require.NoError(t, err)
+	parts, err = s.Partitions(ctx)
+	require.NoError(t, err)
+	var mine string
+	deliveryParts := 0
+	b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`1`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+	for _, p := range parts {
+		if p.Parent != "deliveries" {
+			continue
+		}
+		deliveryParts++
+		if lo, hi := store.IDBound("dlv", p.From), store.IDBound("dlv", p.To); d.ID >= lo && d.ID < hi {
+			mine = p.Name
+		}
+	}
+	require.GreaterOrEqual(t, deliveryParts, 12)
+	require.NotEmpty(t, mine)
+
+	rels := planRelations(t, b, store.LedgerUpdateSQL,
+		[]string{d.ID}, []int32{1}, []string{store.DeliveryDelivered}, []int32{1}, []*time.Time{&now},
+		[]*time.Time{nil}, []*int32{nil}, []*string{nil}, []*time.Time{nil}, []bool{false}, []*int64{nil})
+	var read []string
+	for _, r := range rels {
+		if strings.HasPrefix(r, "deliveries_") { // the parent is the UPDATE's own target
+			read = append(read, r)
+		}
+	}
+	require.NotEmpty(t, read)
+	for _, r := range read {
+		require.Contains(t, []string{mine, "deliveries_default"}, r, "the plan reads partition %s of %d", r, deliveryParts)
+	}
 }
