@@ -18,7 +18,7 @@ CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: help build run test fuzz lint clean bench bench-smoke chaos
+.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke chaos
 
 ## help: list the targets and what each does
 help:
@@ -68,6 +68,10 @@ fuzz:
 ## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json
 bench:
 	$(GO) run ./internal/bench
+
+## bench-month: S1 on an empty database, then S8: 30 days of history (50 million attempts, 10-15 GB, about 30 minutes) under S1's load; writes bench-month-results.json
+bench-month:
+	$(GO) run ./internal/bench -only s1,s8 -out $(CURDIR)/bench-month-results.json
 
 ## bench-smoke: every benchmark scenario in a tiny form (under a minute); writes no bench-results.json
 bench-smoke:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hookd/hookd/internal/delivery"
@@ -66,6 +67,8 @@ type plan struct {
 	s7Duration   time.Duration
 	s7Retention  time.Duration
 	s7Interval   time.Duration
+	s8Messages     int // messages of history; 10 deliveries and 40 attempts each
+	s8AttemptReads int
 }
 
 var fullPlan = plan{
@@ -79,6 +82,7 @@ var fullPlan = plan{
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
+	s8Messages: 1_260_000, s8AttemptReads: 300,
 }
 
 var smokePlan = plan{
@@ -92,6 +96,7 @@ var smokePlan = plan{
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
+	s8Messages: 300, s8AttemptReads: 20,
 }
 
 // bench is one run of the suite.
@@ -139,7 +144,11 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	if b.apiBin, b.dispatcherBin, err = buildBinaries(ctx, b.root, filepath.Join(b.scratch, "bin")); err != nil {
 		return nil, err
 	}
-	if b.pg, err = startCluster(ctx, opts.pgBin, logger); err != nil {
+	var extra []string
+	if slices.Contains(opts.only, "s8") {
+		extra = s8Settings
+	}
+	if b.pg, err = startCluster(ctx, opts.pgBin, logger, extra...); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -66,9 +66,9 @@ func benchSettings() []string {
 // startCluster starts a private cluster on a free port on 127.0.0.1 and
 // creates the service roles and the migrated template database every
 // scenario's database is cloned from. bin empty finds the newest installed
-// server.
-func startCluster(ctx context.Context, bin string, logger *slog.Logger) (_ *cluster, err error) {
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: bin, Settings: benchSettings()})
+// server; extra settings go after the bench's own.
+func startCluster(ctx context.Context, bin string, logger *slog.Logger, extra ...string) (_ *cluster, err error) {
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: bin, Settings: append(benchSettings(), extra...)})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

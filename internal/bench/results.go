@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -142,6 +143,9 @@ func newResults(ctx context.Context, b *bench) *results {
 	}
 	if b.opts.smoke {
 		r.Mode, r.Command = "smoke", "make bench-smoke"
+	}
+	if slices.Contains(b.opts.only, "s8") && !b.opts.smoke {
+		r.Mode, r.Command = "month", "make bench-month"
 	}
 	if len(b.opts.args) > 0 && !(len(b.opts.args) == 1 && b.opts.smoke) {
 		r.Command = "go run ./internal/bench " + strings.Join(b.opts.args, " ")

@@ -15,19 +15,23 @@ type scenario struct {
 	// faults is set when the receiver fails or hangs on purpose: a
 	// duplicate there may be the at-least-once contract at work.
 	faults bool
+	// optIn keeps a scenario out of the full suite unless -only names it
+	// (the smoke form runs it).
+	optIn bool
 }
 
 // scenarios run in this order; targets compare them after all have run.
 var scenarios = []scenario{
-	{"s0", "S0 bare River no-op jobs (the ceiling)", runS0, false},
-	{"s1", "S1 healthy fan-out, closed loop", runS1, false},
-	{"s1rate", "S1 at a fixed offered rate (latency target)", runS1Rate, false},
-	{"s2", "S2 breakers on vs off, alternated", runS2, false},
-	{"s3", "S3 hot endpoint beside the fan-out load", runS3, false},
-	{"s4", "S4 head of line: a hanging endpoint gets 20% of messages", runS4, true},
-	{"s5", "S5 half-open across two dispatchers", runS5, true},
-	{"s6", "S6 10,000 endpoints", runS6, false},
-	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false},
+	{"s0", "S0 bare River no-op jobs (the ceiling)", runS0, false, false},
+	{"s1", "S1 healthy fan-out, closed loop", runS1, false, false},
+	{"s1rate", "S1 at a fixed offered rate (latency target)", runS1Rate, false, false},
+	{"s2", "S2 breakers on vs off, alternated", runS2, false, false},
+	{"s3", "S3 hot endpoint beside the fan-out load", runS3, false, false},
+	{"s4", "S4 head of line: a hanging endpoint gets 20% of messages", runS4, true, false},
+	{"s5", "S5 half-open across two dispatchers", runS5, true, false},
+	{"s6", "S6 10,000 endpoints", runS6, false, false},
+	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},
+	{"s8", "S8 a month of history under S1's closed loop (make bench-month)", runS8, false, true},
 }
 
 // runAll runs the selected scenarios in order; one that fails to run is
@@ -36,6 +40,9 @@ func (b *bench) runAll(ctx context.Context) *results {
 	res := newResults(ctx, b)
 	for _, sc := range scenarios {
 		if len(b.opts.only) > 0 && !slices.Contains(b.opts.only, sc.name) {
+			continue
+		}
+		if len(b.opts.only) == 0 && sc.optIn && !b.opts.smoke {
 			continue
 		}
 		if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -163,6 +164,24 @@ func evaluate(r *results) {
 	}
 
 	add(noDuplicates(r.Scenarios))
+
+	if s8 := r.find("s8"); s8 != nil && s8.Extra != nil {
+		if s1 != nil && s1.DeliveriesPerS > 0 {
+			v := s8.DeliveriesPerS / s1.DeliveriesPerS
+			add(atLeast("s8", s8ThroughputGoal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f)", v, s8.DeliveriesPerS, s1.DeliveriesPerS)))
+		} else {
+			add(na("s8", s8ThroughputGoal))
+		}
+		pass := toFloat(s8.Extra["reclassify_pass_s"])
+		add(below("s8", s8ReclassifyGoal, pass, 60, fmt.Sprintf("%.2f s over %.0f endpoints", pass, toFloat(s8.Extra["reclassify_endpoints"]))))
+		p99 := toFloat(s8.Extra["attempts_list_p99_ms"])
+		add(below("s8", s8AttemptsGoal, p99, 500, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms) over %.0f requests", p99,
+			toFloat(s8.Extra["attempts_list_p50_ms"]), toFloat(s8.Extra["attempts_list_requests"]))))
+	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s8" }) {
+		for _, g := range []string{s8ThroughputGoal, s8ReclassifyGoal, s8AttemptsGoal} {
+			add(target{Scenario: "s8", Goal: g, Measured: "the scenario failed", Status: "missed"})
+		}
+	}
 
 	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
 	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
