@@ -18,7 +18,7 @@ CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke chaos
+.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke soak chaos
 
 ## help: list the targets and what each does
 help:
@@ -72,6 +72,10 @@ bench:
 ## bench-month: S1 on an empty database, then S8: 30 days of history (50 million attempts, 10-15 GB, about 30 minutes) under S1's load; writes bench-month-results.json
 bench-month:
 	$(GO) run ./internal/bench -only s1,s8 -out $(CURDIR)/bench-month-results.json
+
+## soak: 30 minutes at 20 messages/s with RETENTION=5m, PARTITION_INTERVAL=1m; prints per-minute RSS, goroutines, table sizes and p99 and whether each is flat; writes soak-results.json
+soak:
+	$(GO) run ./internal/bench -only soak -out $(CURDIR)/soak-results.json
 
 ## bench-smoke: every benchmark scenario in a tiny form (under a minute); writes no bench-results.json
 bench-smoke:

@@ -48,27 +48,31 @@ type plan struct {
 
 	s0Jobs int
 
-	fanTenants   int // S1, S2, S3, S4: tenants x 10 endpoints
-	warmup       time.Duration
-	s1Measure    time.Duration
-	rateTenants  int
-	rate         float64 // S1 latency run: messages/s offered
-	rateDuration time.Duration
-	s2Measure    time.Duration
-	s3Measure    time.Duration
-	s3HotRate    float64
-	s4Measure    time.Duration
-	s5Healthy    time.Duration
-	s5Fail       time.Duration
-	s5Recover    time.Duration
-	s6Tenants    int
-	s6Measure    time.Duration
-	s7Rate       float64 // messages/s when S1 has not run first
-	s7Duration   time.Duration
-	s7Retention  time.Duration
-	s7Interval   time.Duration
+	fanTenants     int // S1, S2, S3, S4: tenants x 10 endpoints
+	warmup         time.Duration
+	s1Measure      time.Duration
+	rateTenants    int
+	rate           float64 // S1 latency run: messages/s offered
+	rateDuration   time.Duration
+	s2Measure      time.Duration
+	s3Measure      time.Duration
+	s3HotRate      float64
+	s4Measure      time.Duration
+	s5Healthy      time.Duration
+	s5Fail         time.Duration
+	s5Recover      time.Duration
+	s6Tenants      int
+	s6Measure      time.Duration
+	s7Rate         float64 // messages/s when S1 has not run first
+	s7Duration     time.Duration
+	s7Retention    time.Duration
+	s7Interval     time.Duration
 	s8Messages     int // messages of history; 10 deliveries and 40 attempts each
 	s8AttemptReads int
+	soakRate       float64
+	soakDuration   time.Duration
+	soakSample     time.Duration
+	soakRetention  time.Duration
 }
 
 var fullPlan = plan{
@@ -83,6 +87,7 @@ var fullPlan = plan{
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 1_260_000, s8AttemptReads: 300,
+	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
 }
 
 var smokePlan = plan{
@@ -97,6 +102,7 @@ var smokePlan = plan{
 	s6Tenants: 50, s6Measure: 2 * time.Second,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 300, s8AttemptReads: 20,
+	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
 }
 
 // bench is one run of the suite.

@@ -193,3 +193,45 @@ func TestNoDuplicatesTarget(t *testing.T) {
 		})
 	}
 }
+
+func TestSoakVerdicts(t *testing.T) {
+	t.Parallel()
+	minute := func(rss float64, table int64, p99 float64) soakMinute {
+		return soakMinute{
+			Dispatcher: map[string]float64{"go_goroutines": 100, "process_resident_memory_bytes": rss},
+			API:        map[string]float64{"go_goroutines": 50, "process_resident_memory_bytes": 30 << 20},
+			Tables:     map[string]int64{"deliveries": table, "tiny": 16 << 10},
+			P99Ms:      p99,
+		}
+	}
+	status := func(vs []soakVerdict) map[string]string {
+		out := map[string]string{}
+		for _, v := range vs {
+			out[v.Series] = v.Status
+		}
+		return out
+	}
+	// Growth in the first two thirds does not count; the last third is flat.
+	var flat []soakMinute
+	for i := range 9 {
+		flat = append(flat, minute(float64(20+min(i, 6))*(1<<20), int64(min(i, 6))*(100<<20)+(100<<20), 100))
+	}
+	got := status(soakVerdicts(flat, []string{"deliveries", "tiny"}))
+	for _, s := range []string{"dispatcher process_resident_memory_bytes", "table deliveries", "table tiny", "p99 latency", "api go_goroutines"} {
+		require.Equal(t, "met", got[s], s)
+	}
+
+	// RSS climbing 20% over the last third, a table doubling, p99 spiking.
+	grow := append([]soakMinute(nil), flat[:6]...)
+	grow = append(grow, minute(26<<20, 700<<20, 100), minute(29<<20, 1000<<20, 100), minute(32<<20, 1400<<20, 400))
+	got = status(soakVerdicts(grow, []string{"deliveries", "tiny"}))
+	require.Equal(t, "missed", got["dispatcher process_resident_memory_bytes"])
+	require.Equal(t, "missed", got["table deliveries"])
+	require.Equal(t, "missed", got["p99 latency"])
+	require.Equal(t, "met", got["table tiny"])
+
+	// A table of a few pages moving by a page is flat (the absolute slack).
+	pages := []soakMinute{minute(1, 8<<10, 1), minute(1, 16<<10, 1), minute(1, 24<<10, 1)}
+	require.Equal(t, "met", status(soakVerdicts(pages, []string{"deliveries"}))["table deliveries"])
+	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency"], "no samples is no evidence")
+}

@@ -75,9 +75,10 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 // ms converts a duration to milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// secondLatency is the accepted -> delivered latency of the deliveries of
-// the messages accepted in one second of a window.
-type secondLatency struct {
+// bucketLatency is the accepted -> delivered latency of the deliveries of
+// the messages accepted in one bucket (a second, a minute) of a window.
+type bucketLatency struct {
+	// AtS is the bucket's start, in seconds from the window's.
 	AtS   int     `json:"at_s"`
 	N     int     `json:"n"`
 	P50Ms float64 `json:"p50_ms"`
@@ -85,10 +86,10 @@ type secondLatency struct {
 	MaxMs float64 `json:"max_ms"`
 }
 
-// latencyBySecond buckets the first 2xx answer per message and path of
-// group g by the second (from w.from) its message was accepted in, so late
-// deliveries can be set against what happened in that second.
-func (t *tracker) latencyBySecond(events []delivered, g int, w window) []secondLatency {
+// latencyBy buckets the first 2xx answer per message and path of group g
+// by the bucket of width (from w.from) its message was accepted in, so late
+// deliveries can be set against what happened meanwhile.
+func (t *tracker) latencyBy(events []delivered, g int, w window, width time.Duration) []bucketLatency {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	seen := make(map[string]struct{}, len(events))
@@ -106,15 +107,15 @@ func (t *tracker) latencyBySecond(events []delivered, g int, w window) []secondL
 		if !ok || a.at < w.from || a.at >= w.to {
 			continue
 		}
-		sec := int((a.at - w.from) / time.Second)
-		buckets[sec] = append(buckets[sec], max(e.at-a.at, 0))
+		i := int((a.at - w.from) / width)
+		buckets[i] = append(buckets[i], max(e.at-a.at, 0))
 	}
-	out := make([]secondLatency, 0, len(buckets))
-	for sec, lat := range buckets {
+	out := make([]bucketLatency, 0, len(buckets))
+	for i, lat := range buckets {
 		slices.Sort(lat)
-		out = append(out, secondLatency{AtS: sec, N: len(lat), P50Ms: round1(ms(percentile(lat, 0.5))),
+		out = append(out, bucketLatency{AtS: i * int(width/time.Second), N: len(lat), P50Ms: round1(ms(percentile(lat, 0.5))),
 			P99Ms: round1(ms(percentile(lat, 0.99))), MaxMs: round1(ms(lat[len(lat)-1]))})
 	}
-	slices.SortFunc(out, func(a, b secondLatency) int { return a.AtS - b.AtS })
+	slices.SortFunc(out, func(a, b bucketLatency) int { return a.AtS - b.AtS })
 	return out
 }

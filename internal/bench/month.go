@@ -82,7 +82,7 @@ func runS8(ctx context.Context, b *bench) (*scenarioResult, error) {
 		return nil, fmt.Errorf("vacuum the loaded history: %w", err)
 	}
 	vacuumS := time.Since(vacuumed).Seconds()
-	sizes, err := s.tableSizes(ctx, 0)
+	sizes, err := s.tableSizes(ctx, 0, s7Tables)
 	if err != nil {
 		return nil, err
 	}

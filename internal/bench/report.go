@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -63,6 +65,11 @@ func printReport(w io.Writer, r *results) {
 		}
 		costs(s, s.Title)
 	}
+	for _, s := range r.Scenarios {
+		if s.Name == "soak" && s.Error == "" {
+			printSoak(w, s)
+		}
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | measured | status |")
 	fmt.Fprintln(w, "|---|---|---|")
@@ -88,4 +95,43 @@ func shortCommit(c string) string {
 		return c[:12]
 	}
 	return c
+}
+
+// printSoak writes the soak's per-minute table and its verdicts.
+func printSoak(w io.Writer, s *scenarioResult) {
+	minutes, _ := s.Extra["minutes"].([]soakMinute)
+	verdicts, _ := s.Extra["verdicts"].([]soakVerdict)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| at s | dispatcher RSS MB | dispatcher goroutines | api RSS MB | api goroutines | tables MB (all) | largest tables MB | deliveries | p99 ms |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+	for _, m := range minutes {
+		var total int64
+		for _, b := range m.Tables {
+			total += b
+		}
+		fmt.Fprintf(w, "| %.0f | %.1f | %.0f | %.1f | %.0f | %.1f | %s | %d | %.1f |\n", m.AtS,
+			m.Dispatcher["process_resident_memory_bytes"]/(1<<20), m.Dispatcher["go_goroutines"],
+			m.API["process_resident_memory_bytes"]/(1<<20), m.API["go_goroutines"],
+			float64(total)/(1<<20), largestTables(m.Tables, 4), m.N, m.P99Ms)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| series (last third) | spread | status |")
+	fmt.Fprintln(w, "|---|---:|---|")
+	for _, v := range verdicts {
+		fmt.Fprintf(w, "| %s | %.1f%% | %s |\n", v.Series, v.Spread*100, v.Status)
+	}
+}
+
+// largestTables names the n largest tables with their sizes in MB.
+func largestTables(sizes map[string]int64, n int) string {
+	names := make([]string, 0, len(sizes))
+	for t := range sizes {
+		names = append(names, t)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(sizes[b], sizes[a]) })
+	var parts []string
+	for _, t := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f", t, float64(sizes[t])/(1<<20)))
+	}
+	return strings.Join(parts, ", ")
 }

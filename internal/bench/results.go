@@ -147,6 +147,9 @@ func newResults(ctx context.Context, b *bench) *results {
 	if slices.Contains(b.opts.only, "s8") && !b.opts.smoke {
 		r.Mode, r.Command = "month", "make bench-month"
 	}
+	if slices.Equal(b.opts.only, []string{"soak"}) && !b.opts.smoke {
+		r.Mode, r.Command = "soak", "make soak"
+	}
 	if len(b.opts.args) > 0 && !(len(b.opts.args) == 1 && b.opts.smoke) {
 		r.Command = "go run ./internal/bench " + strings.Join(b.opts.args, " ")
 	}

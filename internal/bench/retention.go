@@ -106,7 +106,7 @@ func runS7(ctx context.Context, b *bench) (*scenarioResult, error) {
 				}
 			}
 			if i%60 == 0 {
-				if sm, err := s.tableSizes(lctx, float64(i)); err == nil {
+				if sm, err := s.tableSizes(lctx, float64(i), s7Tables); err == nil {
 					sizes = append(sizes, sm)
 				}
 			}
@@ -144,15 +144,15 @@ func runS7(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"sizes_levelled_off":             level,
 		"last_4_minutes_spread":          spread,
 		"spread_rule":                    "per table, (max - min) / max of its size over the last 4 one-minute samples; levelled off when the total of the followed tables is within 15%",
-		"latency_by_accept_second":       s.tracker.latencyBySecond(s.rcv.snapshot(), 0, w),
+		"latency_by_accept_second":       s.tracker.latencyBy(s.rcv.snapshot(), 0, w, time.Second),
 	}
 	return res, s.loadErrors(res, m)
 }
 
-// tableSizes reads every followed table's total size, partitions included.
-func (s *stage) tableSizes(ctx context.Context, at float64) (sizeSample, error) {
+// tableSizes reads each of tables' total size, partitions included.
+func (s *stage) tableSizes(ctx context.Context, at float64, tables []string) (sizeSample, error) {
 	out := sizeSample{AtS: at, Bytes: map[string]int64{}}
-	for _, t := range s7Tables {
+	for _, t := range tables {
 		var n int64
 		// pg_partition_tree lists nothing for a table that is not
 		// partitioned.

@@ -32,6 +32,7 @@ var scenarios = []scenario{
 	{"s6", "S6 10,000 endpoints", runS6, false, false},
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},
 	{"s8", "S8 a month of history under S1's closed loop (make bench-month)", runS8, false, true},
+	{"soak", "Soak: 30 minutes at a fixed rate under retention (make soak)", runSoak, false, true},
 }
 
 // runAll runs the selected scenarios in order; one that fails to run is

@@ -57,7 +57,7 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 		// as it can: lift the SSRF guard and the rate limit.
 		"ALLOW_PRIVATE_TARGETS": "true",
 		"RATE_LIMIT":            "0",
-	}, apiListeningRE)
+	}, apiListeningRE, apiMetricsRE)
 	if err != nil {
 		return nil, err
 	}

@@ -165,6 +165,23 @@ func evaluate(r *results) {
 
 	add(noDuplicates(r.Scenarios))
 
+	if soak := r.find("soak"); soak != nil && soak.Extra != nil {
+		verdicts, _ := soak.Extra["verdicts"].([]soakVerdict)
+		var missed []string
+		for _, v := range verdicts {
+			if v.Status != "met" {
+				missed = append(missed, fmt.Sprintf("%s %.0f%%", v.Series, v.Spread*100))
+			}
+		}
+		t := target{Scenario: "soak", Goal: soakGoal, Value: float64(len(missed)),
+			Measured: fmt.Sprintf("%d of %d series flat", len(verdicts)-len(missed), len(verdicts)), Status: "met"}
+		if len(missed) > 0 || len(verdicts) == 0 {
+			t.Status = "missed"
+			t.Measured += "; not flat: " + strings.Join(missed, ", ")
+		}
+		add(t)
+	}
+
 	if s8 := r.find("s8"); s8 != nil && s8.Extra != nil {
 		if s1 != nil && s1.DeliveriesPerS > 0 {
 			v := s8.DeliveriesPerS / s1.DeliveriesPerS

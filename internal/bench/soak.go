@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Soak (make soak; not in make bench): S1's layout at a fixed offered rate
+// for 30 minutes with RETENTION=5m and PARTITION_INTERVAL=1m, sampled each
+// minute: the dispatcher's and the api's goroutines and RSS (their own
+// /metrics: go_goroutines, process_resident_memory_bytes), every table's
+// size (partitions summed into their table), and the p99 latency of the
+// messages accepted in that minute. Each series must be flat over the last
+// third of the run: within 10% ((max - min) / max).
+
+// soakSeries are the per-minute series of the process metrics.
+var soakSeries = []string{"go_goroutines", "process_resident_memory_bytes"}
+
+// soakGoal is the soak's target.
+const soakGoal = "Soak: RSS, goroutines, every table's size and the p99 each flat over the last third (within 10%)"
+
+// soakFlat is how far a series may move over the last third.
+const soakFlat = 0.10
+
+// soakTableSlack is how many bytes a table may move and still be flat
+// whatever its size: a table of a few pages moves by a page at a time.
+const soakTableSlack = 1 << 20
+
+// soakMinute is one sample of the soak.
+type soakMinute struct {
+	AtS float64 `json:"at_s"`
+	// Dispatcher and API are their go_goroutines and
+	// process_resident_memory_bytes.
+	Dispatcher map[string]float64 `json:"dispatcher"`
+	API        map[string]float64 `json:"api"`
+	Tables     map[string]int64   `json:"table_bytes"`
+	// P99Ms is the p99 of the messages accepted in the minute before AtS.
+	P99Ms float64 `json:"p99_ms"`
+	N     int     `json:"deliveries"`
+}
+
+// soakVerdict is one series' flatness over the last third.
+type soakVerdict struct {
+	Series string  `json:"series"`
+	Spread float64 `json:"spread"`
+	Status string  `json:"status"` // met or missed
+}
+
+func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
+	p := b.plan
+	set := b.fanSet()
+	env := map[string]string{
+		"RETENTION":          p.soakRetention.String(),
+		"PAYLOAD_RETENTION":  p.soakRetention.String(),
+		"PARTITION_INTERVAL": time.Minute.String(),
+		// River keeps completed jobs for this long: with the bench's
+		// hour river_job would grow for the whole run.
+		"COMPLETED_JOB_RETENTION": p.soakRetention.String(),
+	}
+	res := &scenarioResult{
+		Layout: describeFan(set),
+		Load: fmt.Sprintf("open loop: %.0f messages/s for %s; RETENTION=%s, PARTITION_INTERVAL=1m, COMPLETED_JOB_RETENTION=%s; sampled every %s",
+			p.soakRate, p.soakDuration, p.soakRetention, p.soakRetention, p.soakSample),
+		Settings: b.river.env(),
+	}
+	for k, v := range env {
+		res.Settings[k] = v
+	}
+	s, err := b.newStage(ctx, "soak", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	if _, err := s.startDispatcher(ctx, env); err != nil {
+		return nil, err
+	}
+	tables, err := s.userTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := s.begin(ctx, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	base := s.rcv.total()
+	t0 := s.clock.now()
+	lctx, cancel := context.WithTimeout(ctx, p.soakDuration)
+	var (
+		samples []soakMinute
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() {
+		everyTick(lctx, p.soakSample, func(i int) {
+			m := soakMinute{AtS: float64(i) * p.soakSample.Seconds()}
+			var err error
+			if m.Dispatcher, err = s.metrics(lctx, soakSeries...); err != nil {
+				return
+			}
+			if m.API, err = scrape(lctx, s.api.match(apiMetricsRE)[1]+"/metrics", soakSeries); err != nil {
+				return
+			}
+			sz, err := s.tableSizes(lctx, m.AtS, tables)
+			if err != nil {
+				return
+			}
+			m.Tables = sz.Bytes
+			samples = append(samples, m)
+		})
+	})
+	s.tracker.openLoop(lctx, p.soakRate, 64, roundRobin(set))
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil {
+		pr.stop()
+		return nil, ctx.Err()
+	}
+	w := window{from: t0, to: t0 + p.soakDuration}
+	res.Drained = s.tracker.drain(ctx, p.drain, 0)
+	if err := pr.end(ctx, res, s.rcv.total()-base); err != nil {
+		return nil, err
+	}
+	m := s.tracker.measure(s.rcv.snapshot(), 0, w, set.perTenant)
+	fill(res, m, w)
+	// The sample at AtS closes the minute before it.
+	byMinute := map[int]bucketLatency{}
+	for _, l := range s.tracker.latencyBy(s.rcv.snapshot(), 0, w, p.soakSample) {
+		byMinute[l.AtS] = l
+	}
+	for i := range samples {
+		l := byMinute[int(samples[i].AtS-p.soakSample.Seconds())]
+		samples[i].P99Ms, samples[i].N = l.P99Ms, l.N
+	}
+	verdicts := soakVerdicts(samples, tables)
+	met := 0
+	for _, v := range verdicts {
+		if v.Status == "met" {
+			met++
+		}
+	}
+	res.Extra = map[string]any{
+		"offered_msgs_per_s": p.soakRate,
+		"minutes":            samples,
+		"verdicts":           verdicts,
+		"flat_met":           met,
+		"flat_series":        len(verdicts),
+		"flat_rule": fmt.Sprintf("per series, (max - min) / max over the last third of the samples <= %.0f%% (a table also when it moved by at most %d KiB)",
+			soakFlat*100, soakTableSlack>>10),
+	}
+	return res, s.loadErrors(res, m)
+}
+
+// everyTick calls fn(i) every d (i from 1) until ctx ends.
+func everyTick(ctx context.Context, d time.Duration, fn func(i int)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fn(i)
+	}
+}
+
+// userTables lists the scenario database's tables that are not
+// partitions of another.
+func (s *stage) userTables(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("list tables: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// soakVerdicts checks every series over the last third of the samples:
+// each process metric of the dispatcher and the api, each table's size,
+// and the per-minute p99.
+func soakVerdicts(samples []soakMinute, tables []string) []soakVerdict {
+	last := samples[len(samples)-len(samples)/3:]
+	if len(samples) < 3 {
+		last = samples
+	}
+	var out []soakVerdict
+	check := func(name string, slack float64, value func(soakMinute) float64) {
+		lo, hi := math.Inf(1), 0.0
+		for _, sm := range last {
+			v := value(sm)
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		v := soakVerdict{Series: name, Status: "met"}
+		if hi > 0 {
+			v.Spread = round3((hi - lo) / hi)
+		}
+		if len(last) == 0 || (v.Spread > soakFlat && hi-lo > slack) {
+			v.Status = "missed"
+		}
+		out = append(out, v)
+	}
+	for _, proc := range []string{"dispatcher", "api"} {
+		for _, series := range soakSeries {
+			check(proc+" "+series, 0, func(sm soakMinute) float64 {
+				if proc == "api" {
+					return sm.API[series]
+				}
+				return sm.Dispatcher[series]
+			})
+		}
+	}
+	for _, t := range tables {
+		check("table "+t, soakTableSlack, func(sm soakMinute) float64 { return float64(sm.Tables[t]) })
+	}
+	check("p99 latency", 0, func(sm soakMinute) float64 { return sm.P99Ms })
+	return out
+}
