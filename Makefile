@@ -14,6 +14,12 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
 # SIGKILLed and a Postgres restart per minute); CHAOS_REPORT gets its figures.
 CHAOS_DURATION ?= 10m
 CHAOS_REPORT ?= $(CURDIR)/chaos-report.json
+# FLEET_DURATION is how long make chaos's long form of the fleet fault test
+# (TestBreakerFleetUnderFaults) loads FLEET_ENDPOINTS endpoints, a third of
+# them failing over the middle half; FLEET_REPORT gets its figures.
+FLEET_DURATION ?= 8m
+FLEET_ENDPOINTS ?= 300
+FLEET_REPORT ?= $(CURDIR)/fleet-report.json
 
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
@@ -46,10 +52,12 @@ test:
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
 
-## chaos: the long form of the chaos test (internal/e2e TestChaosNothingLost): CHAOS_DURATION of load and faults, figures in CHAOS_REPORT
+## chaos: the long forms of the chaos test (TestChaosNothingLost: CHAOS_DURATION, figures in CHAOS_REPORT) and then of the fleet fault test (TestBreakerFleetUnderFaults: FLEET_DURATION, figures in FLEET_REPORT)
 chaos:
 	HOOKD_CHAOS_DURATION=$(CHAOS_DURATION) HOOKD_CHAOS_REPORT=$(CHAOS_REPORT) \
 		$(GO) test -count=1 -timeout 60m -run '^TestChaosNothingLost$$' -v ./internal/e2e/
+	HOOKD_FLEET_DURATION=$(FLEET_DURATION) HOOKD_FLEET_ENDPOINTS=$(FLEET_ENDPOINTS) HOOKD_FLEET_REPORT=$(FLEET_REPORT) \
+		$(GO) test -count=1 -timeout 60m -run '^TestBreakerFleetUnderFaults$$' -v ./internal/e2e/
 
 ## fuzz: run every Fuzz* target in the module for FUZZTIME each
 # Targets are discovered with `go test -list`, which prints a package's

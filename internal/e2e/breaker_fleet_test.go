@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,10 +71,78 @@ func (f *fleetReceiver) respond(r *deliverytest.Request) deliverytest.Response {
 
 const fleetRequestTimeout = 2 * time.Second
 
-// TestBreakerFleetUnderFaults (short form): two dispatchers, 300 endpoints
-// on 25 tenants; a third of them fail together (500s, timeouts, resets)
-// for 16 s and recover, while one dispatcher is SIGKILLed and restarted and
-// the connections of the trial holders are cut. Then: every delivery final
+// fleetPlan is the fleet test's schedule: how long the load runs, when
+// the failing third's outage starts and ends, when a dispatcher is killed
+// and restarted, and when the trial holders' connections are cut (all from
+// the start of the load); and how many tenants of 12 endpoints there are.
+type fleetPlan struct {
+	load, outageFrom, kill, restart, cut, recover time.Duration
+	tenants                                       int
+	long                                          bool
+}
+
+// fleetShort is the form go test runs.
+var fleetShort = fleetPlan{load: 32 * time.Second, outageFrom: 8 * time.Second, kill: 14 * time.Second, restart: 16 * time.Second,
+	cut: 18 * time.Second, recover: 24 * time.Second, tenants: 25}
+
+// Fleet test knobs, from the environment (make chaos sets them):
+//
+//	HOOKD_FLEET_DURATION   the long form: load for this long (at least 1m),
+//	                       the outage over its middle half
+//	HOOKD_FLEET_ENDPOINTS  endpoints, a multiple of 12 (default 300)
+//	HOOKD_FLEET_REPORT     a file the run's figures are written to as JSON
+func fleetPlanFromEnv(t *testing.T) fleetPlan {
+	t.Helper()
+	p := fleetShort
+	if v := os.Getenv("HOOKD_FLEET_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "HOOKD_FLEET_DURATION")
+		require.GreaterOrEqual(t, d, time.Minute, "HOOKD_FLEET_DURATION")
+		p = fleetPlan{load: d, outageFrom: d / 4, kill: d * 7 / 16, cut: d / 2, recover: d * 3 / 4, long: true}
+		p.restart = p.kill + 2*time.Second
+		p.tenants = fleetShort.tenants
+	}
+	if v := os.Getenv("HOOKD_FLEET_ENDPOINTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "HOOKD_FLEET_ENDPOINTS")
+		require.True(t, n >= 12 && n%12 == 0, "HOOKD_FLEET_ENDPOINTS: a multiple of 12")
+		p.tenants = n / 12
+	}
+	return p
+}
+
+// fleetReport is what a run reports (and writes to HOOKD_FLEET_REPORT).
+type fleetReport struct {
+	Load                 string  `json:"load_duration"`
+	Endpoints            int     `json:"endpoints"`
+	Messages             int     `json:"messages"`
+	Deliveries           int     `json:"deliveries"`
+	Delivered            int     `json:"delivered"`
+	Final                int     `json:"final"`
+	EndpointsOpened      int     `json:"endpoints_opened"`
+	TrialConnsCut        int     `json:"trial_connections_cut"`
+	Duplicates           int     `json:"duplicates"`
+	DuplicatesInFault    int     `json:"duplicates_in_flight_at_the_kill"`
+	MaxTrialsInFlight    int     `json:"max_trials_in_flight_per_endpoint"`
+	HalfOpenConcurrency  int     `json:"half_open_concurrency"`
+	BreakersClosedS      float64 `json:"breakers_closed_after_recovery_s"`
+	DeliveriesFinalS     float64 `json:"deliveries_final_after_recovery_s"`
+	BreakersClosedGoalS  float64 `json:"breakers_closed_goal_s"`
+	HealthyP99BeforeMs   float64 `json:"healthy_p99_before_ms"`
+	HealthyP99DuringMs   float64 `json:"healthy_p99_during_ms"`
+	HealthyP99Ratio      float64 `json:"healthy_p99_during_over_before"`
+	HealthyP99Goal       string  `json:"healthy_p99_goal"`
+	DeadlocksInPGLog     int     `json:"deadlock_detected_in_postgres_log"`
+	BreakersClosedStatus string  `json:"breakers_closed_status"`
+	HealthyP99Status     string  `json:"healthy_p99_status"`
+}
+
+// TestBreakerFleetUnderFaults: two dispatchers, 300 endpoints on 25
+// tenants; a third of them fail together (500s, timeouts, resets) for 16 s
+// and recover, while one dispatcher is SIGKILLed and restarted and the
+// connections of the trial holders are cut (the long form, make chaos:
+// HOOKD_FLEET_DURATION of load, the outage over its middle half, figures
+// in HOOKD_FLEET_REPORT). Then: every delivery final
 // with its attempts recorded; duplicates only of attempts in flight at the
 // kill; never two trials in flight to one endpoint at the receiver; every
 // breaker closed soon after recovery; no deadlock in Postgres's log.
@@ -92,7 +163,8 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, code)
 
-	const tenants, perTenant = 25, 12
+	plan := fleetPlanFromEnv(t)
+	tenants, perTenant := plan.tenants, 12
 	failingIDs := map[string]string{} // endpoint id -> path
 	var healthyPaths []string
 	for ti := range tenants {
@@ -131,7 +203,7 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 		defer close(loadDone)
 		tick := time.NewTicker(time.Second / 15)
 		defer tick.Stop()
-		for n := 0; time.Since(start) < 32*time.Second; n++ {
+		for n := 0; time.Since(start) < plan.load; n++ {
 			<-tick.C
 			m := api.SendMessage(t, fmt.Sprintf("t%d", rand.IntN(tenants)), "order.created", map[string]any{"n": n})
 			sentMu.Lock()
@@ -150,22 +222,22 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 		f.mu.Unlock()
 	}
 
-	wait(at(8 * time.Second))
+	wait(at(plan.outageFrom))
 	outageFrom := time.Now()
 	setFailing(true)
-	wait(at(14 * time.Second))
+	wait(at(plan.kill))
 	killedAt := time.Now()
 	victim.Kill()
-	wait(at(16 * time.Second))
+	wait(at(plan.restart))
 	StartDispatcher(t, "dispatcher-2.2", db.URL, env)
-	wait(at(18 * time.Second))
+	wait(at(plan.cut))
 	var cut int
 	require.NoError(t, db.Pool.QueryRow(ctx, `
 		SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
 		WHERE a.datname = current_database() AND a.application_name LIKE 'hookd-trials/%'
 			AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)`).Scan(&cut))
 	cutAt := time.Now()
-	wait(at(24 * time.Second))
+	wait(at(plan.recover))
 	setFailing(false)
 	recovered := time.Now()
 	<-loadDone
@@ -173,30 +245,45 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	sent := len(sentAt)
 	sentMu.Unlock()
 
-	Eventually(t, 2*time.Minute, 250*time.Millisecond, "every delivery final", func() bool {
-		var open int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE status NOT IN ('delivered', 'failed')`).Scan(&open))
-		return open == 0
+	// When every breaker was first seen closed and when every delivery
+	// was, each from the recovery.
+	var breakersClosed, deliveriesFinal time.Duration
+	Eventually(t, 3*time.Minute, 250*time.Millisecond, "every delivery final and every breaker closed", func() bool {
+		if breakersClosed == 0 {
+			var notClosed int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_states WHERE state <> 'closed'`).Scan(&notClosed))
+			if notClosed == 0 {
+				breakersClosed = time.Since(recovered)
+			}
+		}
+		if deliveriesFinal == 0 {
+			var open int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE status NOT IN ('delivered', 'failed')`).Scan(&open))
+			if open == 0 {
+				deliveriesFinal = time.Since(recovered)
+			}
+		}
+		return breakersClosed > 0 && deliveriesFinal > 0
 	})
-	Eventually(t, time.Minute, 250*time.Millisecond, "every breaker closed", func() bool {
-		var notClosed int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_states WHERE state <> 'closed'`).Scan(&notClosed))
-		return notClosed == 0
-	})
-	settled := time.Since(recovered)
+	// A breaker that closed and opened again (a late failure) would be
+	// missed by the first sighting: every one is closed now.
+	var notClosed int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_states WHERE state <> 'closed'`).Scan(&notClosed))
+	require.Zero(t, notClosed, "every breaker closed")
+	settled := max(breakersClosed, deliveriesFinal)
 
 	// Every delivery final with its attempts recorded: a delivered one has
 	// exactly one success logged; every one's attempt count is the highest
 	// attempt number logged, and no number is logged twice (an attempt cut
 	// off by the kill is numbered but has no row, as in the chaos test).
-	var deliveries, delivered, badCount, badSuccess, opened int
+	var deliveries, delivered, final, badCount, badSuccess, opened int
 	require.NoError(t, db.Pool.QueryRow(ctx, `
-		SELECT count(*), count(*) FILTER (WHERE d.status = 'delivered'),
+		SELECT count(*), count(*) FILTER (WHERE d.status = 'delivered'), count(*) FILTER (WHERE d.status IN ('delivered', 'failed')),
 			count(*) FILTER (WHERE (SELECT coalesce(max(a.attempt_number), 0) <> d.attempt_count OR count(DISTINCT a.attempt_number) <> count(*)
 				FROM delivery_attempts a WHERE a.delivery_id = d.id)),
 			count(*) FILTER (WHERE d.status = 'delivered' AND (SELECT count(*) FROM delivery_attempts a
 				WHERE a.delivery_id = d.id AND a.classification = 'success') <> 1)
-		FROM deliveries d`).Scan(&deliveries, &delivered, &badCount, &badSuccess))
+		FROM deliveries d`).Scan(&deliveries, &delivered, &final, &badCount, &badSuccess))
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(DISTINCT endpoint_id) FROM breaker_transitions WHERE to_state = 'open'`).Scan(&opened))
 	require.Equal(t, sent*perTenant, deliveries)
 	require.Zero(t, badCount, "attempt counts match the attempt log, no number twice")
@@ -209,7 +296,8 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	// attempt in flight at the kill: its first 2xx ended within a request
 	// timeout before it (the ledger never recorded it).
 	firstOK := map[string]fleetRequest{}
-	duplicates := 0
+	duplicates, inFault := 0, 0
+	var outside []string
 	for _, r := range requests {
 		if !r.ok {
 			continue
@@ -221,8 +309,11 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 			continue
 		}
 		duplicates++
-		require.True(t, !first.end.After(killedAt.Add(time.Second)) && first.start.After(killedAt.Add(-fleetRequestTimeout-time.Second)),
-			"duplicate %s: first answered %s, the kill at %s", k, first.end.Format(time.StampMilli), killedAt.Format(time.StampMilli))
+		if !first.end.After(killedAt.Add(time.Second)) && first.start.After(killedAt.Add(-fleetRequestTimeout-time.Second)) {
+			inFault++
+		} else {
+			outside = append(outside, fmt.Sprintf("duplicate %s: first answered %s, the kill at %s", k, first.end.Format(time.StampMilli), killedAt.Format(time.StampMilli)))
+		}
 	}
 	for _, p := range healthyPaths[:5] {
 		require.Positive(t, rc.Stats(p).DistinctDelivered, p)
@@ -283,8 +374,39 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 		return ds[len(ds)*99/100]
 	}
 	before, during := p99(start, outageFrom), p99(outageFrom, recovered)
+	// The breakers close within two of the longest open durations once
+	// the backlog behind them is final.
+	maxOpen, err := time.ParseDuration(fleetClass["max_open_duration"].(string))
+	require.NoError(t, err)
+	rep := fleetReport{
+		Load: plan.load.String(), Endpoints: tenants * perTenant, Messages: sent, Deliveries: deliveries, Delivered: delivered, Final: final,
+		EndpointsOpened: opened, TrialConnsCut: cut, Duplicates: duplicates, DuplicatesInFault: inFault,
+		MaxTrialsInFlight: maxTrials, HalfOpenConcurrency: fleetClass["half_open_concurrency"].(int),
+		BreakersClosedS: breakersClosed.Seconds(), DeliveriesFinalS: deliveriesFinal.Seconds(),
+		BreakersClosedGoalS: (2*maxOpen + deliveriesFinal).Seconds(),
+		HealthyP99BeforeMs:  float64(before.Milliseconds()), HealthyP99DuringMs: float64(during.Milliseconds()),
+		HealthyP99Goal:       "during <= 1.5 x before",
+		DeadlocksInPGLog:     strings.Count(pg.Log(), "deadlock detected"),
+		BreakersClosedStatus: "met", HealthyP99Status: "met",
+	}
+	if breakersClosed > 2*maxOpen+deliveriesFinal {
+		rep.BreakersClosedStatus = "missed"
+	}
+	if before > 0 {
+		rep.HealthyP99Ratio = float64(during) / float64(before)
+	}
+	if rep.HealthyP99Ratio > 1.5 {
+		rep.HealthyP99Status = "missed"
+	}
+	out, err := json.MarshalIndent(rep, "", "  ")
+	require.NoError(t, err)
+	t.Logf("fleet report:\n%s", out)
+	if path := os.Getenv("HOOKD_FLEET_REPORT"); path != "" {
+		require.NoError(t, os.WriteFile(path, append(out, '\n'), 0o644))
+	}
 	t.Logf("fleet: %d messages, %d deliveries (%d delivered), %d endpoints opened, %d trial connections cut at %s, %d duplicates (all in flight at the kill), at most %d trial in flight per endpoint, every delivery final and breaker closed %.1f s after recovery, healthy p99 %s before and %s during the outage",
 		sent, deliveries, delivered, opened, cut, cutAt.Sub(start).Round(time.Second), duplicates, maxTrials, settled.Seconds(), before, during)
+	require.Empty(t, outside, "every duplicate is an attempt in flight at the kill")
 	require.Positive(t, opened, "the failing third's breakers opened")
 	require.LessOrEqual(t, maxTrials, 1, "never more than half_open_concurrency trials in flight to one endpoint")
 	require.NotContains(t, pg.Log(), "deadlock detected")
