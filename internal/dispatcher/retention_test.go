@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,11 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	_, err = db.Pool.Exec(t.Context(), `DELETE FROM message_payloads WHERE message_id = $1`, msg.ID)
 	require.NoError(t, err)
 	before := goleak.IgnoreCurrent()
+	// The run and the checks below share a pool closed before the
+	// goroutine check: a connection opened meanwhile would outlive it.
+	pool, err := pgxpool.New(t.Context(), db.URL)
+	require.NoError(t, err)
+	st = store.New(pool, nil)
 
 	cfg := dispatcher.DefaultConfig()
 	cfg.MetricsAddr = "127.0.0.1:0"
@@ -58,7 +64,7 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	cfg.Breakers = false
 	// River retries the missing payload every half second or so.
 	cfg.RetrySchedule = "0s,500ms"
-	base, cancel, done := startRun(t, cfg, db.Pool, slog.LevelError)
+	base, cancel, done := startRun(t, cfg, pool, slog.LevelError)
 	defer cancel()
 
 	metric := func(want string) func() bool {
@@ -76,7 +82,8 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	require.Eventually(t, func() bool { return !metric(`webhook_delivery_payload_missing_total 0`)() }, waitFor, 20*time.Millisecond)
 	got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
 	require.NoError(t, err)
-	require.Equal(t, store.DeliveryPending, got.Status, "a young message's missing payload is not an expiry")
+	// Pending, or delivering while River runs its retry: not expired.
+	require.Contains(t, []string{store.DeliveryPending, store.DeliveryDelivering}, got.Status, "a young message's missing payload is not an expiry")
 	require.Zero(t, got.AttemptCount, "nothing was sent")
 	select {
 	case id := <-arrived:
@@ -84,7 +91,7 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	default:
 	}
 
-	_, err = db.Pool.Exec(t.Context(), `INSERT INTO message_payloads (message_id, payload) VALUES ($1, '{"n":1}')`, msg.ID)
+	_, err = pool.Exec(t.Context(), `INSERT INTO message_payloads (message_id, payload) VALUES ($1, '{"n":1}')`, msg.ID)
 	require.NoError(t, err)
 	select {
 	case id := <-arrived:
@@ -121,5 +128,6 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	case <-time.After(cfg.ShutdownGrace + waitFor):
 		t.Fatal("Run did not return after ctx was cancelled")
 	}
+	pool.Close()
 	goleak.VerifyNone(t, before)
 }
