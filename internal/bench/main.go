@@ -59,7 +59,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var only string
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s1,s1rate,s2,s3,s4,s5,s6,s7); default all")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s0i,s1,s1rate,s2,s3,s4,s5,s6,s7,s9); default all")
 	fs.StringVar(&o.print, "print", "", "print the tables of a results file (such as bench-results.json) and exit; runs nothing")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", defaultPayloadSize, "size of every message payload (the scenarios' targets are for 1 KB; other sizes are for experiments)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")

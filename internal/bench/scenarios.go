@@ -17,6 +17,7 @@ type scenario struct {
 // scenarios run in this order; targets compare them after all have run.
 var scenarios = []scenario{
 	{"s0", "S0 bare River no-op jobs (the ceiling)", runS0},
+	{"s0i", "S0i River inserting jobs as the api does and working them (insert-and-work ceiling)", runS0i},
 	{"s1", "S1 healthy fan-out, closed loop", runS1},
 	{"s1rate", "S1 at a fixed offered rate (latency target)", runS1Rate},
 	{"s2", "S2 breakers on vs off, alternated", runS2},
