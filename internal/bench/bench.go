@@ -53,6 +53,8 @@ type plan struct {
 	rateTenants  int
 	rate         float64 // S1 latency run: messages/s offered
 	rateDuration time.Duration
+	lowRate      float64 // S1 latency run's first stage: messages/s offered
+	lowRateDur   time.Duration
 	s2Measure    time.Duration
 	s3Measure    time.Duration
 	s3HotRate    float64
@@ -72,7 +74,7 @@ var fullPlan = plan{
 	drain: 15 * time.Second, maxOutstanding: 1000, posters: 16,
 	s0Jobs:     200_000,
 	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
-	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute,
+	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute, lowRate: 1000, lowRateDur: time.Minute,
 	s2Measure: 10 * time.Second,
 	s3Measure: 2 * time.Minute, s3HotRate: 400,
 	s4Measure: 20 * time.Second,
@@ -85,7 +87,7 @@ var smokePlan = plan{
 	drain: 5 * time.Second, maxOutstanding: 500, posters: 8,
 	s0Jobs:     10_000,
 	fanTenants: 10, warmup: 400 * time.Millisecond, s1Measure: 1500 * time.Millisecond,
-	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second,
+	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second, lowRate: 150, lowRateDur: time.Second,
 	s2Measure: time.Second,
 	s3Measure: 2 * time.Second, s3HotRate: 100,
 	s4Measure: 2500 * time.Millisecond,
