@@ -68,6 +68,7 @@ type plan struct {
 	s7Duration   time.Duration
 	s7Retention  time.Duration
 	s7Interval   time.Duration
+	s9Measure    time.Duration
 }
 
 var fullPlan = plan{
@@ -81,6 +82,7 @@ var fullPlan = plan{
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
+	s9Measure: 10 * time.Second,
 }
 
 var smokePlan = plan{
@@ -94,6 +96,7 @@ var smokePlan = plan{
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
+	s9Measure: time.Second,
 }
 
 // bench is one run of the suite.

@@ -29,9 +29,13 @@ func runS1(ctx context.Context, b *bench) (*scenarioResult, error) {
 		return nil, err
 	}
 	closed := &scenarioResult{Name: "s1 closed loop (saturation)"}
+	profiled := s.startProfiles(ctx)
 	if err := s.closedRun(ctx, closed, roundRobin(set), set.perTenant, b.plan.warmup, b.plan.s1Measure); err != nil {
+		profiled()
 		return res, err
 	}
+	profiled()
+	s.writeStatements("s1", closed.TopStatements)
 	b.halfRate = closed.MessagesPerS * halfLoad
 	half := &scenarioResult{Name: fmt.Sprintf("s1 open loop at %.0f messages/s", b.halfRate)}
 	if err := s.openRun(ctx, half, roundRobin(set), set.perTenant, b.halfRate, b.plan.warmup/2, b.plan.s1Measure); err != nil {

@@ -40,6 +40,7 @@ type proc struct {
 
 var (
 	apiListeningRE    = regexp.MustCompile(`api listening on (http://\S+)`)
+	apiMetricsRE      = regexp.MustCompile(`api metrics on (http://\S+)`)
 	dispatcherMetrics = regexp.MustCompile(`dispatcher metrics on (http://\S+)/metrics`)
 	dispatcherStarted = regexp.MustCompile(`msg=dispatcher_started`)
 )

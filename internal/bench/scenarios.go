@@ -26,6 +26,7 @@ var scenarios = []scenario{
 	{"s5", "S5 half-open across two dispatchers", runS5},
 	{"s6", "S6 10,000 endpoints", runS6},
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7},
+	{"s9", "S9 scale-out: 1, 2, 4 dispatchers and 2 api processes on one PostgreSQL", runS9},
 }
 
 // runAll runs the selected scenarios in order; one that fails to run is

@@ -195,6 +195,25 @@ func evaluate(r *results) {
 		add(na("s6", "S6 breaker bucket rows bounded (old buckets pruned)"))
 	}
 
+	const s9Goal = "S9 4 dispatchers' deliveries/s >= 0.9 x 1 dispatcher's"
+	if s9 := r.find("s9"); s9 != nil && s9.Extra != nil {
+		v := toFloat(s9.Extra["four_over_one_dispatchers"])
+		by := map[string]float64{}
+		switch m := s9.Extra["deliveries_per_s_by_config"].(type) {
+		case map[string]float64:
+			by = m
+		case map[string]any: // read back from JSON
+			for k, v := range m {
+				by[k] = toFloat(v)
+			}
+		}
+		r.S9ScaleOut = v
+		add(atLeast("s9", s9Goal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f; 2 dispatchers %.0f, 2 api x 4 dispatchers %.0f; longest lock wait %.1f ms)",
+			v, by["1a4d"], by["1a1d"], by["1a2d"], by["2a4d"], s9.MaxLockWaitMs)))
+	} else {
+		add(na("s9", s9Goal))
+	}
+
 	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
 	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
 		spread, _ := s7.Extra["last_4_minutes_spread"].(map[string]float64)
