@@ -80,17 +80,25 @@ func fetchProfile(ctx context.Context, url, path string) error {
 	return f.Close()
 }
 
-// topOfProfile writes the top 10 functions of a CPU profile, by flat and by
-// cumulative time, to the profile's path with .txt for .pprof.
+// topOfProfile writes the top 10 functions of a CPU profile, by flat time,
+// by cumulative time among hookd's own functions (the cumulative top of
+// all is net/http's and River's frames around them) and by cumulative
+// time, to the profile's path with .txt for .pprof.
 func topOfProfile(ctx context.Context, binary, path string) error {
 	var out strings.Builder
-	for _, order := range []string{"-flat", "-cum"} {
-		cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", order, "-nodecount=10", binary, path)
+	views := []struct{ title, args string }{
+		{"flat", "-flat"},
+		{"cumulative, hookd's own functions", "-cum -show=github.com/hookd/"},
+		{"cumulative", "-cum"},
+	}
+	for _, v := range views {
+		args := append([]string{"tool", "pprof", "-top", "-nodecount=10"}, strings.Fields(v.args)...)
+		cmd := exec.CommandContext(ctx, "go", append(args, binary, path)...)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("go tool pprof: %w\n%s", err, b)
 		}
-		fmt.Fprintf(&out, "== top 10 by %s\n%s\n", strings.TrimPrefix(order, "-"), b)
+		fmt.Fprintf(&out, "== top 10 by %s\n%s\n", v.title, b)
 	}
 	return os.WriteFile(strings.TrimSuffix(path, ".pprof")+".txt", []byte(out.String()), 0o644)
 }
