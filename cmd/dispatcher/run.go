@@ -52,6 +52,7 @@ type settings struct {
 	retention         *time.Duration
 	payloadRetention  *time.Duration
 	historyRetention  *time.Duration
+	pprof             *bool
 	logFormat         *string
 	logLevel          *string
 }
@@ -89,6 +90,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		retention:         fs.Duration("retention", "RETENTION", def.Retention, "how long messages, deliveries and attempts are kept; older ones are dropped a partition at a time, and a delivery not final by then becomes expired"),
 		payloadRetention:  fs.Duration("payload-retention", "PAYLOAD_RETENTION", 0, "how long payloads are kept (0 = --retention); after it a message keeps its metadata, a retry is refused and an undelivered delivery becomes expired"),
 		historyRetention:  fs.Duration("history-retention", "HISTORY_RETENTION", def.HistoryRetention, "how long breaker transitions, endpoint events and class changes are kept"),
+		pprof:             fs.Bool("pprof", "PPROF", def.Pprof, "also serve Go's runtime profiles (/debug/pprof/) on the metrics listener, which needs no token"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -121,6 +123,7 @@ func (s *settings) config() dispatcher.Config {
 		Retention:                *s.retention,
 		PayloadRetention:         *s.payloadRetention,
 		HistoryRetention:         *s.historyRetention,
+		Pprof:                    *s.pprof,
 	}
 }
 
@@ -152,6 +155,7 @@ var flagOf = map[string]string{
 	"Retention":                "retention",
 	"PayloadRetention":         "payload-retention",
 	"HistoryRetention":         "history-retention",
+	"Pprof":                    "pprof",
 }
 
 // asFlagError reports a *dispatcher.ConfigError as a usage error naming the

@@ -54,6 +54,8 @@ type plan struct {
 	rateTenants    int
 	rate           float64 // S1 latency run: messages/s offered
 	rateDuration   time.Duration
+	lowRate        float64 // S1 latency run's first stage: messages/s offered
+	lowRateDur     time.Duration
 	s2Measure      time.Duration
 	s3Measure      time.Duration
 	s3HotRate      float64
@@ -69,6 +71,7 @@ type plan struct {
 	s7Interval     time.Duration
 	s8Messages     int // messages of history; 10 deliveries and 40 attempts each
 	s8AttemptReads int
+	s9Measure      time.Duration
 	soakRate       float64
 	soakDuration   time.Duration
 	soakSample     time.Duration
@@ -79,7 +82,7 @@ var fullPlan = plan{
 	drain: 15 * time.Second, maxOutstanding: 1000, posters: 16,
 	s0Jobs:     200_000,
 	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
-	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute,
+	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute, lowRate: 1000, lowRateDur: time.Minute,
 	s2Measure: 10 * time.Second,
 	s3Measure: 2 * time.Minute, s3HotRate: 400,
 	s4Measure: 20 * time.Second,
@@ -88,13 +91,14 @@ var fullPlan = plan{
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 1_260_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
+	s9Measure: 10 * time.Second,
 }
 
 var smokePlan = plan{
 	drain: 5 * time.Second, maxOutstanding: 500, posters: 8,
 	s0Jobs:     10_000,
 	fanTenants: 10, warmup: 400 * time.Millisecond, s1Measure: 1500 * time.Millisecond,
-	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second,
+	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second, lowRate: 150, lowRateDur: time.Second,
 	s2Measure: time.Second,
 	s3Measure: 2 * time.Second, s3HotRate: 100,
 	s4Measure: 2500 * time.Millisecond,
@@ -103,6 +107,7 @@ var smokePlan = plan{
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
+	s9Measure: time.Second,
 }
 
 // bench is one run of the suite.

@@ -45,6 +45,7 @@ type tracker struct {
 	clock       *clock
 	rcv         *receiver
 	api         *apiClient
+	moreAPIs    []*apiClient // further api processes, posted to in turn with api
 	payloadSize int
 
 	accepted [maxGroups]atomic.Int64 // deliveries
@@ -75,7 +76,14 @@ func (t *tracker) post(tenant string, g int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := t.clock.now()
-	id, n, err := t.api.postMessage(ctx, body)
+	api := t.api
+	if len(t.moreAPIs) > 0 {
+		// Several api processes: the messages go to each in turn.
+		if i := seq % int64(len(t.moreAPIs)+1); i > 0 {
+			api = t.moreAPIs[i-1]
+		}
+	}
+	id, n, err := api.postMessage(ctx, body)
 	end := t.clock.now()
 	if err != nil {
 		t.failed.Add(1)

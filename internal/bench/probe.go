@@ -257,7 +257,9 @@ type statement struct {
 	Calls   int64   `json:"calls"`
 	MeanMs  float64 `json:"mean_ms"`
 	TotalMs float64 `json:"total_ms"`
-	Query   string  `json:"query"`
+	// WALBytes is the WAL the statement's calls generated.
+	WALBytes int64  `json:"wal_bytes"`
+	Query    string `json:"query"`
 }
 
 // statementCalls is what pg_stat_statements counted in one database since
@@ -274,7 +276,7 @@ var spaceRE = regexp.MustCompile(`\s+`)
 // is on).
 func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, error) {
 	rows, err := b.pg.admin.Query(ctx, `
-		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.query
+		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.wal_bytes::bigint, s.query
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		WHERE s.dbid = $1 AND r.rolname IN ($2, $3)`, oid, roleAPI, roleDispatcher)
 	if err != nil {
@@ -284,7 +286,7 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 	var out statementCalls
 	for rows.Next() {
 		var st statement
-		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.Query); err != nil {
+		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.WALBytes, &st.Query); err != nil {
 			return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
 		}
 		if st.Role == roleAPI {

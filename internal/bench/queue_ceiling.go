@@ -121,7 +121,9 @@ func runS0(ctx context.Context, b *bench) (*scenarioResult, error) {
 	if stopErr != nil {
 		return nil, fmt.Errorf("stop river: %w", stopErr)
 	}
-	if worker.n.Load() < worker.total {
+	// The rate is taken between the 10% and the 90% job: on a machine
+	// busy with other work the tail may not have run within the 3 minutes.
+	if worker.p90.Load() == 0 {
 		return nil, fmt.Errorf("only %d of %d no-op jobs ran in 3 minutes", worker.n.Load(), worker.total)
 	}
 	span := time.Duration(worker.p90.Load() - worker.p10.Load())
@@ -130,6 +132,7 @@ func runS0(ctx context.Context, b *bench) (*scenarioResult, error) {
 	res.DeliveriesPerS = round1(float64(worker.total*8/10) / span.Seconds())
 	res.Extra = map[string]any{
 		"jobs":                   worker.total,
+		"jobs_run":               worker.n.Load(),
 		"all_jobs_s":             round2((t1 - t0).Seconds()),
 		"all_jobs_per_s":         round1(float64(worker.total) / (t1 - t0).Seconds()),
 		"insert_many_fast_per_s": round1(insertRate),

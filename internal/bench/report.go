@@ -28,7 +28,7 @@ func printReport(w io.Writer, r *results) {
 		c := s.CPU
 		cpu := fmt.Sprintf("%.2f / %.2f / %.2f / %.2f / %.2f", c.Postgres, c.API, c.Dispatcher, c.Bench, c.Other)
 		switch {
-		case s.Name == "s0":
+		case s.Name == "s0" || s.Name == "s0i":
 			rate += " jobs/s"
 			p50, p99, rss = "-", "-", "-"
 		case s.Name == "s2":

@@ -32,6 +32,11 @@ func (b *bench) cpuSnapshot(s *stage) cpuSnap {
 		add(s.api.pid(), "api")
 	}
 	if s != nil {
+		for _, a := range s.moreAPIs {
+			add(a.pid(), "api")
+		}
+	}
+	if s != nil {
 		for _, d := range s.dispatchers {
 			add(d.pid(), "dispatcher")
 		}

@@ -27,6 +27,9 @@ type results struct {
 	S1P99Ms               float64 `json:"s1_p99_ms"`
 	S1RateP99Ms           float64 `json:"s1_rate_p99_ms"`
 	S1RateGrowingBacklog  bool    `json:"s1_rate_growing_backlog"`
+	S1LowRateP99Ms        float64 `json:"s1_low_rate_p99_ms"`
+	S0iJobsPerS           float64 `json:"s0i_jobs_per_s"`
+	S9ScaleOut            float64 `json:"s9_four_over_one_dispatchers"`
 	S2BreakerOnPerS       float64 `json:"s2_breaker_on_per_s"`
 	S2BreakerOffPerS      float64 `json:"s2_breaker_off_per_s"`
 	RoundtripsPerDelivery float64 `json:"roundtrips_per_delivery"`

@@ -23,6 +23,7 @@ type scenario struct {
 // scenarios run in this order; targets compare them after all have run.
 var scenarios = []scenario{
 	{"s0", "S0 bare River no-op jobs (the ceiling)", runS0, false, false},
+	{"s0i", "S0i River inserting jobs as the api does and working them (insert-and-work ceiling)", runS0i, false, false},
 	{"s1", "S1 healthy fan-out, closed loop", runS1, false, false},
 	{"s1rate", "S1 at a fixed offered rate (latency target)", runS1Rate, false, false},
 	{"s2", "S2 breakers on vs off, alternated", runS2, false, false},
@@ -31,6 +32,7 @@ var scenarios = []scenario{
 	{"s5", "S5 half-open across two dispatchers", runS5, true, false},
 	{"s6", "S6 10,000 endpoints", runS6, false, false},
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},
+	{"s9", "S9 scale-out: 1, 2, 4 dispatchers and 2 api processes on one PostgreSQL", runS9, false, false},
 	{"s8", "S8 a month of history under S1's closed loop (make bench-month)", runS8, false, true},
 	{"soak", "Soak: 30 minutes at a fixed rate under retention (make soak)", runSoak, false, true},
 }

@@ -26,6 +26,7 @@ type stage struct {
 
 	rcv         *receiver
 	api         *proc
+	moreAPIs    []*proc // further api processes (S9)
 	client      *apiClient
 	dispatchers []*proc
 	tracker     *tracker
@@ -46,7 +47,18 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 		return nil, err
 	}
 	b.receivers = append(b.receivers, s.rcv)
-	s.api, err = startProc(ctx, name+"-api", b.apiBin, filepath.Join(b.scratch, name+"-api.log"), map[string]string{
+	if s.api, err = s.startAPI(ctx, name+"-api"); err != nil {
+		return nil, err
+	}
+	s.client = newAPIClient(s.api.match(apiListeningRE)[1], 256)
+	s.tracker = newTracker(s.clock, s.rcv, s.client, b.opts.payloadBytes)
+	return s, nil
+}
+
+// startAPI starts an api process on the stage's database.
+func (s *stage) startAPI(ctx context.Context, name string) (*proc, error) {
+	b := s.b
+	return startProc(ctx, name, b.apiBin, filepath.Join(b.scratch, name+".log"), map[string]string{
 		"DATABASE_URL": b.pg.url(roleAPI, s.db),
 		"API_TOKEN":    apiToken,
 		"LISTEN_ADDR":  "127.0.0.1:0",
@@ -57,13 +69,20 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 		// as it can: lift the SSRF guard and the rate limit.
 		"ALLOW_PRIVATE_TARGETS": "true",
 		"RATE_LIMIT":            "0",
+		"PPROF":                 fmt.Sprint(b.opts.profile != ""),
 	}, apiListeningRE, apiMetricsRE)
+}
+
+// addAPI starts one more api process; the load generator posts to every
+// api process in turn.
+func (s *stage) addAPI(ctx context.Context) error {
+	p, err := s.startAPI(ctx, fmt.Sprintf("%s-api-%d", s.name, len(s.moreAPIs)+2))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.client = newAPIClient(s.api.match(apiListeningRE)[1], 256)
-	s.tracker = newTracker(s.clock, s.rcv, s.client, b.opts.payloadBytes)
-	return s, nil
+	s.moreAPIs = append(s.moreAPIs, p)
+	s.tracker.moreAPIs = append(s.tracker.moreAPIs, newAPIClient(p.match(apiListeningRE)[1], 256))
+	return nil
 }
 
 // startDispatcher starts one more dispatcher with the bench's River
@@ -76,6 +95,7 @@ func (s *stage) startDispatcher(ctx context.Context, env map[string]string) (*pr
 	e["ALLOW_PRIVATE_TARGETS"] = "true"
 	e["NO_MIGRATE"] = "true"
 	e["SHUTDOWN_GRACE"] = "5s"
+	e["PPROF"] = fmt.Sprint(s.b.opts.profile != "")
 	for k, v := range env {
 		e[k] = v
 	}
@@ -100,6 +120,9 @@ func (s *stage) stopDispatchers() error {
 // close stops everything the stage started and drops its database.
 func (s *stage) close() {
 	_ = s.stopDispatchers()
+	for _, p := range s.moreAPIs {
+		_ = p.stop(10 * time.Second)
+	}
 	if s.api != nil {
 		_ = s.api.stop(10 * time.Second)
 	}
@@ -142,7 +165,7 @@ func (s *stage) commits(ctx context.Context) (int64, error) {
 
 // alive reports an error when the api or a dispatcher has exited.
 func (s *stage) alive() error {
-	procs := append([]*proc{s.api}, s.dispatchers...)
+	procs := append(append([]*proc{s.api}, s.moreAPIs...), s.dispatchers...)
 	for _, p := range procs {
 		if p != nil && p.exited() {
 			return fmt.Errorf("%s exited during the scenario: %v\n%s", p.name, p.err, tail(p.logPath, 20))

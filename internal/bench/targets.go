@@ -28,6 +28,28 @@ func evaluate(r *results) {
 	} else {
 		add(na("s1", "S1 deliveries/s >= 0.5 x S0 no-op jobs/s"))
 	}
+	const s0iGoal = "S1 deliveries/s against S0i insert-and-work jobs/s (reported, no target)"
+	if s0i := r.find("s0i"); s0i != nil && s1 != nil && s0i.DeliveriesPerS > 0 {
+		r.S0iJobsPerS = s0i.DeliveriesPerS
+		v := s1.DeliveriesPerS / s0i.DeliveriesPerS
+		add(target{Scenario: "s1", Goal: s0iGoal, Value: round3(v), Status: "reported",
+			Measured: fmt.Sprintf("%.2f x (%.0f / %.0f)", v, s1.DeliveriesPerS, s0i.DeliveriesPerS)})
+	} else {
+		add(na("s1", s0iGoal))
+	}
+	const walGoal, pgCPUGoal = "S1 WAL per delivery <= 3.5 KB", "S1 Postgres CPU per delivery <= 2.5 x S0's per job"
+	if s1 != nil {
+		kb := s1.WALBytesPerDelivery / 1024
+		add(atMost("s1", walGoal, kb, 3.5, fmt.Sprintf("%.1f KB (S0 %s)", kb, s0WAL(s0))))
+	} else {
+		add(na("s1", walGoal))
+	}
+	if s0 != nil && s1 != nil && s0.CPUMsPerDelivery.Postgres > 0 {
+		v := s1.CPUMsPerDelivery.Postgres / s0.CPUMsPerDelivery.Postgres
+		add(atMost("s1", pgCPUGoal, v, 2.5, fmt.Sprintf("%.2f x (%.3f / %.3f core-ms)", v, s1.CPUMsPerDelivery.Postgres, s0.CPUMsPerDelivery.Postgres)))
+	} else {
+		add(na("s1", pgCPUGoal))
+	}
 
 	var rts []string
 	worst := -1.0
@@ -55,26 +77,37 @@ func evaluate(r *results) {
 		add(na("s1", "Postgres round trips per delivery <= 3 in S1/S2"))
 	}
 
-	rateGoal := "S1 at the offered rate: p99 accepted -> delivered < 250 ms"
+	rateGoal := "S1 at the offered rate: p99 accepted -> delivered <= 250 ms"
 	backlogGoal := "S1 at the offered rate: no growing backlog"
+	lowGoal := "S1 at the low rate: p99 accepted -> delivered <= 100 ms"
+	stmtGoal := "S1 at the offered rate: api statements per accepted message <= 0.5"
 	if rate != nil {
 		offered, _ := rate.Extra["offered_msgs_per_s"].(float64)
-		rateGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: p99 accepted -> delivered < 250 ms", offered, rate.MeasuredS)
+		rateGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: p99 accepted -> delivered <= 250 ms", offered, rate.MeasuredS)
 		backlogGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: no growing backlog", offered, rate.MeasuredS)
+		stmtGoal = fmt.Sprintf("S1 at %.0f messages/s: api statements per accepted message <= 0.5", offered)
 		r.S1RateP99Ms = rate.LatencyP99Ms
-		add(below("s1rate", rateGoal, rate.LatencyP99Ms, 250, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms)", rate.LatencyP99Ms, rate.LatencyP50Ms)))
-		grow, _ := rate.Extra["growing_backlog"].(bool)
-		slope, _ := rate.Extra["backlog_slope_per_s"].(float64)
-		r.S1RateGrowingBacklog = grow
-		t := target{Scenario: "s1rate", Goal: backlogGoal, Value: slope,
-			Measured: fmt.Sprintf("slope %+.1f/s, accepted %.0f of %.0f msg/s", slope, rate.MessagesPerS, offered), Status: "met"}
-		if grow {
-			t.Status = "missed"
+		r.S1RateGrowingBacklog, _ = rate.Extra["growing_backlog"].(bool)
+		add(atMost("s1rate", rateGoal, rate.LatencyP99Ms, 250, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms)", rate.LatencyP99Ms, rate.LatencyP50Ms)))
+		add(backlogTarget(rate, backlogGoal))
+		add(atMost("s1rate", stmtGoal, rate.APIStatementsPerMessage, 0.5, fmt.Sprintf("%.2f statements per message", rate.APIStatementsPerMessage)))
+		if len(rate.Runs) == 2 {
+			low := rate.Runs[0]
+			lowOffered, _ := low.Extra["offered_msgs_per_s"].(float64)
+			lowGoal = fmt.Sprintf("S1 at %.0f messages/s for %.0fs: p99 accepted -> delivered <= 100 ms", lowOffered, low.MeasuredS)
+			r.S1LowRateP99Ms = low.LatencyP99Ms
+			t := atMost("s1rate", lowGoal, low.LatencyP99Ms, 100, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms)", low.LatencyP99Ms, low.LatencyP50Ms))
+			if g, _ := low.Extra["growing_backlog"].(bool); g {
+				t.Measured += "; backlog growing"
+			}
+			add(t)
+		} else {
+			add(na("s1rate", lowGoal))
 		}
-		add(t)
 	} else {
-		add(na("s1rate", rateGoal))
-		add(na("s1rate", backlogGoal))
+		for _, g := range []string{rateGoal, backlogGoal, stmtGoal, lowGoal} {
+			add(na("s1rate", g))
+		}
 	}
 
 	if s3 != nil {
@@ -200,6 +233,25 @@ func evaluate(r *results) {
 		}
 	}
 
+	const s9Goal = "S9 4 dispatchers' deliveries/s >= 0.9 x 1 dispatcher's"
+	if s9 := r.find("s9"); s9 != nil && s9.Extra != nil {
+		v := toFloat(s9.Extra["four_over_one_dispatchers"])
+		by := map[string]float64{}
+		switch m := s9.Extra["deliveries_per_s_by_config"].(type) {
+		case map[string]float64:
+			by = m
+		case map[string]any: // read back from JSON
+			for k, v := range m {
+				by[k] = toFloat(v)
+			}
+		}
+		r.S9ScaleOut = v
+		add(atLeast("s9", s9Goal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f; 2 dispatchers %.0f, 2 api x 4 dispatchers %.0f; longest lock wait %.1f ms)",
+			v, by["1a4d"], by["1a1d"], by["1a2d"], by["2a4d"], s9.MaxLockWaitMs)))
+	} else {
+		add(na("s9", s9Goal))
+	}
+
 	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
 	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
 		spread, _ := s7.Extra["last_4_minutes_spread"].(map[string]float64)
@@ -257,6 +309,27 @@ func noDuplicates(scenarios []*scenarioResult) target {
 		measured += "; with faults, not a target: " + strings.Join(faulty, ", ")
 	}
 	return atMost("all", duplicatesGoal, float64(total), 0, measured)
+}
+
+// backlogTarget checks that a fixed-rate run's backlog did not grow.
+func backlogTarget(rate *scenarioResult, goal string) target {
+	offered, _ := rate.Extra["offered_msgs_per_s"].(float64)
+	grow, _ := rate.Extra["growing_backlog"].(bool)
+	slope, _ := rate.Extra["backlog_slope_per_s"].(float64)
+	t := target{Scenario: "s1rate", Goal: goal, Value: slope,
+		Measured: fmt.Sprintf("slope %+.1f/s, accepted %.0f of %.0f msg/s", slope, rate.MessagesPerS, offered), Status: "met"}
+	if grow {
+		t.Status = "missed"
+	}
+	return t
+}
+
+// s0WAL formats S0's WAL per job for comparison.
+func s0WAL(s0 *scenarioResult) string {
+	if s0 == nil {
+		return "not run"
+	}
+	return fmt.Sprintf("%.1f KB per job", s0.WALBytesPerDelivery/1024)
 }
 
 // atLeast checks value >= goal.

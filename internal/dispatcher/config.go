@@ -78,6 +78,8 @@ type Config struct {
 	// HistoryRetention is how long breaker transitions, endpoint events
 	// and class changes are kept.
 	HistoryRetention time.Duration
+	// Pprof also serves Go's runtime profiles on the metrics listener.
+	Pprof bool
 }
 
 // DefaultConfig returns the defaults the dispatcher's flags document.

@@ -344,6 +344,9 @@ func hostActor() string {
 func (d *Dispatcher) serveMetrics(g *errgroup.Group, gctx context.Context, ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", telemetry.Handler(d.reg))
+	if d.cfg.Pprof {
+		telemetry.RegisterPprof(mux)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

@@ -95,6 +95,13 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 	var out []Evidence
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
+		// A batch runs its statements in the pool's cached-statement mode,
+		// whose generic plans were made on the table as it was when the
+		// connection first ran them (empty, at a dispatcher's start): they
+		// seq-scan breaker_buckets however big it grows. Every statement of
+		// this transaction is planned for its parameters instead, as the
+		// other batch statements on growing tables are (customPlan).
+		batch.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 		batch.Queue(`
 			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
 			ORDER BY endpoint_id FOR UPDATE`, runIDs)
@@ -139,6 +146,9 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("plan breaker flush: %w", err)
+		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("lock breakers: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -64,4 +65,53 @@ func TestLedgerUpdatePlansForTheTableAsItIs(t *testing.T) {
 	}
 	after, _ := stats()
 	require.Less(t, after-before, int64(50000), "the grown table was seq-scanned by the ledger's update")
+}
+
+// TestBreakerFlushPlansForTheTableAsItIs: a breaker flush, run many times on
+// one connection while breaker_buckets is empty (a dispatcher's start),
+// still finds an endpoint's buckets by index once the table has grown: its
+// batch runs as cached statements, and a generic plan made on the empty
+// table would seq-scan all 50,000 rows per flush.
+func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: b.db.URL, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool, nil)
+	cfg := testCfg
+	flushes := 0
+	flush := func() {
+		flushes++
+		req := []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}
+		counts := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Successes: 1}}
+		runs := []store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}}}
+		_, err := s.FlushOutcomes(ctx, counts, runs, req, req)
+		require.NoError(t, err)
+	}
+	seqRead := func() int64 {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE relname = 'breaker_buckets'`).Scan(&n))
+		return n
+	}
+	for range 10 {
+		flush()
+	}
+	// Other endpoints' buckets: rows none of the flushes above or below
+	// touch.
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO breaker_buckets (endpoint_id, generation, bucket_start, successes, failures)
+		SELECT 'ep_fill_' || g, 1, now(), 1, 0 FROM generate_series(1, 50000) g`)
+	require.NoError(t, err)
+	before := seqRead()
+	for range 3 {
+		flush()
+	}
+	require.Less(t, seqRead()-before, int64(50000), "the grown table was seq-scanned by the flush")
 }
