@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -39,6 +40,10 @@ type Deps struct {
 	RateLimit int
 	// RateWindow is the sliding window of the rate limit; zero means 1s.
 	RateWindow time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client a request without a valid token is counted against
+	// (clientIP); none means the peer is the client.
+	TrustedProxies []netip.Prefix
 	// AllowPrivateTargets lets endpoints point at loopback, private and
 	// other non-public addresses (development and tests); otherwise
 	// registration refuses them (the SSRF guard).
