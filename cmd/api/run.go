@@ -46,6 +46,7 @@ type settings struct {
 	trustedProxies  *string
 	allowPrivate    *bool
 	maxRecover      *time.Duration
+	riverUI         *bool
 	logFormat       *string
 	logLevel        *string
 }
@@ -69,6 +70,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		trustedProxies:  fs.String("trusted-proxies", "TRUSTED_PROXIES", "", "comma-separated CIDR prefixes of reverse proxies: a request without a valid token from one of them is rate-limited by the right-most address of X-Forwarded-For that is not a trusted proxy; empty trusts none (the peer is the client)"),
 		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
 		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
+		riverUI:         fs.Bool("riverui", "RIVERUI", false, "serve River's own UI (riverqueue.com/riverui) under /riverui, to admin dashboard sessions only; off answers 404 there"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -140,6 +142,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return fmt.Errorf("river client: %w", err)
 	}
 	st := store.New(pool, logger)
+	// River's UI runs background queries until the servers stop.
+	uiCtx, stopUI := context.WithCancel(ctx)
+	defer stopUI()
+	var riverUI http.Handler
+	if *set.riverUI {
+		if riverUI, err = api.NewRiverUI(uiCtx, riverClient, logger); err != nil {
+			return err
+		}
+		logger.Info("riverui_enabled", slog.String("path", api.RiverUIPrefix))
+	}
 	handler := api.NewServer(api.Deps{
 		Store:               st,
 		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
@@ -152,6 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		AllowPrivateTargets: *set.allowPrivate,
 		MaxPayloadBytes:     *set.maxPayloadBytes,
 		MaxRecoverWindow:    *set.maxRecover,
+		RiverUI:             riverUI,
 		Now:                 time.Now,
 		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {

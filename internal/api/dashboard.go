@@ -117,8 +117,9 @@ func renderPage(w http.ResponseWriter, r *http.Request, d Deps, status int, name
 	_, _ = w.Write(buf.Bytes())
 }
 
-// nextRE is where a login may send the browser next: a dashboard page.
-var nextRE = regexp.MustCompile(`^/dashboard(/endpoints/[A-Za-z0-9_]{1,64})?$`)
+// nextRE is where a login may send the browser next: a dashboard page, or
+// River's UI.
+var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64})?|/riverui)$`)
 
 func safeNext(next string) string {
 	if nextRE.MatchString(next) {

@@ -27,6 +27,16 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		r.Method("POST", "/dashboard/logout", handleLogout(d))
 	})
 
+	// River's own UI, off unless the api's --riverui is on (404 then), and
+	// only for admin dashboard sessions (riverui.go).
+	if d.RiverUI != nil {
+		r.Group(func(r chi.Router) {
+			r.Use(requireAdminSession(d))
+			r.Handle(RiverUIPrefix, d.RiverUI)
+			r.Handle(RiverUIPrefix+"/*", d.RiverUI)
+		})
+	}
+
 	r.Route("/v1", func(r chi.Router) {
 		// The dashboard's session cookie is an alternative to the bearer
 		// token (session.go).

@@ -63,6 +63,9 @@ type Deps struct {
 	// MaxRecoverWindow is how far back POST /v1/endpoints/{id}/recover
 	// may reach; zero means DefaultMaxRecoverWindow.
 	MaxRecoverWindow time.Duration
+	// RiverUI, when not nil, is River's UI (NewRiverUI), served under
+	// /riverui to admin dashboard sessions only; nil answers 404 there.
+	RiverUI http.Handler
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
