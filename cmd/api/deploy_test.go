@@ -197,3 +197,22 @@ func TestShortSessionKeyIsRefused(t *testing.T) {
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, "--session-key (SESSION_KEY): must be at least 32 bytes (or empty for a random key)", err.Error())
 }
+
+func TestBadTrustedProxiesAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct{ value, want string }{
+		{"10.0.0.0/8,not-a-cidr", `--trusted-proxies (TRUSTED_PROXIES): "not-a-cidr" is not a CIDR prefix or an address`},
+		{"10.0.0.0/33", `--trusted-proxies (TRUSTED_PROXIES): "10.0.0.0/33" is not a CIDR prefix such as 10.0.0.0/8`},
+	} {
+		env := map[string]string{"API_TOKEN": "t", "TRUSTED_PROXIES": tc.value}
+		err := run(ctx, nil, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+		var ue *config.UsageError
+		require.ErrorAs(t, err, &ue, tc.value)
+		require.Equal(t, tc.want, err.Error())
+	}
+	env := map[string]string{"API_TOKEN": "t", "MAX_RECOVER_WINDOW": "0s"}
+	err := run(ctx, nil, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+	require.EqualError(t, err, "--max-recover-window (MAX_RECOVER_WINDOW): must be positive")
+}

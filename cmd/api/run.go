@@ -43,8 +43,11 @@ type settings struct {
 	shutdownTimeout *time.Duration
 	rateLimit       *int
 	rateWindow      *time.Duration
+	trustedProxies  *string
 	allowPrivate    *bool
 	pprof           *bool
+	maxRecover      *time.Duration
+	riverUI         *bool
 	logFormat       *string
 	logLevel        *string
 }
@@ -65,8 +68,11 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		shutdownTimeout: fs.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests get to finish on SIGTERM"),
 		rateLimit:       fs.Int("rate-limit", "RATE_LIMIT", api.DefaultRateLimit, "requests per second one API token may make, averaged over --rate-window (requests without a valid token count per client IP); 0 disables"),
 		rateWindow:      fs.Duration("rate-window", "RATE_WINDOW", api.DefaultRateWindow, "sliding window of the rate limit: a token may make rate-limit x rate-window requests in any such window, so a longer window allows bigger bursts"),
+		trustedProxies:  fs.String("trusted-proxies", "TRUSTED_PROXIES", "", "comma-separated CIDR prefixes of reverse proxies: a request without a valid token from one of them is rate-limited by the right-most address of X-Forwarded-For that is not a trusted proxy; empty trusts none (the peer is the client)"),
 		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
 		pprof:           fs.Bool("pprof", "PPROF", false, "also serve Go's runtime profiles (/debug/pprof/) on the metrics listener, which needs no token"),
+		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
+		riverUI:         fs.Bool("riverui", "RIVERUI", false, "serve River's own UI (riverqueue.com/riverui) under /riverui, to admin dashboard sessions only; off answers 404 there"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -100,6 +106,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
 		return config.Invalid("rate-window", "RATE_WINDOW", "must be from 1s to 1h")
+	case *set.maxRecover <= 0:
+		return config.Invalid("max-recover-window", "MAX_RECOVER_WINDOW", "must be positive")
+	}
+	trusted, err := api.ParseTrustedProxies(*set.trustedProxies)
+	if err != nil {
+		return config.Invalid("trusted-proxies", "TRUSTED_PROXIES", "%v", err)
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -132,6 +144,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return fmt.Errorf("river client: %w", err)
 	}
 	st := store.New(pool, logger)
+	// River's UI runs background queries until the servers stop.
+	uiCtx, stopUI := context.WithCancel(ctx)
+	defer stopUI()
+	var riverUI http.Handler
+	if *set.riverUI {
+		if riverUI, err = api.NewRiverUI(uiCtx, riverClient, logger); err != nil {
+			return err
+		}
+		logger.Info("riverui_enabled", slog.String("path", api.RiverUIPrefix))
+	}
 	handler := api.NewServer(api.Deps{
 		Store:               st,
 		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
@@ -140,8 +162,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		SessionKey:          []byte(*set.sessionKey),
 		RateLimit:           *set.rateLimit,
 		RateWindow:          *set.rateWindow,
+		TrustedProxies:      trusted,
 		AllowPrivateTargets: *set.allowPrivate,
 		MaxPayloadBytes:     *set.maxPayloadBytes,
+		MaxRecoverWindow:    *set.maxRecover,
+		RiverUI:             riverUI,
 		Now:                 time.Now,
 		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {

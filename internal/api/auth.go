@@ -22,6 +22,7 @@ var (
 	_ Authenticator = (*TokenAuth)(nil)
 	_ tokenChecker  = (*TokenAuth)(nil)
 	_ nameChecker   = (*TokenAuth)(nil)
+	_ knownChecker  = (*TokenAuth)(nil)
 )
 
 // tokenChecker is an Authenticator that can tell a bad token from a check
@@ -41,6 +42,19 @@ type nameChecker interface {
 	// Live reports whether a live, writable admin token has name.
 	Live(ctx context.Context, name string) (bool, error)
 }
+
+// knownChecker is an Authenticator that can tell, without a database
+// lookup, whether a token is one it verified recently. A client IP over its
+// limit for bad tokens is refused before its token is checked, so a flood
+// of guesses costs no lookups; a known token is checked all the same, so
+// the flood never locks out a valid token in use from the same address.
+type knownChecker interface {
+	Known(token string) bool
+}
+
+// KnownTokenTTL is how long TokenAuth counts a verified token as known
+// (knownChecker) after it last verified it.
+const KnownTokenTTL = 24 * time.Hour
 
 // ErrBadToken is a missing, unknown, revoked or expired token. Every such request
 // gets the same 401 problem: nothing says which part was wrong.
@@ -126,6 +140,9 @@ type TokenAuth struct {
 	mu      sync.Mutex
 	cache   map[[32]byte]cachedToken
 	names   map[string]cachedName
+	// known holds when each stored token was last verified, for Known. It
+	// grows only with real tokens.
+	known map[[32]byte]time.Time
 }
 
 type cachedName struct {
@@ -145,7 +162,7 @@ func NewTokenAuth(bootstrap string, st TokenStore, now func() time.Time) *TokenA
 	if now == nil {
 		now = time.Now
 	}
-	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}, names: map[string]cachedName{}}
+	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}, names: map[string]cachedName{}, known: map[[32]byte]time.Time{}}
 	if bootstrap != "" {
 		a.bootstrap, a.hasBootstrap = sha256.Sum256([]byte(bootstrap)), true
 	}
@@ -186,10 +203,12 @@ func (a *TokenAuth) Check(ctx context.Context, token string) (Principal, error) 
 		t, stored, err := a.store.LookupAPIToken(lctx, sum)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			a.forget(sum)
 			return Principal{}, ErrBadToken
 		case err != nil:
 			return Principal{}, fmt.Errorf("authenticate: %w", err)
 		case subtle.ConstantTimeCompare(stored, sum[:]) != 1:
+			a.forget(sum)
 			return Principal{}, ErrBadToken
 		}
 		p := principalOf(t)
@@ -215,6 +234,38 @@ func (a *TokenAuth) remember(sum [32]byte, p Principal, now time.Time) {
 		}
 	}
 	a.cache[sum] = cachedToken{p: p, until: now.Add(a.ttl)}
+	if len(a.known) >= 1024 {
+		for k, at := range a.known {
+			if now.Sub(at) > KnownTokenTTL {
+				delete(a.known, k)
+			}
+		}
+	}
+	a.known[sum] = now
+}
+
+// forget drops a token that no longer verifies (revoked, expired) from
+// the known ones.
+func (a *TokenAuth) forget(sum [32]byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.known, sum)
+}
+
+// Known implements knownChecker: the bootstrap token, or a stored token
+// verified within KnownTokenTTL and not refused since.
+func (a *TokenAuth) Known(token string) bool {
+	if token == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(token))
+	if a.hasBootstrap && subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.known[sum]
+	return ok && a.now().Sub(at) <= KnownTokenTTL
 }
 
 // Live implements nameChecker: the bootstrap name is live while an

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +31,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 30)
+	require.Len(t, out, 31)
 	return out
 }
 
@@ -49,6 +50,8 @@ func bodyFor(method, path string) any {
 		return map[string]any{"name": "nope"}
 	case method == "POST" && strings.HasSuffix(path, "/breaker/reset"), strings.HasSuffix(path, "/breaker/isolate"):
 		return map[string]any{"reason": "x"}
+	case method == "POST" && strings.HasSuffix(path, "/recover"):
+		return map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)}
 	}
 	return nil
 }

@@ -117,8 +117,9 @@ func renderPage(w http.ResponseWriter, r *http.Request, d Deps, status int, name
 	_, _ = w.Write(buf.Bytes())
 }
 
-// nextRE is where a login may send the browser next: a dashboard page.
-var nextRE = regexp.MustCompile(`^/dashboard(/endpoints/[A-Za-z0-9_]{1,64})?$`)
+// nextRE is where a login may send the browser next: a dashboard page, or
+// River's UI.
+var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64})?|/riverui)$`)
 
 func safeNext(next string) string {
 	if nextRE.MatchString(next) {
@@ -189,19 +190,21 @@ func handleLogin(d Deps) http.Handler {
 			return
 		}
 		// Failed logins count against the client IP's rate limit, as bad
-		// bearer tokens do; an IP over it is refused before checking.
-		if d.limiter.over(w, clientKey(r)) {
+		// bearer tokens do; an IP over it is refused before checking an
+		// unknown token.
+		token := strings.TrimSpace(r.PostForm.Get("token"))
+		if !knownToken(d.Auth, token) && d.limiter.over(w, clientKey(r, d.TrustedProxies)) {
 			writeProblem(w, r, d.Logger, errRateLimited)
 			return
 		}
-		p, err := checkToken(r.Context(), d.Auth, strings.TrimSpace(r.PostForm.Get("token")))
+		p, err := checkToken(r.Context(), d.Auth, token)
 		if err != nil && !errors.Is(err, ErrBadToken) {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
 		if err != nil {
 			d.Logger.WarnContext(r.Context(), "dashboard_login_failed", slog.String("remote", r.RemoteAddr))
-			if !d.limiter.take(w, r, clientKey(r)) {
+			if !d.limiter.take(w, r, clientKey(r, d.TrustedProxies)) {
 				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}

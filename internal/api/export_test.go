@@ -20,3 +20,6 @@ func ScopeRules() map[string]string {
 	}
 	return out
 }
+
+// ClientIP exposes clientIP to the external tests.
+var ClientIP = clientIP

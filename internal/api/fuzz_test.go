@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -114,4 +115,27 @@ func sameRequest[T any](a, b T) bool {
 		return reflect.DeepEqual(am, bm)
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+// FuzzClientIP: whatever a client writes in X-Forwarded-For, clientIP
+// returns a valid address, and the header changes nothing unless the peer
+// is a trusted proxy.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.1.2.3:4000", "203.0.113.1")
+	f.Add("10.1.2.3:4000", "1.1.1.1, 203.0.113.1:80, 10.9.9.9")
+	f.Add("[fd00::1]:4000", "[2001:db8::1]:5555, bogus")
+	f.Add("198.51.100.7:4000", "203.0.113.1")
+	f.Add("not an address", ",,,")
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	f.Fuzz(func(t *testing.T, peer, xff string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", xff)
+		got := clientIP(r, trusted)
+		require.True(t, got.IsValid())
+		if p := peerAddr(peer); !isTrusted(p, trusted) {
+			require.Equal(t, p, got)
+		}
+		require.NotEmpty(t, clientKey(r, trusted))
+	})
 }

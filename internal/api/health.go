@@ -35,25 +35,28 @@ func handleReadyz(d Deps) http.Handler {
 
 // requireToken admits requests bearing a valid token: the bootstrap
 // API_TOKEN or a live stored token. It records who the token acts as (for
-// authorize and actorOf) and applies the per-token rate limit. A request without a valid
-// token counts against its client IP's limit; an IP over it gets 429
-// before its token is even checked, so a flood of guesses cannot turn into
-// a flood of database lookups.
+// authorize and actorOf) and applies the per-token rate limit. A request
+// without a valid token counts against its client IP's limit, never a
+// token's; an IP over it gets 429 before an unknown token is even checked,
+// so a flood of guesses cannot turn into a flood of database lookups, while
+// a token the api verified recently (knownToken) is still checked and
+// admitted: bad tokens from an address never lock out a valid one.
 func requireToken(d Deps) func(http.Handler) http.Handler {
 	limiter := d.limiter
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if limiter.over(w, clientKey(r)) {
+			token, hasToken := bearer(r)
+			if !knownToken(d.Auth, token) && limiter.over(w, clientKey(r, d.TrustedProxies)) {
 				writeProblem(w, r, d.Logger, errRateLimited)
 				return
 			}
 			p, err := Principal{}, ErrBadToken
-			if token, ok := bearer(r); ok {
+			if hasToken {
 				p, err = checkToken(r.Context(), d.Auth, token)
 			}
 			switch {
 			case errors.Is(err, ErrBadToken):
-				if !limiter.take(w, r, clientKey(r)) {
+				if !limiter.take(w, r, clientKey(r, d.TrustedProxies)) {
 					writeProblem(w, r, d.Logger, errRateLimited)
 					return
 				}
@@ -70,6 +73,13 @@ func requireToken(d Deps) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, withPrincipal(r, p))
 		})
 	}
+}
+
+// knownToken reports whether auth verified token recently (knownChecker),
+// so it may be checked even from a client IP over its limit.
+func knownToken(auth Authenticator, token string) bool {
+	k, ok := auth.(knownChecker)
+	return ok && token != "" && k.Known(token)
 }
 
 // checkToken asks auth about token, telling a failed check from a bad

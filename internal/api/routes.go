@@ -27,6 +27,16 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		r.Method("POST", "/dashboard/logout", handleLogout(d))
 	})
 
+	// River's own UI, off unless the api's --riverui is on (404 then), and
+	// only for admin dashboard sessions (riverui.go).
+	if d.RiverUI != nil {
+		r.Group(func(r chi.Router) {
+			r.Use(requireAdminSession(d))
+			r.Handle(RiverUIPrefix, d.RiverUI)
+			r.Handle(RiverUIPrefix+"/*", d.RiverUI)
+		})
+	}
+
 	r.Route("/v1", func(r chi.Router) {
 		// The dashboard's session cookie is an alternative to the bearer
 		// token (session.go).
@@ -46,6 +56,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/endpoints/{id}/secret", endpoint, handleGetEndpointSecret(d))
 		v.Method("POST", "/endpoints/{id}/secret/rotate", endpoint, handleRotateSecret(d))
 		v.Method("GET", "/endpoints/{id}/attempts", endpoint, handleListEndpointAttempts(d))
+		v.Method("POST", "/endpoints/{id}/recover", endpoint, handleRecoverEndpoint(d))
 		v.Method("GET", "/endpoints/{id}/stats", endpoint, handleGetEndpointStats(d))
 		v.Method("GET", "/endpoints/{id}/breaker", endpoint, handleGetBreaker(d))
 		// Operating a breaker changes how the dispatcher treats the

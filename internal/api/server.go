@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -39,6 +40,10 @@ type Deps struct {
 	RateLimit int
 	// RateWindow is the sliding window of the rate limit; zero means 1s.
 	RateWindow time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client a request without a valid token is counted against
+	// (clientIP); none means the peer is the client.
+	TrustedProxies []netip.Prefix
 	// AllowPrivateTargets lets endpoints point at loopback, private and
 	// other non-public addresses (development and tests); otherwise
 	// registration refuses them (the SSRF guard).
@@ -55,6 +60,12 @@ type Deps struct {
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
+	// MaxRecoverWindow is how far back POST /v1/endpoints/{id}/recover
+	// may reach; zero means DefaultMaxRecoverWindow.
+	MaxRecoverWindow time.Duration
+	// RiverUI, when not nil, is River's UI (NewRiverUI), served under
+	// /riverui to admin dashboard sessions only; nil answers 404 there.
+	RiverUI http.Handler
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
