@@ -63,9 +63,11 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("DELETE", "/traffic-classes/{name}", adminOnly, handleDeleteClass(d))
 
 		v.Method("POST", "/messages", tenantBody, handleCreateMessage(d))
+		v.Method("GET", "/messages", tenantQuery, handleSearchMessages(d))
 		v.Method("GET", "/messages/{id}", ownedBy(store.OwnerMessage), handleGetMessage(d))
 
 		delivery := ownedBy(store.OwnerDelivery)
+		v.Method("GET", "/deliveries", tenantQuery, handleSearchDeliveries(d))
 		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
