@@ -129,8 +129,6 @@ type Problem struct {
 func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	p := Problem{Instance: r.URL.Path}
 	var ve *ValidationError
-	var tl *tooLargeError
-	var ot *otherTenantError
 	switch {
 	case errors.As(err, &ve):
 		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
@@ -141,22 +139,8 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 		w.Header().Set("Retry-After", "1")
 		fallthrough
 	default:
-		p.Status = http.StatusInternalServerError
-		for _, k := range problemKinds {
-			if errors.Is(err, k.target) {
-				p.Type, p.Title, p.Status, p.Detail = ProblemTypeBase+k.slug, k.title, k.status, k.target.Error()
-				break
-			}
-		}
-		if errors.As(err, &tl) {
-			p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
-		}
-		if errors.As(err, &ot) {
-			p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
-		}
-		if errors.Is(err, store.ErrPayloadExpired) {
-			p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}
-		}
+		p = kindProblem(err)
+		p.Instance = r.URL.Path
 		if p.Status == http.StatusInternalServerError {
 			logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 			p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
@@ -168,6 +152,30 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// kindProblem is the problem of an error of a kind in problemKinds (500,
+// without type, for any other error).
+func kindProblem(err error) Problem {
+	var tl *tooLargeError
+	var ot *otherTenantError
+	p := Problem{Status: http.StatusInternalServerError}
+	for _, k := range problemKinds {
+		if errors.Is(err, k.target) {
+			p.Type, p.Title, p.Status, p.Detail = ProblemTypeBase+k.slug, k.title, k.status, k.target.Error()
+			break
+		}
+	}
+	if errors.As(err, &tl) {
+		p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
+	}
+	if errors.As(err, &ot) {
+		p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
+	}
+	if errors.Is(err, store.ErrPayloadExpired) {
+		p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}
+	}
+	return p
 }
 
 // isUnavailable reports whether err means Postgres could not be reached,

@@ -68,6 +68,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 
 		delivery := ownedBy(store.OwnerDelivery)
 		v.Method("GET", "/deliveries", tenantQuery, handleSearchDeliveries(d))
+		v.Method("POST", "/deliveries/retry", tenantItems, handleRetryDeliveries(d))
 		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
