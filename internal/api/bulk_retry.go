@@ -68,7 +68,7 @@ func handleRetryDeliveries(d Deps) http.Handler {
 				out.Queued = append(out.Queued, req.IDs[i])
 				continue
 			}
-			out.Refused = append(out.Refused, refusedRetry{ID: req.IDs[i], Problem: kindProblem(err)})
+			out.Refused = append(out.Refused, refusedRetry{ID: req.IDs[i], Problem: problemOf(err)})
 		}
 		encode(w, http.StatusAccepted, out)
 	})

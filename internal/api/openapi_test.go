@@ -356,6 +356,13 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(413, "POST", "/v1/messages", bigMessage, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/messages", newMessage, withContentType("application/xml")),
 
+			plain(200, "POST", "/v1/messages/batch", map[string]any{"messages": []any{newMessage, map[string]any{"tenant_id": "acme"}}}),
+			plain(400, "POST", "/v1/messages/batch", map[string]any{"messages": []any{}}),
+			plain(401, "POST", "/v1/messages/batch", map[string]any{"messages": []any{newMessage}}, withoutAuth()),
+			plain(403, "POST", "/v1/messages/batch", map[string]any{"messages": []any{newMessage}}, asGlobex),
+			plain(413, "POST", "/v1/messages/batch", map[string]any{"messages": []any{strings.Repeat("x", 11<<20)}}, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/messages/batch", map[string]any{"messages": []any{newMessage}}, withContentType("text/plain")),
+
 			plain(200, "GET", "/v1/messages?tenant_id=acme&event_type=invoice.paid&include=payload&limit=1", nil),
 			plain(400, "GET", "/v1/messages?since=noon", nil),
 			plain(401, "GET", "/v1/messages", nil, withoutAuth()),
@@ -505,6 +512,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "POST", "/v1/messages", newMessage),
 			plain(bad.want, "GET", noMsg, nil),
 			plain(bad.want, "GET", "/v1/messages", nil),
+			plain(bad.want, "POST", "/v1/messages/batch", map[string]any{"messages": []any{newMessage}}),
 			plain(bad.want, "GET", "/v1/deliveries", nil),
 			plain(bad.want, "GET", noDlv, nil),
 			plain(bad.want, "GET", noDlv+"/attempts", nil),

@@ -127,24 +127,16 @@ type Problem struct {
 // writeProblem renders err as problem+json with the status its kind maps to.
 // Unknown errors are logged and answered 500 without detail.
 func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
-	p := Problem{Instance: r.URL.Path}
 	var ve *ValidationError
-	switch {
-	case errors.As(err, &ve):
-		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
-		p.Detail = ve.Error()
-		p.Errors = ve.Fields
-	case isUnavailable(err):
+	if !errors.As(err, &ve) && isUnavailable(err) {
 		err = errDatabaseUnhealthy
 		w.Header().Set("Retry-After", "1")
-		fallthrough
-	default:
-		p = kindProblem(err)
-		p.Instance = r.URL.Path
-		if p.Status == http.StatusInternalServerError {
-			logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-			p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
-		}
+	}
+	p := problemOf(err)
+	p.Instance = r.URL.Path
+	if p.Status == http.StatusInternalServerError {
+		logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
 	}
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookd"`)
@@ -154,11 +146,16 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// kindProblem is the problem of an error of a kind in problemKinds (500,
-// without type, for any other error).
-func kindProblem(err error) Problem {
+// problemOf is the problem of bad input or of an error of a kind in
+// problemKinds (500, without type, for any other error), without its
+// instance.
+func problemOf(err error) Problem {
+	var ve *ValidationError
 	var tl *tooLargeError
 	var ot *otherTenantError
+	if errors.As(err, &ve) {
+		return Problem{Type: ProblemTypeBase + "validation", Title: "Bad Request", Status: http.StatusBadRequest, Detail: ve.Error(), Errors: ve.Fields}
+	}
 	p := Problem{Status: http.StatusInternalServerError}
 	for _, k := range problemKinds {
 		if errors.Is(err, k.target) {

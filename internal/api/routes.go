@@ -64,6 +64,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 
 		v.Method("POST", "/messages", tenantBody, handleCreateMessage(d))
 		v.Method("GET", "/messages", tenantQuery, handleSearchMessages(d))
+		v.Method("POST", "/messages/batch", tenantBody, handleCreateMessages(d))
 		v.Method("GET", "/messages/{id}", ownedBy(store.OwnerMessage), handleGetMessage(d))
 
 		delivery := ownedBy(store.OwnerDelivery)

@@ -137,6 +137,7 @@ var walkBodies = map[string]any{
 	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
 	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
 	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
+	"POST /v1/messages/batch":                 map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
 	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
 	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
 	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
