@@ -44,6 +44,7 @@ type settings struct {
 	rateLimit       *int
 	rateWindow      *time.Duration
 	allowPrivate    *bool
+	maxRecover      *time.Duration
 	logFormat       *string
 	logLevel        *string
 }
@@ -65,6 +66,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		rateLimit:       fs.Int("rate-limit", "RATE_LIMIT", api.DefaultRateLimit, "requests per second one API token may make, averaged over --rate-window (requests without a valid token count per client IP); 0 disables"),
 		rateWindow:      fs.Duration("rate-window", "RATE_WINDOW", api.DefaultRateWindow, "sliding window of the rate limit: a token may make rate-limit x rate-window requests in any such window, so a longer window allows bigger bursts"),
 		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
+		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
 		return config.Invalid("rate-window", "RATE_WINDOW", "must be from 1s to 1h")
+	case *set.maxRecover <= 0:
+		return config.Invalid("max-recover-window", "MAX_RECOVER_WINDOW", "must be positive")
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -140,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		RateWindow:          *set.rateWindow,
 		AllowPrivateTargets: *set.allowPrivate,
 		MaxPayloadBytes:     *set.maxPayloadBytes,
+		MaxRecoverWindow:    *set.maxRecover,
 		Now:                 time.Now,
 		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {

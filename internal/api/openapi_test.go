@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -204,7 +205,9 @@ func TestOpenAPIExamplesMatchSchemas(t *testing.T) {
 // document to the server: an example the server refuses would mislead.
 func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 	t.Parallel()
-	_, b := setup(t)
+	// The recovery examples name fixed times: a century's window keeps them
+	// in range.
+	_, b := setup(t, func(d *api.Deps) { d.MaxRecoverWindow = 100 * 365 * 24 * time.Hour })
 	for key, op := range operations(b.doc) {
 		if op.RequestBody == nil {
 			continue
@@ -249,6 +252,10 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	pending, failed := msg.Deliveries[0], msg.Deliveries[1]
 	ok.markFailed(t, failed, 1, 8)
 	ok.seedAttempts(t, pending, store.Attempt{AttemptNumber: 1, Classification: "failure"})
+	// An endpoint of its own tenant with a failed delivery to recover.
+	recovering := "/v1/endpoints/" + ok.createEndpoint(t, "initech").ID + "/recover"
+	ok.markFailed(t, ok.sendMessage(t, "initech", "invoice.paid").Deliveries[0], 1, 8)
+	lastHour := map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}
 
 	// broken answers 500 from every route that reads the database (its tables
 	// are gone), and its readiness check fails.
@@ -395,6 +402,14 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(404, "POST", noDlv+"/retry", nil),
 			plain(409, "POST", dlv+"/retry", nil),
 
+			plain(202, "POST", recovering, lastHour),
+			plain(400, "POST", recovering, map[string]any{"since": "yesterday"}),
+			plain(401, "POST", recovering, lastHour, withoutAuth()),
+			plain(404, "POST", noEp+"/recover", lastHour),
+			plain(409, "POST", recovering, lastHour),
+			plain(413, "POST", recovering, map[string]any{"since": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "POST", recovering, lastHour, withContentType("text/plain")),
+
 			plain(204, "DELETE", "/v1/endpoints/"+gone.ID, nil),
 			plain(401, "DELETE", ep, nil, withoutAuth()),
 			plain(404, "DELETE", "/v1/endpoints/"+gone.ID, nil),
@@ -479,6 +494,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "POST", ep+"/traffic/reclassify", nil, asGlobex),
 			plain(403, "POST", "/v1/messages", newMessage, asRO),
 			plain(403, "POST", "/v1/deliveries/"+failed.ID+"/retry", nil, asRO),
+			plain(403, "POST", ep+"/recover", lastHour, asRO),
 			plain(403, "GET", "/v1/traffic-classes", nil, asRO),
 			plain(403, "POST", "/v1/traffic-classes", newClass, asGlobex),
 			plain(403, "GET", "/v1/traffic-classes/medium", nil, asGlobex),
@@ -518,6 +534,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", noDlv+"/attempts", nil),
 			plain(bad.want, "POST", noDlv+"/retry", nil),
 			plain(bad.want, "POST", "/v1/deliveries/retry", map[string]any{"ids": []string{missingID("dlv")}}),
+			plain(bad.want, "POST", noEp+"/recover", lastHour),
 			plain(bad.want, "GET", noEp+"/breaker", nil),
 			plain(bad.want, "POST", noEp+"/breaker/reset", nil),
 			plain(bad.want, "POST", noEp+"/breaker/isolate", why),

@@ -48,6 +48,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/endpoints/{id}/secret", endpoint, handleGetEndpointSecret(d))
 		v.Method("POST", "/endpoints/{id}/secret/rotate", endpoint, handleRotateSecret(d))
 		v.Method("GET", "/endpoints/{id}/attempts", endpoint, handleListEndpointAttempts(d))
+		v.Method("POST", "/endpoints/{id}/recover", endpoint, handleRecoverEndpoint(d))
 		v.Method("GET", "/endpoints/{id}/stats", endpoint, handleGetEndpointStats(d))
 		v.Method("GET", "/endpoints/{id}/breaker", endpoint, handleGetBreaker(d))
 		// Operating a breaker changes how the dispatcher treats the

@@ -136,6 +136,7 @@ var walkBodies = map[string]any{
 	"PATCH /v1/endpoints/{id}":                map[string]any{"description": "taken over"},
 	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
 	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/recover":         map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
 	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
 	"POST /v1/messages/batch":                 map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
 	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},

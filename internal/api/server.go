@@ -55,6 +55,9 @@ type Deps struct {
 	Rand io.Reader
 	// Ready reports whether migrations are current; nil skips the check.
 	Ready func(ctx context.Context) error
+	// MaxRecoverWindow is how far back POST /v1/endpoints/{id}/recover
+	// may reach; zero means DefaultMaxRecoverWindow.
+	MaxRecoverWindow time.Duration
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte

@@ -55,8 +55,9 @@ const (
 	releaseParked = `d.status = 'waiting' AND d.job_id IS NULL`
 )
 
-// releaseChunk gives up to limit of an endpoint's held or parked deliveries,
-// oldest first, a job each and makes them pending again. Rows another
+// releaseChunk gives up to limit of an endpoint's held or parked deliveries
+// (parked by the breaker or by a recovery alike), oldest first, a job each
+// and makes them pending again. Rows another
 // transaction is releasing are skipped, so concurrent releasers never queue
 // a delivery twice. Each job keeps the delivery's place in its retry
 // schedule and attempt numbering.
@@ -102,7 +103,7 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	// or parked is not given a second job.
 	tag, err := tx.Exec(ctx, `
 		UPDATE deliveries d SET status = 'pending', job_id = j.job_id, next_attempt_at = NULL,
-			breaker_open_until = NULL, updated_at = now()
+			breaker_open_until = NULL, park_reason = NULL, updated_at = now()
 		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND `+which, customPlan, ids, jobIDs)
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries: %w", err)
