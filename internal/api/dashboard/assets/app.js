@@ -269,6 +269,7 @@
 
   function listView() {
     $('#list-view').hidden = false;
+    $('#crumbs').hidden = true; // the Breakers tab says where this is
     document.title = 'hookd · breakers';
     const tbody = $('#breakers tbody');
     const rows = new Map();
@@ -650,14 +651,18 @@
       renderList(page);
       return page;
     });
+    // The page is not polled: live says whether the last search answered.
     async function search() {
       const f = filter();
       saveQuery(f);
-      if (f.id) {
-        renderDetail(await api('GET', '/v1/messages/' + encodeURIComponent(f.id)));
-        return;
+      try {
+        if (f.id) renderDetail(await api('GET', '/v1/messages/' + encodeURIComponent(f.id)));
+        else await pages.reset();
+        setLive(true);
+      } catch (e) {
+        if (!(e instanceof Unauthorized)) setLive(false, e.message);
+        throw e;
       }
-      await pages.reset();
     }
     $('#m-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
