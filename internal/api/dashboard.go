@@ -20,8 +20,8 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// The operator dashboard: two HTML pages (the breaker list and one
-// endpoint), a login page, and static CSS/JS, all embedded. The pages get
+// The operator dashboard: one app page (the breaker list, one endpoint,
+// the message search and the delivery search), a login page, and static CSS/JS, all embedded. The pages get
 // their data from the /v1 API with the session cookie; see
 // docs/dashboard.md.
 
@@ -119,7 +119,7 @@ func renderPage(w http.ResponseWriter, r *http.Request, d Deps, status int, name
 
 // nextRE is where a login may send the browser next: a dashboard page, or
 // River's UI.
-var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64})?|/riverui)$`)
+var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64}|/messages|/deliveries)?|/riverui)$`)
 
 func safeNext(next string) string {
 	if nextRE.MatchString(next) {

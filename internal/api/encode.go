@@ -44,6 +44,13 @@ func decode[T validator](r *http.Request, limit int64) (T, error) {
 	if err != nil {
 		return v, decodeError(err, limit)
 	}
+	return decodeBytes[T](body, limit)
+}
+
+// decodeBytes is decode's reading of one JSON object of type T from body,
+// with the same rules; fields are named as in body.
+func decodeBytes[T validator](body []byte, limit int64) (T, error) {
+	var v T
 	if err := checkExactNames(reflect.TypeFor[T](), body); err != nil {
 		return v, err
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -137,5 +139,40 @@ func FuzzClientIP(f *testing.F) {
 			require.Equal(t, p, got)
 		}
 		require.NotEmpty(t, clientKey(r, trusted))
+	})
+}
+
+// FuzzDecodeBatch drives a batch of messages: the batch is decoded as
+// one body, then each message alone as POST /v1/messages decodes it. A
+// refused batch is a 4xx; a refused message is a 4xx problem whose every
+// field is named under its index, messages[i].
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add("application/json", []byte(`{"messages":[{"tenant_id":"acme","event_type":"invoice.paid","payload":{"a":1}},5,null,{"TENANT_ID":"x"},{"tenant_id":"acme","event_type":"a..b","payload":"\u00e9"}]}`))
+	f.Add("", []byte(`{"messages":[]}`))
+	f.Add("application/json", []byte(`{"messages":[{"payload":}]}`))
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		req, err := decode[batchRequest](request(contentType, body), minBatchBytes)
+		if err != nil {
+			require.Contains(t, []int{400, 413, 415}, problemOf(err).Status, "%v", err)
+			return
+		}
+		require.NotEmpty(t, req.Messages)
+		require.LessOrEqual(t, len(req.Messages), maxBatchMessages)
+		for i, raw := range req.Messages {
+			m, err := decodeBytes[createMessageRequest](raw, minBatchBytes)
+			if err == nil {
+				_, err = m.newMessage(DefaultMaxPayloadBytes)
+			}
+			if err == nil {
+				continue
+			}
+			p := problemOf(inBatch(i, err))
+			require.Contains(t, []int{400, 413}, p.Status, "%v", err)
+			require.NotEmpty(t, p.Errors)
+			prefix := fmt.Sprintf("messages[%d]", i)
+			for _, fe := range p.Errors {
+				require.True(t, fe.Field == prefix || strings.HasPrefix(fe.Field, prefix+"."), "%q is not under %s", fe.Field, prefix)
+			}
+		}
 	})
 }

@@ -48,6 +48,19 @@ func (r createMessageRequest) validate() error {
 	return fe.err()
 }
 
+// newMessage is the message to store: its payload compacted (these are
+// the bytes signed and sent) and within limit.
+func (r createMessageRequest) newMessage(limit int64) (store.NewMessage, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, r.Payload); err != nil {
+		return store.NewMessage{}, invalid("payload", "is not valid JSON")
+	}
+	if int64(buf.Len()) > limit {
+		return store.NewMessage{}, &tooLargeError{field: "payload", limit: limit}
+	}
+	return store.NewMessage{TenantID: r.TenantID, EventType: r.EventType, Payload: buf.Bytes(), IdempotencyKey: r.IdempotencyKey}, nil
+}
+
 type messageResponse struct {
 	ID        string          `json:"id"`
 	TenantID  string          `json:"tenant_id"`
@@ -92,19 +105,12 @@ func handleCreateMessage(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		// Compact the payload: these are the bytes signed and sent.
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, req.Payload); err != nil {
-			writeProblem(w, r, d.Logger, invalid("payload", "is not valid JSON"))
+		in, err := req.newMessage(d.MaxPayloadBytes)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		if int64(buf.Len()) > d.MaxPayloadBytes {
-			writeProblem(w, r, d.Logger, &tooLargeError{field: "payload", limit: d.MaxPayloadBytes})
-			return
-		}
-		m, created, err := d.Messages.CreateMessage(r.Context(), store.NewMessage{
-			TenantID: req.TenantID, EventType: req.EventType, Payload: buf.Bytes(), IdempotencyKey: req.IdempotencyKey,
-		})
+		m, created, err := d.Messages.CreateMessage(r.Context(), in)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

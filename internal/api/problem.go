@@ -128,40 +128,16 @@ type Problem struct {
 // writeProblem renders err as problem+json with the status its kind maps to.
 // Unknown errors are logged and answered 500 without detail.
 func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
-	p := Problem{Instance: r.URL.Path}
 	var ve *ValidationError
-	var tl *tooLargeError
-	var ot *otherTenantError
-	switch {
-	case errors.As(err, &ve):
-		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
-		p.Detail = ve.Error()
-		p.Errors = ve.Fields
-	case isUnavailable(err):
+	if !errors.As(err, &ve) && isUnavailable(err) {
 		err = errDatabaseUnhealthy
 		w.Header().Set("Retry-After", "1")
-		fallthrough
-	default:
-		p.Status = http.StatusInternalServerError
-		for _, k := range problemKinds {
-			if errors.Is(err, k.target) {
-				p.Type, p.Title, p.Status, p.Detail = ProblemTypeBase+k.slug, k.title, k.status, k.target.Error()
-				break
-			}
-		}
-		if errors.As(err, &tl) {
-			p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
-		}
-		if errors.As(err, &ot) {
-			p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
-		}
-		if errors.Is(err, store.ErrPayloadExpired) {
-			p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}
-		}
-		if p.Status == http.StatusInternalServerError {
-			logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-			p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
-		}
+	}
+	p := problemOf(err)
+	p.Instance = r.URL.Path
+	if p.Status == http.StatusInternalServerError {
+		logger.ErrorContext(r.Context(), "request_failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		p.Type, p.Title, p.Detail = ProblemTypeBase+"internal", "Internal Server Error", ""
 	}
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookd"`)
@@ -169,6 +145,35 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// problemOf is the problem of bad input or of an error of a kind in
+// problemKinds (500, without type, for any other error), without its
+// instance.
+func problemOf(err error) Problem {
+	var ve *ValidationError
+	var tl *tooLargeError
+	var ot *otherTenantError
+	if errors.As(err, &ve) {
+		return Problem{Type: ProblemTypeBase + "validation", Title: "Bad Request", Status: http.StatusBadRequest, Detail: ve.Error(), Errors: ve.Fields}
+	}
+	p := Problem{Status: http.StatusInternalServerError}
+	for _, k := range problemKinds {
+		if errors.Is(err, k.target) {
+			p.Type, p.Title, p.Status, p.Detail = ProblemTypeBase+k.slug, k.title, k.status, k.target.Error()
+			break
+		}
+	}
+	if errors.As(err, &tl) {
+		p.Errors = []FieldError{{Field: tl.field, Message: "larger than the limit of " + formatBytes(tl.limit)}}
+	}
+	if errors.As(err, &ot) {
+		p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
+	}
+	if errors.Is(err, store.ErrPayloadExpired) {
+		p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}
+	}
+	return p
 }
 
 // isUnavailable reports whether err means Postgres could not be reached,

@@ -21,6 +21,8 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		r.Use(dashboardHeaders)
 		r.Method("GET", "/dashboard", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/endpoints/{id}", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/messages", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/deliveries", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/assets/{name}", handleDashboardAsset(d))
 		r.Method("GET", "/dashboard/login", handleLoginPage(d))
 		r.Method("POST", "/dashboard/login", handleLogin(d))
@@ -74,9 +76,13 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("DELETE", "/traffic-classes/{name}", adminOnly, handleDeleteClass(d))
 
 		v.Method("POST", "/messages", tenantBody, handleCreateMessage(d))
+		v.Method("GET", "/messages", tenantQuery, handleSearchMessages(d))
+		v.Method("POST", "/messages/batch", tenantBody, handleCreateMessages(d))
 		v.Method("GET", "/messages/{id}", ownedBy(store.OwnerMessage), handleGetMessage(d))
 
 		delivery := ownedBy(store.OwnerDelivery)
+		v.Method("GET", "/deliveries", tenantQuery, handleSearchDeliveries(d))
+		v.Method("POST", "/deliveries/retry", tenantItems, handleRetryDeliveries(d))
 		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))

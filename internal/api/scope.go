@@ -75,12 +75,17 @@ type scopeRule struct {
 	// tenantBody bodies name a tenant_id, which the handler passes to
 	// allowTenant before doing anything.
 	tenantBody bool
+	// tenantItems bodies name objects by id (a bulk operation): the
+	// handler passes the principal's tenant to the store, which answers
+	// each object of another tenant as not found, item by item.
+	tenantItems bool
 }
 
 var (
 	adminOnly   = scopeRule{adminOnly: true}
 	tenantQuery = scopeRule{tenantQuery: true}
 	tenantBody  = scopeRule{tenantBody: true}
+	tenantItems = scopeRule{tenantItems: true}
 )
 
 func ownedBy(kind string) scopeRule { return scopeRule{owner: kind} }
@@ -164,6 +169,13 @@ func withQueryTenant(r *http.Request, tenant string) *http.Request {
 	r2.URL = &u
 	r2.RequestURI = u.RequestURI()
 	return r2
+}
+
+// principalTenant is the tenant a request's principal is bound to; empty
+// for an admin.
+func principalTenant(r *http.Request) string {
+	p, _ := principalFrom(r)
+	return p.TenantID
 }
 
 // allowTenant refuses a tenant token's request whose body field names

@@ -138,6 +138,7 @@ var walkBodies = map[string]any{
 	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
 	"POST /v1/endpoints/{id}/recover":         map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
 	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
+	"POST /v1/messages/batch":                 map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
 	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
 	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
 	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
@@ -203,6 +204,27 @@ func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
 			if body == nil {
 				body = walkBodies[key]
 			}
+			if bulk := bulkRoutes[key]; bulk != "" {
+				// A bulk route names initech's object in its body, and
+				// answers each item: the item's id echoed is the caller's
+				// own input, and the item is refused as not found.
+				a := b.raw(t, method, path, auth, map[string]any{bulk: []string{in.initechDelivery.ID}})
+				echo := rawAnswer{status: a.status, header: a.header, body: bytes.ReplaceAll(a.body, []byte(in.initechDelivery.ID), nil)}
+				require.Empty(t, in.leaks(echo, path), "%s %s answered %d: %s", method, path, a.status, a.body)
+				require.Contains(t, rules, key)
+				require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+				var res struct {
+					Queued  []string `json:"queued"`
+					Refused []struct {
+						Problem api.Problem `json:"problem"`
+					} `json:"refused"`
+				}
+				require.NoError(t, json.Unmarshal(a.body, &res))
+				require.Empty(t, res.Queued)
+				require.Len(t, res.Refused, 1)
+				require.Equal(t, http.StatusNotFound, res.Refused[0].Problem.Status)
+				return
+			}
 			a := b.raw(t, method, path, auth, body)
 			require.Empty(t, in.leaks(a, path), "%s %s answered %d: %s", method, path, a.status, a.body)
 
@@ -244,7 +266,11 @@ func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
 // tenant's part of a list: every other route without an object in its path
 // is admin-only, so a new one answering a tenant token fails the walk
 // until it is listed here.
-var tenantLists = map[string]bool{"GET /v1/endpoints": true, "GET /v1/breakers": true}
+var tenantLists = map[string]bool{"GET /v1/endpoints": true, "GET /v1/breakers": true, "GET /v1/messages": true, "GET /v1/deliveries": true}
+
+// bulkRoutes name objects by id in the body member given: they answer a
+// tenant token item by item, another tenant's object refused as not found.
+var bulkRoutes = map[string]string{"POST /v1/deliveries/retry": "ids"}
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
 

@@ -177,3 +177,117 @@ func (s *Store) DeliveryProgress(ctx context.Context, id string) (Progress, erro
 	}
 	return p, nil
 }
+
+// RetryDeliveries re-queues failed deliveries as RetryDelivery does, all
+// in one transaction: one statement locks them, one reads whether their
+// payloads remain, one River insert queues them and one statement updates
+// them. It answers each id in order: nil when queued, else why not
+// (ErrNotFound, also for a delivery of another tenant than tenantID when
+// tenantID is set; ErrNotRetryable; ErrPayloadExpired). An id given twice
+// is answered the same both times. The error is for the transaction as a
+// whole, when nothing was queued.
+func (s *Store) RetryDeliveries(ctx context.Context, ids []string, tenantID string, enq Enqueuer) ([]error, error) {
+	out := make([]error, len(ids))
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		for i := range out {
+			out[i] = ErrNotFound
+		}
+		// In id order, so two bulk retries lock rows in the same order.
+		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+deliveryFrom+`
+			WHERE d.id = ANY($1) AND ($2 = '' OR d.tenant_id = $2) ORDER BY d.id FOR UPDATE OF d`, customPlan, ids, tenantID)
+		if err != nil {
+			return fmt.Errorf("lock deliveries: %w", err)
+		}
+		found := map[string]Delivery{}
+		for rows.Next() {
+			d, err := scanDelivery(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("lock deliveries: %w", err)
+			}
+			found[d.ID] = d
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock deliveries: %w", err)
+		}
+		var msgIDs []string
+		for _, d := range found {
+			if d.Status == DeliveryFailed {
+				msgIDs = append(msgIDs, d.MessageID)
+			}
+		}
+		// The messages whose payload is still there, with their event type.
+		eventTypes := map[string]string{}
+		if len(msgIDs) > 0 {
+			rows, err := tx.Query(ctx, `
+				SELECT m.id, m.event_type FROM messages m JOIN message_payloads p ON p.message_id = m.id
+				WHERE m.id = ANY($1)`, customPlan, msgIDs)
+			if err != nil {
+				return fmt.Errorf("load messages: %w", err)
+			}
+			for rows.Next() {
+				var id, et string
+				if err := rows.Scan(&id, &et); err != nil {
+					rows.Close()
+					return fmt.Errorf("load messages: %w", err)
+				}
+				eventTypes[id] = et
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("load messages: %w", err)
+			}
+		}
+		var queue []QueuedDelivery
+		queued := map[string]bool{}
+		for i, id := range ids {
+			d, ok := found[id]
+			switch {
+			case !ok:
+				continue
+			case d.Status != DeliveryFailed:
+				out[i] = ErrNotRetryable
+				continue
+			}
+			et, ok := eventTypes[d.MessageID]
+			if !ok {
+				out[i] = ErrPayloadExpired
+				continue
+			}
+			out[i] = nil
+			if queued[id] {
+				continue
+			}
+			queued[id] = true
+			d.Series++
+			d.SeriesBase = d.AttemptCount
+			queue = append(queue, QueuedDelivery{Delivery: d, EventType: et})
+		}
+		if len(queue) == 0 {
+			return nil
+		}
+		jobIDs, err := enq.EnqueueTx(ctx, tx, queue)
+		if err != nil {
+			return fmt.Errorf("enqueue retries: %w", err)
+		}
+		qids := make([]string, len(queue))
+		series := make([]int32, len(queue))
+		for i, q := range queue {
+			qids[i], series[i] = q.ID, int32(q.Series)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE deliveries d SET status = 'pending', series = u.series, series_base = d.attempt_count, job_id = u.job_id,
+				next_attempt_at = NULL, updated_at = now()
+			FROM unnest($1::text[], $2::int[], $3::bigint[]) AS u(id, series, job_id)
+			WHERE d.id = u.id`, customPlan, qids, series, jobIDs)
+		if err != nil {
+			return fmt.Errorf("requeue deliveries: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry deliveries: %w", err)
+	}
+	return out, nil
+}

@@ -45,3 +45,17 @@ const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id 
 
 // ExpireDeliveriesSQL is ExpireDeliveries' statement.
 const ExpireDeliveriesSQL = expireDeliveriesSQL
+
+// The searches' statements, for the pruning test.
+const (
+	SearchMessagesSQL   = searchMessagesSQL
+	SearchDeliveriesSQL = searchDeliveriesSQL
+)
+
+// SearchBounds is the id range of a search.
+func SearchBounds(prefix string, since, until *time.Time, after string) (lo, hi string) {
+	return searchBounds(prefix, since, until, after)
+}
+
+// StoredStatuses is the stored statuses a search of statuses reads.
+func StoredStatuses(statuses []string) []string { return storedStatuses(statuses) }

@@ -1,5 +1,7 @@
-// hookd operator dashboard: the breaker list (/dashboard) and one
-// endpoint's page (/dashboard/endpoints/{id}). Data comes from the /v1 API
+// hookd operator dashboard: the breaker list (/dashboard), one endpoint's
+// page (/dashboard/endpoints/{id}), the message search
+// (/dashboard/messages) and the delivery search with retry and recovery
+// (/dashboard/deliveries). Data comes from the /v1 API
 // with the session cookie; changes send the page's CSRF token. Polls every
 // 2 s. Text from the API is only ever set as textContent.
 'use strict';
@@ -267,6 +269,7 @@
 
   function listView() {
     $('#list-view').hidden = false;
+    $('#crumbs').hidden = true; // the Breakers tab says where this is
     document.title = 'hookd · breakers';
     const tbody = $('#breakers tbody');
     const rows = new Map();
@@ -445,6 +448,7 @@
       box.dataset.state = b.state;
       box.dataset.endpointStatus = b.endpoint_status;
       actionButtons($('#d-actions'), b, () => refresh());
+      $('#d-failed').href = '/dashboard/deliveries?status=failed&endpoint_id=' + encodeURIComponent(b.endpoint_id);
     }
     function renderFigures(b) {
       const p = nextProbe(b);
@@ -518,6 +522,332 @@
     });
   }
 
+  // ---- Messages and deliveries ----------------------------------------------
+
+  const PAGE = 50;
+
+  // Times: the search takes RFC 3339; the inputs show local time.
+  function toISO(local) {
+    return local ? new Date(local).toISOString() : '';
+  }
+  function toLocalInput(iso) {
+    if (!iso) return '';
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '';
+    const p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  }
+
+  // pager pages through a search with next_cursor: load(after) fetches a
+  // page and returns it; the buttons go to the next page or back to the
+  // first, and the label says which page this is.
+  function pager(firstBtn, nextBtn, label, load) {
+    const cursors = [''];
+    let next = null;
+    const show = async () => {
+      const page = await load(cursors[cursors.length - 1]);
+      next = page.next_cursor;
+      nextBtn.disabled = !next;
+      firstBtn.disabled = cursors.length === 1;
+      label.textContent = `page ${cursors.length}`;
+      return page;
+    };
+    nextBtn.addEventListener('click', () => {
+      if (!next) return;
+      cursors.push(next);
+      show().catch(showError);
+    });
+    firstBtn.addEventListener('click', () => {
+      cursors.length = 1;
+      show().catch(showError);
+    });
+    return {
+      reload: show,
+      reset() { cursors.length = 1; return show(); },
+    };
+  }
+
+  function showError(e) {
+    if (!(e instanceof Unauthorized)) toast(e.message, true);
+  }
+
+  function statusBadge(status) {
+    return el('span', { class: 'badge st-' + status, dataset: { status }, text: status });
+  }
+  function endpointLink(id) {
+    return el('a', { class: 'mono', href: '/dashboard/endpoints/' + encodeURIComponent(id), text: id });
+  }
+  function messageLink(id) {
+    return el('a', { class: 'mono', href: '/dashboard/messages?id=' + encodeURIComponent(id), text: id });
+  }
+
+  function markTab(name) {
+    for (const a of document.querySelectorAll('#tabs a')) {
+      if (a.dataset.tab === name) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
+  }
+
+  // The query string holds a view's filters, so a search can be linked.
+  function saveQuery(values) {
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries(values)) if (v) p.set(k, v);
+    const qs = p.toString();
+    history.replaceState(null, '', location.pathname + (qs ? '?' + qs : ''));
+  }
+
+  function messagesView() {
+    $('#messages-view').hidden = false;
+    $('#crumbs').hidden = true;
+    markTab('messages');
+    document.title = 'hookd · messages';
+    const params = new URLSearchParams(location.search);
+    const inputs = { id: $('#m-id'), tenant_id: $('#m-tenant'), event_type: $('#m-event'), since: $('#m-since'), until: $('#m-until') };
+    for (const k of ['id', 'tenant_id', 'event_type']) inputs[k].value = params.get(k) || '';
+    inputs.since.value = toLocalInput(params.get('since'));
+    inputs.until.value = toLocalInput(params.get('until'));
+    const filter = () => ({
+      id: inputs.id.value.trim(), tenant_id: inputs.tenant_id.value.trim(), event_type: inputs.event_type.value.trim(),
+      since: toISO(inputs.since.value), until: toISO(inputs.until.value),
+    });
+
+    function renderDetail(m) {
+      $('#m-detail').hidden = false;
+      $('#m-results').hidden = true;
+      $('#m-detail-id').textContent = m.id;
+      $('#m-detail-deliveries').href = '/dashboard/deliveries?message_id=' + encodeURIComponent(m.id);
+      $('#m-detail-figures').replaceChildren(
+        figure('Tenant', m.tenant_id),
+        figure('Event type', m.event_type),
+        figure('Created', localTime(m.created_at)),
+        figure('Idempotency key', m.idempotency_key || '—'),
+      );
+      $('#m-detail-payload').textContent = m.payload_expired ? '(payload expired: dropped by payload retention)' : JSON.stringify(m.payload, null, 2);
+      $('#m-detail-list tbody').replaceChildren(...m.deliveries.map((d) => el('tr', { dataset: { deliveryId: d.id, status: d.status } },
+        el('td', { class: 'mono', text: d.id }),
+        el('td', {}, statusBadge(d.status)),
+        el('td', {}, endpointLink(d.endpoint_id)),
+        el('td', { class: 'num', text: String(d.attempt_count) }),
+        el('td', { class: 'err', title: d.last_error || '', text: d.last_error || '' }))));
+    }
+    function renderList(page) {
+      $('#m-detail').hidden = true;
+      $('#m-results').hidden = false;
+      $('#messages tbody').replaceChildren(...page.data.map((m) => el('tr', { dataset: { messageId: m.id } },
+        el('td', { title: localTime(m.created_at), text: localTime(m.created_at) }),
+        el('td', {}, messageLink(m.id)),
+        el('td', { text: m.tenant_id }),
+        el('td', { class: 'mono', text: m.event_type }),
+        el('td', {}, el('a', { href: '/dashboard/deliveries?message_id=' + encodeURIComponent(m.id), text: 'deliveries' })))));
+      $('#messages-empty').hidden = page.data.length > 0;
+    }
+
+    const pages = pager($('#m-first'), $('#m-next'), $('#m-page'), async (after) => {
+      const f = filter();
+      const q = new URLSearchParams({ limit: String(PAGE) });
+      for (const k of ['tenant_id', 'event_type', 'since', 'until']) if (f[k]) q.set(k, f[k]);
+      if (after) q.set('after', after);
+      const page = await api('GET', '/v1/messages?' + q);
+      renderList(page);
+      return page;
+    });
+    // The page is not polled: live says whether the last search answered.
+    async function search() {
+      const f = filter();
+      saveQuery(f);
+      try {
+        if (f.id) renderDetail(await api('GET', '/v1/messages/' + encodeURIComponent(f.id)));
+        else await pages.reset();
+        setLive(true);
+      } catch (e) {
+        if (!(e instanceof Unauthorized)) setLive(false, e.message);
+        throw e;
+      }
+    }
+    $('#m-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      search().catch(showError);
+    });
+    search().catch(showError);
+  }
+
+  function deliveriesView() {
+    $('#deliveries-view').hidden = false;
+    $('#crumbs').hidden = true;
+    markTab('deliveries');
+    document.title = 'hookd · deliveries';
+    const params = new URLSearchParams(location.search);
+    const statuses = new Set((params.get('status') || '').split(',').filter(Boolean));
+    const inputs = { endpoint_id: $('#f-endpoint'), tenant_id: $('#f-tenant'), message_id: $('#f-message'), since: $('#f-since'), until: $('#f-until') };
+    for (const k of ['endpoint_id', 'tenant_id', 'message_id']) inputs[k].value = params.get(k) || '';
+    inputs.since.value = toLocalInput(params.get('since'));
+    inputs.until.value = toLocalInput(params.get('until'));
+    const selected = new Set();
+    let shown = [];
+
+    const filter = () => ({
+      status: [...statuses].join(','),
+      endpoint_id: inputs.endpoint_id.value.trim(), tenant_id: inputs.tenant_id.value.trim(), message_id: inputs.message_id.value.trim(),
+      since: toISO(inputs.since.value), until: toISO(inputs.until.value),
+    });
+    // The filters of the list in view (the form may hold others not
+    // searched yet).
+    let applied = filter();
+    function searchPath(f, after, limit) {
+      const q = new URLSearchParams({ limit: String(limit) });
+      for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
+      if (after) q.set('after', after);
+      return '/v1/deliveries?' + q;
+    }
+    function renderStatusButtons() {
+      for (const b of document.querySelectorAll('#status-filter button')) {
+        b.setAttribute('aria-pressed', String(statuses.has(b.dataset.status)));
+      }
+    }
+    function renderSelection() {
+      for (const id of [...selected]) if (!shown.some((d) => d.id === id && d.status === 'failed')) selected.delete(id);
+      $('#selected-count').textContent = String(selected.size);
+      $('#retry-selected').disabled = selected.size === 0;
+      const failed = shown.filter((d) => d.status === 'failed');
+      const all = $('#select-all');
+      all.checked = failed.length > 0 && failed.every((d) => selected.has(d.id));
+      all.disabled = failed.length === 0;
+    }
+    function render(page) {
+      shown = page.data;
+      $('#deliveries tbody').replaceChildren(...shown.map((d) => {
+        const failed = d.status === 'failed';
+        const box = el('input', { type: 'checkbox', class: 'pick', 'aria-label': 'Select ' + d.id, disabled: !failed });
+        box.checked = selected.has(d.id);
+        box.addEventListener('change', () => {
+          if (box.checked) selected.add(d.id); else selected.delete(d.id);
+          renderSelection();
+        });
+        const retry = failed ? el('button', { type: 'button', class: 'go', dataset: { action: 'retry' }, text: 'Retry', 'aria-label': 'Retry ' + d.id }) : null;
+        if (retry) {
+          retry.addEventListener('click', async () => {
+            retry.disabled = true;
+            try {
+              await api('POST', `/v1/deliveries/${encodeURIComponent(d.id)}/retry`);
+              toast('Delivery queued again');
+            } catch (e) {
+              showError(e);
+            } finally {
+              refresh();
+            }
+          });
+        }
+        return el('tr', { dataset: { deliveryId: d.id, status: d.status } },
+          el('td', {}, box),
+          el('td', { title: localTime(d.created_at), text: localTime(d.created_at) }),
+          el('td', { class: 'mono', text: d.id }),
+          el('td', {}, statusBadge(d.status)),
+          el('td', {}, endpointLink(d.endpoint_id)),
+          el('td', {}, messageLink(d.message_id)),
+          el('td', { class: 'num', text: String(d.attempt_count) }),
+          el('td', { class: 'err', title: d.last_error || '', text: d.last_error || '' }),
+          el('td', {}, el('div', { class: 'actions' }, retry)));
+      }));
+      $('#deliveries-empty').hidden = shown.length > 0;
+      renderSelection();
+    }
+
+    const pages = pager($('#d-first'), $('#d-next'), $('#d-page'), async (after) => {
+      const page = await api('GET', searchPath(applied, after, PAGE));
+      render(page);
+      return page;
+    });
+    // The page in view is read again every 2 s, so statuses stay live.
+    const refresh = poll(async () => { await pages.reload(); }, POLL_MS);
+
+    function apply() {
+      applied = filter();
+      saveQuery(applied);
+      renderStatusButtons();
+      $('#recover').hidden = !applied.endpoint_id;
+      selected.clear();
+      return pages.reset();
+    }
+    for (const b of document.querySelectorAll('#status-filter button')) {
+      b.addEventListener('click', () => {
+        if (statuses.has(b.dataset.status)) statuses.delete(b.dataset.status); else statuses.add(b.dataset.status);
+        apply().catch(showError);
+      });
+    }
+    $('#d-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      apply().catch(showError);
+    });
+    $('#select-all').addEventListener('change', () => {
+      for (const d of shown) {
+        if (d.status !== 'failed') continue;
+        if ($('#select-all').checked) selected.add(d.id); else selected.delete(d.id);
+      }
+      for (const box of document.querySelectorAll('#deliveries .pick')) {
+        box.checked = selected.has(box.closest('tr').dataset.deliveryId);
+      }
+      renderSelection();
+    });
+    $('#retry-selected').addEventListener('click', async () => {
+      const ids = [...selected];
+      if (!ids.length || !window.confirm(`Retry ${ids.length} failed deliver${ids.length === 1 ? 'y' : 'ies'}?\n\nEach starts a new attempt series now.`)) return;
+      $('#retry-selected').disabled = true;
+      try {
+        const res = await api('POST', '/v1/deliveries/retry', { ids });
+        selected.clear();
+        const refused = res.refused.length ? `; ${res.refused.length} refused (${res.refused[0].id}: ${res.refused[0].problem.detail})` : '';
+        toast(`${res.queued.length} queued again${refused}`, res.refused.length > 0);
+      } catch (e) {
+        showError(e);
+      } finally {
+        refresh();
+      }
+    });
+
+    // Recovery: count the failed deliveries it would send (the search
+    // says), ask, then ask the API to recover them.
+    const recoverSince = $('#recover-since');
+    recoverSince.value = inputs.since.value;
+    $('#recover-go').addEventListener('click', async () => {
+      const ep = applied.endpoint_id;
+      const since = toISO(recoverSince.value);
+      if (!since) {
+        toast('Choose since when to recover', true);
+        return;
+      }
+      const btn = $('#recover-go');
+      btn.disabled = true;
+      try {
+        let n = 0;
+        let after = '';
+        let more = false;
+        for (let i = 0; i < 40; i++) {
+          const page = await api('GET', searchPath({ status: 'failed', endpoint_id: ep, since }, after, 250));
+          n += page.data.length;
+          after = page.next_cursor;
+          if (!after) break;
+          more = i === 39;
+        }
+        const count = more ? `more than ${n}` : String(n);
+        if (n === 0) {
+          toast(`No failed delivery of ${ep} since ${localTime(since)}`);
+          return;
+        }
+        if (!window.confirm(`Recover ${count} failed deliver${n === 1 ? 'y' : 'ies'} of ${ep} since ${localTime(since)}?\n\nThey are sent again oldest first, at a pace the endpoint keeps up with.`)) return;
+        const res = await api('POST', `/v1/endpoints/${encodeURIComponent(ep)}/recover`, { since });
+        toast(`Recovery started: ${res.queued} deliveries` + (res.payload_expired ? `; ${res.payload_expired} with their payload expired` : ''));
+      } catch (e) {
+        showError(e);
+      } finally {
+        btn.disabled = false;
+        refresh();
+      }
+    });
+
+    renderStatusButtons();
+    $('#recover').hidden = !applied.endpoint_id;
+  }
+
   // ---- Start --------------------------------------------------------------
 
   $('#logout').addEventListener('click', async () => {
@@ -529,6 +859,13 @@
   });
 
   const m = location.pathname.match(/^\/dashboard\/endpoints\/([A-Za-z0-9_]+)$/);
-  if (m) endpointView(m[1]);
-  else listView();
+  if (m) {
+    markTab('breakers');
+    endpointView(m[1]);
+  } else if (location.pathname === '/dashboard/messages') messagesView();
+  else if (location.pathname === '/dashboard/deliveries') deliveriesView();
+  else {
+    markTab('breakers');
+    listView();
+  }
 })();

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+var (
+	messageIDPattern  = regexp.MustCompile(`^msg_[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
+	deliveryIDPattern = regexp.MustCompile(`^dlv_[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
+)
+
+// deliveryStatuses are the statuses a delivery search filters on, as
+// deliveries show them.
+var deliveryStatuses = []string{
+	store.DeliveryPending, store.DeliveryDelivering, store.DeliveryDelivered, store.DeliveryFailed,
+	store.DeliveryWaiting, store.DeliveryHeld, store.DeliveryExpired,
+}
+
+// messageSummaryResponse is a message in a search: without its
+// deliveries, and without its payload unless asked.
+type messageSummaryResponse struct {
+	ID             string          `json:"id"`
+	TenantID       string          `json:"tenant_id"`
+	EventType      string          `json:"event_type"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	PayloadExpired *bool           `json:"payload_expired,omitempty"`
+	IdempotencyKey *string         `json:"idempotency_key"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+func toMessageSummary(m store.Message, withPayload bool) messageSummaryResponse {
+	full := toMessage(m, withPayload)
+	return messageSummaryResponse{
+		ID: full.ID, TenantID: full.TenantID, EventType: full.EventType, Payload: full.Payload,
+		PayloadExpired: full.PayloadExpired, IdempotencyKey: full.IdempotencyKey, CreatedAt: full.CreatedAt,
+	}
+}
+
+// parseTimeRange reads since and until; since after until is refused.
+func parseTimeRange(fe *fieldErrors, q url.Values) (since, until *time.Time) {
+	since, until = parseTime(fe, q, "since"), parseTime(fe, q, "until")
+	if since != nil && until != nil && since.After(*until) {
+		fe.add("since", "must not be after until")
+	}
+	return since, until
+}
+
+// parseIDFilter reads an optional id filter of the query that must match
+// pattern.
+func parseIDFilter(fe *fieldErrors, q url.Values, name string, pattern *regexp.Regexp, what string) string {
+	v := q.Get(name)
+	if v != "" && !pattern.MatchString(v) {
+		fe.add(name, "must be "+what)
+	}
+	return v
+}
+
+func handleSearchMessages(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var fe fieldErrors
+		f := store.MessageSearch{TenantID: q.Get("tenant_id"), EventType: q.Get("event_type")}
+		if f.TenantID != "" {
+			validateTenantID(&fe, "tenant_id", f.TenantID)
+		}
+		if f.EventType != "" {
+			validateEventType(&fe, "event_type", f.EventType)
+		}
+		switch q.Get("include") {
+		case "":
+		case "payload":
+			f.WithPayload = true
+		default:
+			fe.add("include", `must be "payload"`)
+		}
+		f.Since, f.Until = parseTimeRange(&fe, q)
+		page := parsePage(&fe, q)
+		if page.After != "" && !messageIDPattern.MatchString(page.After) {
+			fe.add("after", "must be the next_cursor of a previous page")
+		}
+		if err := fe.err(); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		f.After, f.Limit = page.After, page.Limit+1
+		list, err := d.Store.SearchMessages(r.Context(), f)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := listResponse[messageSummaryResponse]{Data: []messageSummaryResponse{}}
+		for i, m := range list {
+			if i == page.Limit {
+				out.NextCursor = &list[i-1].ID
+				break
+			}
+			out.Data = append(out.Data, toMessageSummary(m, f.WithPayload))
+		}
+		encode(w, http.StatusOK, out)
+	})
+}
+
+func handleSearchDeliveries(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var fe fieldErrors
+		f := store.DeliverySearch{TenantID: q.Get("tenant_id")}
+		if f.TenantID != "" {
+			validateTenantID(&fe, "tenant_id", f.TenantID)
+		}
+		if s := q.Get("status"); s != "" {
+			for _, st := range strings.Split(s, ",") {
+				if !slices.Contains(deliveryStatuses, st) {
+					fe.add("status", "must be one or more of "+strings.Join(deliveryStatuses, ", ")+", comma-separated")
+					break
+				}
+				f.Statuses = append(f.Statuses, st)
+			}
+		}
+		f.EndpointID = parseIDFilter(&fe, q, "endpoint_id", endpointIDPattern, "an endpoint id (ep_...)")
+		f.MessageID = parseIDFilter(&fe, q, "message_id", messageIDPattern, "a message id (msg_...)")
+		f.Since, f.Until = parseTimeRange(&fe, q)
+		page := parsePage(&fe, q)
+		if page.After != "" && !deliveryIDPattern.MatchString(page.After) {
+			fe.add("after", "must be the next_cursor of a previous page")
+		}
+		if err := fe.err(); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		f.After, f.Limit = page.After, page.Limit+1
+		list, err := d.Store.SearchDeliveries(r.Context(), f)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := listResponse[deliveryResponse]{Data: []deliveryResponse{}}
+		for i, del := range list {
+			if i == page.Limit {
+				out.NextCursor = &list[i-1].ID
+				break
+			}
+			out.Data = append(out.Data, toDelivery(del))
+		}
+		encode(w, http.StatusOK, out)
+	})
+}

@@ -1,0 +1,55 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
+)
+
+// TestUpgradeAddsSearchIndexes: a database at the schema before the
+// search indexes, holding messages and deliveries in their partitions, is
+// migrated with every row kept, the indexes built on every partition, and
+// the searches finding the rows written before.
+func TestUpgradeAddsSearchIndexes(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 10))
+	s := store.New(db.Pool, nil)
+	enq := &fakeEnqueuer{next: 1}
+	e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/a", Secret: testSecret})
+	require.NoError(t, err)
+	var ids []string
+	for range 3 {
+		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(`{}`)}, enq)
+		require.NoError(t, err)
+		ids = append(ids, m.ID)
+	}
+	_, err = db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed' WHERE message_id = $1`, ids[1])
+	require.NoError(t, err)
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	for _, idx := range []string{"messages_event_type_idx", "deliveries_tenant_id_idx", "deliveries_final_idx"} {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+			SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent = $1::regclass`, idx).Scan(&n))
+		require.Positive(t, n, "%s has no partition index", idx)
+	}
+	ms, err := s.SearchMessages(ctx, store.MessageSearch{EventType: "invoice.paid", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ms, 3)
+	require.Equal(t, ids[2], ms[0].ID, "newest first")
+	ds, err := s.SearchDeliveries(ctx, store.DeliverySearch{TenantID: "acme", Statuses: []string{store.DeliveryFailed}, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, ids[1], ds[0].MessageID)
+	require.Equal(t, e.ID, ds[0].EndpointID)
+}
