@@ -44,6 +44,7 @@ type settings struct {
 	rateLimit       *int
 	rateWindow      *time.Duration
 	allowPrivate    *bool
+	strictTypes     *bool
 	logFormat       *string
 	logLevel        *string
 }
@@ -65,6 +66,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		rateLimit:       fs.Int("rate-limit", "RATE_LIMIT", api.DefaultRateLimit, "requests per second one API token may make, averaged over --rate-window (requests without a valid token count per client IP); 0 disables"),
 		rateWindow:      fs.Duration("rate-window", "RATE_WINDOW", api.DefaultRateWindow, "sliding window of the rate limit: a token may make rate-limit x rate-window requests in any such window, so a longer window allows bigger bursts"),
 		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
+		strictTypes:     fs.Bool("strict-event-types", "STRICT_EVENT_TYPES", false, "refuse (422) messages whose event type is not registered in the catalogue (/v1/event-types) or is archived, and payloads that do not match their type's JSON Schema"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -140,6 +142,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		RateWindow:          *set.rateWindow,
 		AllowPrivateTargets: *set.allowPrivate,
 		MaxPayloadBytes:     *set.maxPayloadBytes,
+		StrictEventTypes:    *set.strictTypes,
 		Now:                 time.Now,
 		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {

@@ -102,6 +102,12 @@ func handleCreateMessage(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, &tooLargeError{field: "payload", limit: d.MaxPayloadBytes})
 			return
 		}
+		if d.StrictEventTypes {
+			if err := d.catalogue.check(r.Context(), req.EventType, buf.Bytes()); err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+		}
 		m, created, err := d.Messages.CreateMessage(r.Context(), store.NewMessage{
 			TenantID: req.TenantID, EventType: req.EventType, Payload: buf.Bytes(), IdempotencyKey: req.IdempotencyKey,
 		})

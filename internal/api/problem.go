@@ -131,11 +131,16 @@ func writeProblem(w http.ResponseWriter, r *http.Request, logger *slog.Logger, e
 	var ve *ValidationError
 	var tl *tooLargeError
 	var ot *otherTenantError
+	var ue *unprocessableError
 	switch {
 	case errors.As(err, &ve):
 		p.Type, p.Title, p.Status = ProblemTypeBase+"validation", "Bad Request", http.StatusBadRequest
 		p.Detail = ve.Error()
 		p.Errors = ve.Fields
+	case errors.As(err, &ue):
+		p.Type, p.Title, p.Status = ProblemTypeBase+"unprocessable", "Unprocessable Content", http.StatusUnprocessableEntity
+		p.Detail = "the message breaks the event type catalogue (strict mode)"
+		p.Errors = []FieldError{{Field: ue.field, Message: ue.message}}
 	case isUnavailable(err):
 		err = errDatabaseUnhealthy
 		w.Header().Set("Retry-After", "1")

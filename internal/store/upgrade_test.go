@@ -325,3 +325,48 @@ func TestUpgradeEndpointsGainSigning(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.SigningEd25519, e.Signing)
 }
+
+// TestUpgradeAddsEventTypeCatalogue: a database at version 12 with
+// endpoints and messages gains an empty catalogue; a type its old messages
+// name is archived, not deleted, and one they do not name is deleted.
+func TestUpgradeAddsEventTypeCatalogue(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 12))
+	s := store.New(db.Pool, nil)
+	_, err = s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://acme.example/a", Secret: testSecret})
+	require.NoError(t, err)
+	enq := &fakeEnqueuer{next: 1}
+	for i := range 3 {
+		_, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}, enq)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	list, err := s.ListEventTypes(ctx, store.Page{})
+	require.NoError(t, err)
+	require.Empty(t, list)
+	for _, name := range []string{"invoice.paid", "user.created"} {
+		_, err := s.CreateEventType(ctx, store.EventType{Name: name, Schema: json.RawMessage(`{"type":"object"}`)})
+		require.NoError(t, err)
+	}
+	_, err = s.CreateEventType(ctx, store.EventType{Name: "user.created"})
+	require.ErrorIs(t, err, store.ErrEventTypeExists)
+	e, archived, err := s.DeleteEventType(ctx, "invoice.paid")
+	require.NoError(t, err)
+	require.True(t, archived, "old messages name it")
+	require.True(t, e.Archived)
+	_, archived, err = s.DeleteEventType(ctx, "user.created")
+	require.NoError(t, err)
+	require.False(t, archived)
+	_, err = s.GetEventType(ctx, "user.created")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, _, err = s.DeleteEventType(ctx, "user.created")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	var messages int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM messages`).Scan(&messages))
+	require.Equal(t, 3, messages, "the messages are kept")
+}
