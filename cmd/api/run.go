@@ -48,6 +48,7 @@ type settings struct {
 	pprof           *bool
 	maxRecover      *time.Duration
 	riverUI         *bool
+	strictTypes     *bool
 	logFormat       *string
 	logLevel        *string
 }
@@ -73,6 +74,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		pprof:           fs.Bool("pprof", "PPROF", false, "also serve Go's runtime profiles (/debug/pprof/) on the metrics listener, which needs no token"),
 		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
 		riverUI:         fs.Bool("riverui", "RIVERUI", false, "serve River's own UI (riverqueue.com/riverui) under /riverui, to admin dashboard sessions only; off answers 404 there"),
+		strictTypes:     fs.Bool("strict-event-types", "STRICT_EVENT_TYPES", false, "refuse (422) messages whose event type is not registered in the catalogue (/v1/event-types) or is archived, and payloads that do not match their type's JSON Schema"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -167,6 +169,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		MaxPayloadBytes:     *set.maxPayloadBytes,
 		MaxRecoverWindow:    *set.maxRecover,
 		RiverUI:             riverUI,
+		StrictEventTypes:    *set.strictTypes,
 		Now:                 time.Now,
 		Rand:                rand.Reader,
 		Ready: func(ctx context.Context) error {

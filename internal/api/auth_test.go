@@ -31,7 +31,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 31)
+	require.Len(t, out, 40)
 	return out
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/hookd/hookd/internal/store"
 )
@@ -45,11 +46,15 @@ func inBatch(i int, err error) error {
 		if field == "body" {
 			return prefix
 		}
+		if strings.HasPrefix(field, "/") { // a JSON pointer into the message
+			return prefix + field
+		}
 		return prefix + "." + field
 	}
 	var ve *ValidationError
 	var tl *tooLargeError
 	var ot *otherTenantError
+	var ue *unprocessableError
 	switch {
 	case errors.As(err, &ve):
 		fields := make([]FieldError, len(ve.Fields))
@@ -61,6 +66,8 @@ func inBatch(i int, err error) error {
 		return &tooLargeError{field: name(tl.field), limit: tl.limit}
 	case errors.As(err, &ot):
 		return &otherTenantError{field: name(ot.field)}
+	case errors.As(err, &ue):
+		return &unprocessableError{field: name(ue.field), message: ue.message}
 	}
 	return err
 }
@@ -92,6 +99,9 @@ func handleCreateMessages(d Deps) http.Handler {
 					return
 				}
 				in, err = m.newMessage(d.MaxPayloadBytes)
+			}
+			if err == nil && d.StrictEventTypes {
+				err = d.catalogue.check(r.Context(), in.EventType, in.Payload)
 			}
 			if err != nil {
 				out.Results[i] = problemOf(inBatch(i, err))

@@ -2,8 +2,11 @@ package api
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -21,23 +24,28 @@ const secretOverlap = 24 * time.Hour
 
 // endpointResponse is an endpoint as the API shows it: never its secret.
 type endpointResponse struct {
-	ID             string            `json:"id"`
-	TenantID       string            `json:"tenant_id"`
-	URL            string            `json:"url"`
-	Description    string            `json:"description"`
-	EventTypes     []string          `json:"event_types"`
-	TrafficClass   string            `json:"traffic_class"`
-	Metadata       map[string]string `json:"metadata"`
-	Status         string            `json:"status"`
-	DisabledReason *string           `json:"disabled_reason"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
+	ID           string            `json:"id"`
+	TenantID     string            `json:"tenant_id"`
+	URL          string            `json:"url"`
+	Description  string            `json:"description"`
+	EventTypes   []string          `json:"event_types"`
+	TrafficClass string            `json:"traffic_class"`
+	Metadata     map[string]string `json:"metadata"`
+	// HeaderNames are the names of the endpoint's headers; their values
+	// are write-only, like a secret.
+	HeaderNames    []string  `json:"header_names"`
+	Signing        string    `json:"signing"`
+	Status         string    `json:"status"`
+	DisabledReason *string   `json:"disabled_reason"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
 
 func toEndpoint(e store.Endpoint) endpointResponse {
 	return endpointResponse{
 		ID: e.ID, TenantID: e.TenantID, URL: e.URL, Description: e.Description,
 		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
+		HeaderNames: append([]string{}, slices.Sorted(maps.Keys(e.Headers))...), Signing: e.Signing,
 		Status: e.Status, DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 	}
 }
@@ -57,6 +65,8 @@ type createEndpointRequest struct {
 	Secret       string            `json:"secret"`
 	TrafficClass string            `json:"traffic_class"`
 	Metadata     map[string]string `json:"metadata"`
+	Headers      map[string]string `json:"headers"`
+	Signing      string            `json:"signing"`
 }
 
 func (r createEndpointRequest) validate() error {
@@ -65,15 +75,25 @@ func (r createEndpointRequest) validate() error {
 	validateEndpointURL(&fe, "url", r.URL)
 	validateDescription(&fe, "description", r.Description)
 	validateEventFilters(&fe, "event_types", r.EventTypes)
-	if r.Secret != "" {
-		if _, err := delivery.ParseSecret(r.Secret); err != nil {
-			fe.add("secret", err.Error())
+	switch r.Signing {
+	case "", store.SigningHMAC:
+		if r.Secret != "" {
+			if _, err := delivery.ParseSecret(r.Secret); err != nil {
+				fe.add("secret", err.Error())
+			}
 		}
+	case store.SigningEd25519:
+		if r.Secret != "" {
+			fe.add("secret", "must be left out with ed25519 signing: hookd generates the key pair and keeps the private key")
+		}
+	default:
+		fe.add("signing", `must be "hmac" or "ed25519"`)
 	}
 	if r.TrafficClass != "" {
 		validateTrafficClass(&fe, "traffic_class", r.TrafficClass)
 	}
 	validateMetadata(&fe, "metadata", r.Metadata)
+	validateEndpointHeaders(&fe, "headers", r.Headers)
 	return fe.err()
 }
 
@@ -90,16 +110,20 @@ func handleCreateEndpoint(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
+		signing := req.Signing
+		if signing == "" {
+			signing = store.SigningHMAC
+		}
 		secret := req.Secret
 		if secret == "" {
-			if secret, err = delivery.GenerateSecret(d.Rand); err != nil {
+			if secret, err = generateSigningKey(d, signing); err != nil {
 				writeProblem(w, r, d.Logger, err)
 				return
 			}
 		}
 		e, err := d.Store.CreateEndpoint(r.Context(), store.Endpoint{
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, Signing: signing,
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
@@ -163,6 +187,7 @@ type updateEndpointRequest struct {
 	EventTypes   *[]string          `json:"event_types"`
 	TrafficClass *string            `json:"traffic_class"`
 	Metadata     *map[string]string `json:"metadata"`
+	Headers      *map[string]string `json:"headers"`
 }
 
 func (r updateEndpointRequest) validate() error {
@@ -182,6 +207,9 @@ func (r updateEndpointRequest) validate() error {
 	if r.Metadata != nil {
 		validateMetadata(&fe, "metadata", *r.Metadata)
 	}
+	if r.Headers != nil {
+		validateEndpointHeaders(&fe, "headers", *r.Headers)
+	}
 	return fe.err()
 }
 
@@ -197,7 +225,7 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		}
 		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), store.EndpointPatch{
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+			TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers,
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
@@ -241,7 +269,11 @@ func handleSetEndpointStatus(d Deps, enable bool) http.Handler {
 	})
 }
 
+// secretResponse is what verifies an endpoint's signatures: its HMAC
+// secret, or the public key of its Ed25519 private key (which never
+// leaves the service).
 type secretResponse struct {
+	Signing                 string     `json:"signing"`
 	Secret                  string     `json:"secret"`
 	PreviousSecret          *string    `json:"previous_secret"`
 	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
@@ -254,9 +286,19 @@ func handleGetEndpointSecret(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := secretResponse{Secret: e.Secret}
+		current, err := verificationKey(e.Signing, e.Secret)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		out := secretResponse{Signing: e.Signing, Secret: current}
 		if e.PreviousSecret != "" && e.PreviousSecretExpiresAt != nil && d.Now().Before(*e.PreviousSecretExpiresAt) {
-			out.PreviousSecret, out.PreviousSecretExpiresAt = &e.PreviousSecret, e.PreviousSecretExpiresAt
+			previous, err := verificationKey(e.Signing, e.PreviousSecret)
+			if err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+			out.PreviousSecret, out.PreviousSecretExpiresAt = &previous, e.PreviousSecretExpiresAt
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		encode(w, http.StatusOK, out)
@@ -265,16 +307,44 @@ func handleGetEndpointSecret(d Deps) http.Handler {
 
 func handleRotateSecret(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret, err := delivery.GenerateSecret(d.Rand)
+		// The new key is of the endpoint's scheme.
+		e, err := d.Store.GetEndpoint(r.Context(), chi.URLParam(r, "id"))
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		e, err := d.Store.RotateSecret(r.Context(), chi.URLParam(r, "id"), secret, secretOverlap)
+		secret, err := generateSigningKey(d, e.Signing)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		e, err = d.Store.RotateSecret(r.Context(), e.ID, secret, secretOverlap)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
 		encode(w, http.StatusOK, toEndpoint(e))
 	})
+}
+
+// generateSigningKey returns a new serialized signing key of the scheme: a
+// whsec_ secret, or a whsk_ private key.
+func generateSigningKey(d Deps, signing string) (string, error) {
+	if signing == store.SigningEd25519 {
+		return delivery.GeneratePrivateKey(d.Rand)
+	}
+	return delivery.GenerateSecret(d.Rand)
+}
+
+// verificationKey returns what a receiver verifies with: the secret itself,
+// or the whpk_ public key of an Ed25519 private key.
+func verificationKey(signing, stored string) (string, error) {
+	if signing != store.SigningEd25519 {
+		return stored, nil
+	}
+	pub, err := delivery.PublicKeyOf(stored)
+	if err != nil {
+		return "", fmt.Errorf("endpoint key: %w", err)
+	}
+	return pub, nil
 }

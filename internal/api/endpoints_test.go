@@ -33,7 +33,7 @@ func TestCreateEndpoint(t *testing.T) {
 			name: "defaults",
 			req:  map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook"},
 			want: endpointJSON{TenantID: "acme", URL: "https://acme.example/hook", EventTypes: []string{},
-				TrafficClass: "auto", Metadata: map[string]string{}, Status: "enabled"},
+				TrafficClass: "auto", Metadata: map[string]string{}, HeaderNames: []string{}, Signing: "hmac", Status: "enabled"},
 		},
 		{
 			name: "every field",
@@ -41,10 +41,12 @@ func TestCreateEndpoint(t *testing.T) {
 				"tenant_id": "acme:eu@1", "url": "http://93.184.216.34:8080/hooks?x=1", "description": "billing",
 				"event_types": []string{"invoice.*", "user.created", "*"}, "secret": secret,
 				"traffic_class": "bulk_1", "metadata": map[string]string{"team": "billing", "cost.center": "42"},
+				"headers": map[string]string{"X-Route": "billing", "authorization": "Bearer rcv_1"},
 			},
 			want: endpointJSON{TenantID: "acme:eu@1", URL: "http://93.184.216.34:8080/hooks?x=1", Description: "billing",
 				EventTypes: []string{"invoice.*", "user.created", "*"}, TrafficClass: "bulk_1",
-				Metadata: map[string]string{"team": "billing", "cost.center": "42"}, Status: "enabled"},
+				Metadata:    map[string]string{"team": "billing", "cost.center": "42"},
+				HeaderNames: []string{"X-Route", "authorization"}, Signing: "hmac", Status: "enabled"},
 		},
 		{
 			// Limits count characters, as the document's maxLength does, not bytes.
@@ -55,7 +57,7 @@ func TestCreateEndpoint(t *testing.T) {
 			},
 			want: endpointJSON{TenantID: "acme", URL: "https://acme.example/" + strings.Repeat("é", 2048-len("https://acme.example/")),
 				Description: strings.Repeat("é", 1024), EventTypes: []string{}, TrafficClass: "auto",
-				Metadata: map[string]string{"k": strings.Repeat("ü", 1024)}, Status: "enabled"},
+				Metadata: map[string]string{"k": strings.Repeat("ü", 1024)}, HeaderNames: []string{}, Signing: "hmac", Status: "enabled"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -274,7 +276,7 @@ func TestRotateSecret(t *testing.T) {
 	offset.Store(int64(23 * time.Hour))
 	require.Equal(t, third, secret())
 	offset.Store(int64(24*time.Hour + time.Minute))
-	require.Equal(t, secretJSON{Secret: third.Secret}, secret())
+	require.Equal(t, secretJSON{Signing: "hmac", Secret: third.Secret}, secret())
 }
 
 func TestListEndpoints(t *testing.T) {

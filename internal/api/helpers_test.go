@@ -304,6 +304,8 @@ type (
 		EventTypes     []string          `json:"event_types"`
 		TrafficClass   string            `json:"traffic_class"`
 		Metadata       map[string]string `json:"metadata"`
+		HeaderNames    []string          `json:"header_names"`
+		Signing        string            `json:"signing"`
 		Status         string            `json:"status"`
 		DisabledReason *string           `json:"disabled_reason"`
 		CreatedAt      time.Time         `json:"created_at"`
@@ -314,6 +316,7 @@ type (
 		NextCursor *string `json:"next_cursor"`
 	}
 	secretJSON struct {
+		Signing                 string     `json:"signing"`
 		Secret                  string     `json:"secret"`
 		PreviousSecret          *string    `json:"previous_secret"`
 		PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`

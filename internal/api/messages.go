@@ -110,6 +110,12 @@ func handleCreateMessage(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
+		if d.StrictEventTypes {
+			if err := d.catalogue.check(r.Context(), in.EventType, in.Payload); err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+		}
 		m, created, err := d.Messages.CreateMessage(r.Context(), in)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)

@@ -220,6 +220,12 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 					require.True(t, strings.HasPrefix(p, "/v1/endpoints/"), "no fixture for %s", p)
 					p = strings.ReplaceAll(p, "{id}", b.createEndpoint(t, "acme").ID)
 				}
+				if strings.HasPrefix(p, "/v1/event-types/{name}") {
+					// An event type example changes a registered type.
+					name := "example." + strings.ToLower(name)
+					requireStatus(t, http.StatusCreated, b.do(t, "POST", "/v1/event-types", map[string]any{"name": name}))
+					p = strings.ReplaceAll(p, "{name}", name)
+				}
 				if strings.Contains(p, "{name}") {
 					// A traffic class example names the class it creates or replaces.
 					className, ok := ex.Value.Value.(map[string]any)["name"].(string)
@@ -263,7 +269,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
 	})
 	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts,
-		traffic_classes, class_changes, breaker_states, breaker_transitions, api_tokens CASCADE`)
+		traffic_classes, class_changes, breaker_states, breaker_transitions, api_tokens, event_types CASCADE`)
 	require.NoError(t, err)
 
 	// noRand cannot generate secrets.
@@ -296,6 +302,15 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	noTok := "/v1/tokens/" + missingID("tok")
 	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
 	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
+	// Event types: invoice.paid names a message (deleting it archives it),
+	// doomed.type none.
+	_, strict := setup(t, func(d *api.Deps) { d.StrictEventTypes = true })
+	newType := map[string]any{"name": "order.shipped", "schema": map[string]any{"type": "object"}}
+	for _, name := range []string{"invoice.paid", "doomed.type"} {
+		requireStatus(t, http.StatusCreated, ok.do(t, "POST", "/v1/event-types", map[string]any{"name": name}))
+	}
+	typePatch := map[string]any{"description": "paid in full"}
+	bigType := map[string]any{"name": "big.type", "description": strings.Repeat("x", 70<<10)}
 
 	type req struct {
 		method, path string
@@ -463,6 +478,33 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(404, "DELETE", "/v1/traffic-classes/doomed", nil),
 			plain(409, "DELETE", "/v1/traffic-classes/medium", nil),
 
+			plain(201, "POST", "/v1/event-types", newType),
+			plain(400, "POST", "/v1/event-types", map[string]any{"name": "a..b"}),
+			plain(401, "POST", "/v1/event-types", newType, withoutAuth()),
+			plain(403, "POST", "/v1/event-types", newType, asGlobex),
+			plain(409, "POST", "/v1/event-types", newType),
+			plain(413, "POST", "/v1/event-types", bigType, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/event-types", newType, withContentType("text/plain")),
+			plain(200, "GET", "/v1/event-types?limit=1", nil),
+			plain(200, "GET", "/v1/event-types", nil, asGlobex),
+			plain(400, "GET", "/v1/event-types?limit=0", nil),
+			plain(401, "GET", "/v1/event-types", nil, withoutAuth()),
+			plain(200, "GET", "/v1/event-types/invoice.paid", nil, asRO),
+			plain(401, "GET", "/v1/event-types/invoice.paid", nil, withoutAuth()),
+			plain(404, "GET", "/v1/event-types/no.such", nil),
+			plain(200, "PATCH", "/v1/event-types/order.shipped", typePatch),
+			plain(400, "PATCH", "/v1/event-types/order.shipped", map[string]any{"archived": "yes"}),
+			plain(401, "PATCH", "/v1/event-types/order.shipped", typePatch, withoutAuth()),
+			plain(403, "PATCH", "/v1/event-types/order.shipped", typePatch, asGlobex),
+			plain(404, "PATCH", "/v1/event-types/no.such", typePatch),
+			plain(413, "PATCH", "/v1/event-types/order.shipped", map[string]any{"description": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "PATCH", "/v1/event-types/order.shipped", typePatch, withContentType("text/plain")),
+			plain(200, "DELETE", "/v1/event-types/invoice.paid", nil),
+			plain(204, "DELETE", "/v1/event-types/doomed.type", nil),
+			plain(401, "DELETE", "/v1/event-types/doomed.type", nil, withoutAuth()),
+			plain(403, "DELETE", "/v1/event-types/order.shipped", nil, asRO),
+			plain(404, "DELETE", "/v1/event-types/doomed.type", nil),
+
 			plain(201, "POST", "/v1/tokens", newToken),
 			plain(400, "POST", "/v1/tokens", map[string]any{"name": "bootstrap"}),
 			plain(401, "POST", "/v1/tokens", newToken, withoutAuth()),
@@ -507,6 +549,9 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		noRand: {
 			plain(500, "POST", "/v1/endpoints", newEndpoint),
 		},
+		strict: {
+			plain(422, "POST", "/v1/messages", newMessage, docBlind("which event types are registered is not in the document")),
+		},
 	}
 	// Every /v1 operation answers 500 when its query fails and 503 when the
 	// database cannot be reached.
@@ -546,6 +591,11 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
 			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
 			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
+			plain(bad.want, "POST", "/v1/event-types", newType),
+			plain(bad.want, "GET", "/v1/event-types", nil),
+			plain(bad.want, "GET", "/v1/event-types/invoice.paid", nil),
+			plain(bad.want, "PATCH", "/v1/event-types/invoice.paid", typePatch),
+			plain(bad.want, "DELETE", "/v1/event-types/invoice.paid", nil),
 			plain(bad.want, "POST", "/v1/tokens", newToken),
 			plain(bad.want, "GET", "/v1/tokens", nil),
 			plain(bad.want, "DELETE", noTok, nil),

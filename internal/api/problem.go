@@ -154,8 +154,13 @@ func problemOf(err error) Problem {
 	var ve *ValidationError
 	var tl *tooLargeError
 	var ot *otherTenantError
+	var ue *unprocessableError
 	if errors.As(err, &ve) {
 		return Problem{Type: ProblemTypeBase + "validation", Title: "Bad Request", Status: http.StatusBadRequest, Detail: ve.Error(), Errors: ve.Fields}
+	}
+	if errors.As(err, &ue) {
+		return Problem{Type: ProblemTypeBase + "unprocessable", Title: "Unprocessable Content", Status: http.StatusUnprocessableEntity,
+			Detail: "the message breaks the event type catalogue (strict mode)", Errors: []FieldError{{Field: ue.field, Message: ue.message}}}
 	}
 	p := Problem{Status: http.StatusInternalServerError}
 	for _, k := range problemKinds {

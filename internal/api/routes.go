@@ -75,6 +75,14 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("PUT", "/traffic-classes/{name}", adminOnly, handlePutClass(d))
 		v.Method("DELETE", "/traffic-classes/{name}", adminOnly, handleDeleteClass(d))
 
+		// The event type catalogue is global: every token may read it (a
+		// tenant's senders need its schemas), only admins change it.
+		v.Method("GET", "/event-types", anyToken, handleListEventTypes(d))
+		v.Method("POST", "/event-types", adminOnly, handleCreateEventType(d))
+		v.Method("GET", "/event-types/{name}", anyToken, handleGetEventType(d))
+		v.Method("PATCH", "/event-types/{name}", adminOnly, handleUpdateEventType(d))
+		v.Method("DELETE", "/event-types/{name}", adminOnly, handleDeleteEventType(d))
+
 		v.Method("POST", "/messages", tenantBody, handleCreateMessage(d))
 		v.Method("GET", "/messages", tenantQuery, handleSearchMessages(d))
 		v.Method("POST", "/messages/batch", tenantBody, handleCreateMessages(d))

@@ -82,6 +82,8 @@ type scopeRule struct {
 }
 
 var (
+	// anyToken routes read global data every token may see.
+	anyToken    = scopeRule{}
 	adminOnly   = scopeRule{adminOnly: true}
 	tenantQuery = scopeRule{tenantQuery: true}
 	tenantBody  = scopeRule{tenantBody: true}

@@ -123,6 +123,7 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 	}
 	p = strings.ReplaceAll(p, "{id}", id)
 	p = strings.ReplaceAll(p, "/traffic-classes/{name}", "/traffic-classes/medium")
+	p = strings.ReplaceAll(p, "/event-types/{name}", "/event-types/invoice.paid")
 	p = strings.ReplaceAll(p, "/assets/{name}", "/assets/app.js")
 	require.NotContains(t, p, "{", "%s: no fixture for a path parameter", pattern)
 	return p
@@ -142,6 +143,8 @@ var walkBodies = map[string]any{
 	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
 	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
 	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
+	"POST /v1/event-types":                    map[string]any{"name": "mine"},
+	"PATCH /v1/event-types/{name}":            map[string]any{"archived": true},
 }
 
 // leaks returns the initech markers an answer holds, the request's own path
@@ -239,7 +242,7 @@ func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
 			if !safeMethod(method) || strings.Contains(pattern, "{") {
 				require.Contains(t, []int{http.StatusForbidden, http.StatusNotFound}, a.status,
 					"a change, or a route naming initech's object, is refused: %s", a.body)
-			} else if tenantLists[key] {
+			} else if tenantLists[key] || globalReads[key] {
 				require.Equal(t, http.StatusOK, a.status, "a tenant's list is filtered, not refused: %s", a.body)
 			} else {
 				require.Equal(t, http.StatusForbidden, a.status, "a read that is neither a tenant's list nor of an object is admin-only: %s", a.body)
@@ -271,6 +274,10 @@ var tenantLists = map[string]bool{"GET /v1/endpoints": true, "GET /v1/breakers":
 // bulkRoutes name objects by id in the body member given: they answer a
 // tenant token item by item, another tenant's object refused as not found.
 var bulkRoutes = map[string]string{"POST /v1/deliveries/retry": "ids"}
+
+// globalReads answer every token the same global data (the event type
+// catalogue): nothing in them is a tenant's.
+var globalReads = map[string]bool{"GET /v1/event-types": true}
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
 

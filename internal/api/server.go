@@ -69,9 +69,17 @@ type Deps struct {
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
+	// StrictEventTypes refuses (422) messages of an event type the
+	// catalogue does not hold, or holds archived, and payloads that do not
+	// match their type's schema.
+	StrictEventTypes bool
+	// CatalogueRefresh is how long strict mode trusts its copy of the
+	// catalogue; zero means DefaultCatalogueRefresh.
+	CatalogueRefresh time.Duration
 
-	sessions *sessions
-	limiter  *rateLimiter
+	sessions  *sessions
+	catalogue *eventCatalogue
+	limiter   *rateLimiter
 }
 
 // MessageCreator stores an accepted message with its deliveries and their
@@ -114,6 +122,11 @@ func newRouter(d Deps) chi.Router {
 		d.Auth = NewTokenAuth(d.Token, st, d.Now)
 	}
 	d.sessions = newSessions(d.SessionKey, d.Now)
+	var loader catalogueLoader
+	if d.Store != nil {
+		loader = d.Store
+	}
+	d.catalogue = newEventCatalogue(loader, d.Now, d.CatalogueRefresh)
 	d.limiter = newRateLimiter(d.RateLimit, d.RateWindow)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)

@@ -15,18 +15,33 @@ import (
 // Target is what the worker needs of an endpoint, parsed once per load.
 type Target struct {
 	store.Endpoint
-	// Secrets sign each attempt: the current secret, then the previous one
-	// while its overlap lasts.
+	// Secrets (HMAC) or keys (Ed25519) sign each attempt: the current one,
+	// then the previous one while its overlap lasts.
 	secrets        []Secret
+	keys           []PrivateKey
 	previousExpiry time.Time
 }
 
-// SigningSecrets returns the secrets valid at now.
+// SigningSecrets returns the HMAC secrets valid at now (none for an
+// Ed25519 endpoint).
 func (t *Target) SigningSecrets(now time.Time) []Secret {
 	if len(t.secrets) > 1 && !now.Before(t.previousExpiry) {
 		return t.secrets[:1]
 	}
 	return t.secrets
+}
+
+// Signature returns the webhook-signature header of one attempt made at
+// ts, signed the endpoint's way with every key valid at ts.
+func (t *Target) Signature(msgID string, ts time.Time, body []byte) string {
+	if t.Signing == store.SigningEd25519 {
+		keys := t.keys
+		if len(keys) > 1 && !ts.Before(t.previousExpiry) {
+			keys = keys[:1]
+		}
+		return SignEd25519(msgID, ts, body, keys...)
+	}
+	return Sign(msgID, ts, body, t.SigningSecrets(ts)...)
 }
 
 // EndpointLoader loads endpoints by id.
@@ -126,6 +141,9 @@ func (c *EndpointCache) InvalidateAll() {
 }
 
 func newTarget(ep store.Endpoint) (*Target, error) {
+	if ep.Signing == store.SigningEd25519 {
+		return newEd25519Target(ep)
+	}
 	cur, err := ParseSecret(ep.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s secret: %w", ep.ID, err)
@@ -137,6 +155,23 @@ func newTarget(ep store.Endpoint) (*Target, error) {
 			return nil, fmt.Errorf("endpoint %s previous secret: %w", ep.ID, err)
 		}
 		t.secrets = append(t.secrets, prev)
+		t.previousExpiry = *ep.PreviousSecretExpiresAt
+	}
+	return t, nil
+}
+
+func newEd25519Target(ep store.Endpoint) (*Target, error) {
+	cur, err := ParsePrivateKey(ep.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s key: %w", ep.ID, err)
+	}
+	t := &Target{Endpoint: ep, keys: []PrivateKey{cur}}
+	if ep.PreviousSecret != "" && ep.PreviousSecretExpiresAt != nil {
+		prev, err := ParsePrivateKey(ep.PreviousSecret)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s previous key: %w", ep.ID, err)
+		}
+		t.keys = append(t.keys, prev)
 		t.previousExpiry = *ep.PreviousSecretExpiresAt
 	}
 	return t, nil

@@ -14,10 +14,11 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 )
 
-// TestSenderSendsOnlyFixedHeaders: a delivery carries exactly the Standard
-// Webhooks headers, the content type and the user agent. No endpoint field
-// (metadata, description, tenant) reaches a header: Request has no field
-// that could carry one, and the message id is one hookd made.
+// TestSenderSendsOnlyFixedHeaders: a delivery without endpoint headers
+// carries exactly the Standard Webhooks headers, the content type and the
+// user agent. No other endpoint field (metadata, description, tenant)
+// reaches a header: Request has no field that could carry one but Headers,
+// and the message id is one hookd made.
 func TestSenderSendsOnlyFixedHeaders(t *testing.T) {
 	t.Parallel()
 	got := make(chan http.Header, 1)
@@ -47,11 +48,54 @@ func TestSenderSendsOnlyFixedHeaders(t *testing.T) {
 	require.Equal(t, "application/json", h.Get("Content-Type"))
 	require.Equal(t, delivery.UserAgent, h.Get("User-Agent"))
 
-	// What a Request can carry: nothing an endpoint's owner typed but the
-	// URL, which goes to the request line, never a header.
+	// What a Request can carry: of what an endpoint's owner typed, only the
+	// URL, which goes to the request line, and the vetted Headers.
 	var fields []string
 	for f := range reflect.TypeFor[delivery.Request]().Fields() {
 		fields = append(fields, f.Name)
 	}
-	require.Equal(t, []string{"URL", "MessageID", "Timestamp", "Body", "Signature"}, fields)
+	require.Equal(t, []string{"URL", "MessageID", "Timestamp", "Body", "Signature", "Headers"}, fields)
+}
+
+// TestSenderSendsEndpointHeaders: an endpoint's headers go out with the
+// request; a reserved name among them (one the API refuses, in a row
+// written some other way) never replaces what hookd sends.
+func TestSenderSendsEndpointHeaders(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}))
+	t.Cleanup(srv.Close)
+	s := delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second})
+	t.Cleanup(s.CloseIdle)
+
+	start := time.Unix(1_700_000_000, 0)
+	resp := s.Send(context.Background(), delivery.Request{
+		URL: srv.URL, MessageID: "msg_01M8QG", Timestamp: start, Body: []byte(`{}`), Signature: "v1,abc",
+		Headers: map[string]string{
+			"x-api-key": "k-1", "Authorization": "Bearer rcv", "User-Agent": "acme-relay",
+			"Webhook-Signature": "v1,forged", "Content-Type": "text/plain", "Host": "evil.example",
+		},
+	}, func(time.Time) time.Duration { return 0 }, start)
+	require.Equal(t, http.StatusOK, resp.Status, "%v", resp.Err)
+	h := <-got
+	require.Equal(t, "k-1", h.Get("X-Api-Key"))
+	require.Equal(t, "Bearer rcv", h.Get("Authorization"))
+	require.Equal(t, "acme-relay", h.Get("User-Agent"), "an endpoint may name its own user agent")
+	require.Equal(t, []string{"v1,abc"}, h.Values("Webhook-Signature"))
+	require.Equal(t, []string{"application/json"}, h.Values("Content-Type"))
+}
+
+func TestReservedHeader(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"Host": true, "host": true, "Content-Length": true, "CONTENT-TYPE": true, "Transfer-Encoding": true,
+		"connection": true, "Upgrade": true, "TE": true, "te": true, "Trailer": true,
+		"Proxy-Authorization": true, "proxy-": true, "Webhook-Id": true, "webhook-signature": true, "Webhook-X": true,
+		"Authorization": false, "X-Api-Key": false, "User-Agent": false, "Trailers": false, "Tea": false,
+		"Proxy": false, "Webhook": false, "X-Webhook-Id": false, "Hosts": false,
+	} {
+		require.Equal(t, want, delivery.ReservedHeader(name), name)
+	}
 }

@@ -75,6 +75,9 @@ type Request struct {
 	Timestamp time.Time
 	Body      []byte
 	Signature string
+	// Headers are the endpoint's own headers; a reserved name among them is
+	// skipped. Their values are never logged.
+	Headers map[string]string
 }
 
 // Response is what came back: a status or a transport error class.
@@ -96,8 +99,10 @@ func (s *Sender) Send(ctx context.Context, r Request, since func(time.Time) time
 	if err != nil {
 		return Response{ErrorClass: ErrOther, Err: err, Duration: since(start)}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	// An endpoint may replace the user agent, nothing else hookd sets.
 	req.Header.Set("User-Agent", UserAgent)
+	setEndpointHeaders(req.Header, r.Headers)
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Webhook-Id", r.MessageID)
 	req.Header.Set("Webhook-Timestamp", strconv.FormatInt(r.Timestamp.Unix(), 10))
 	req.Header.Set("Webhook-Signature", r.Signature)

@@ -329,7 +329,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		MessageID: args.MessageID,
 		Timestamp: start,
 		Body:      payload,
-		Signature: Sign(args.MessageID, start, payload, t.SigningSecrets(start)...),
+		Signature: t.Signature(args.MessageID, start, payload),
+		Headers:   t.Headers,
 	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
 	took = resp.Duration
 	if resp.Status != 0 {

@@ -17,40 +17,52 @@ const (
 	EndpointDisabled = "disabled"
 )
 
+// Endpoint signing schemes (Standard Webhooks v1 and v1a signatures).
+const (
+	SigningHMAC    = "hmac"
+	SigningEd25519 = "ed25519"
+)
+
 // Endpoint is a customer URL that receives a tenant's messages.
 type Endpoint struct {
-	ID                      string
-	TenantID                string
-	URL                     string
-	Description             string
-	EventTypes              []string
+	ID          string
+	TenantID    string
+	URL         string
+	Description string
+	EventTypes  []string
+	// Secret is the whsec_ secret, or the whsk_ private key of an Ed25519
+	// endpoint (PreviousSecret likewise).
 	Secret                  string
 	PreviousSecret          string
 	PreviousSecretExpiresAt *time.Time
 	TrafficClass            string
 	AssignedClass           *string
 	Metadata                map[string]string
-	Status                  string
-	DisabledReason          *string
-	CreatedAt               time.Time
-	UpdatedAt               time.Time
+	// Headers are sent with every delivery to the endpoint.
+	Headers map[string]string
+	// Signing is SigningHMAC or SigningEd25519.
+	Signing        string
+	Status         string
+	DisabledReason *string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
-	status, disabled_reason, created_at, updated_at`
+	headers, signing, status, disabled_reason, created_at, updated_at`
 
 // endpointColumnsQualified is endpointColumns for a query aliasing
 // endpoints as e.
 const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.event_types, e.secret,
 	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
-	e.status, e.disabled_reason, e.created_at, e.updated_at`
+	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at`
 
 // endpointDest returns scan destinations for endpointColumns.
 func endpointDest(e *Endpoint) []any {
 	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
 		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
-		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
+		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
 }
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
@@ -75,8 +87,14 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	if e.Metadata == nil {
 		e.Metadata = map[string]string{}
 	}
+	if e.Headers == nil {
+		e.Headers = map[string]string{}
+	}
 	if e.TrafficClass == "" {
 		e.TrafficClass = "auto"
+	}
+	if e.Signing == "" {
+		e.Signing = SigningHMAC
 	}
 	id := NewID("ep", time.Now())
 	var out Endpoint
@@ -86,10 +104,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRow(ctx, `
-			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata, e.Headers, e.Signing))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -169,6 +187,7 @@ type EndpointPatch struct {
 	EventTypes   *[]string
 	TrafficClass *string
 	Metadata     *map[string]string
+	Headers      *map[string]string
 }
 
 // UpdateEndpoint applies patch and notifies dispatchers.
@@ -187,6 +206,13 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 			metadata = map[string]string{}
 		}
 	}
+	var headers map[string]string
+	if p.Headers != nil {
+		headers = *p.Headers
+		if headers == nil {
+			headers = map[string]string{}
+		}
+	}
 	if p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto {
 		var out Endpoint
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -194,12 +220,12 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 				return err
 			}
 			var err error
-			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
 			return err
 		})
 		return out, err
 	}
-	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
 }
 
 const endpointPatchSet = `
@@ -207,7 +233,8 @@ const endpointPatchSet = `
 		description = coalesce($3, description),
 		event_types = coalesce($4, event_types),
 		traffic_class = coalesce($5, traffic_class),
-		metadata = coalesce($6, metadata)`
+		metadata = coalesce($6, metadata),
+		headers = coalesce($7, headers)`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.
@@ -264,8 +291,9 @@ func (s *Store) SetEndpointStatus(ctx context.Context, id, status string, reason
 	return s.updateEndpoint(ctx, id, `status = $2, disabled_reason = $3`, status, reason)
 }
 
-// RotateSecret makes secret the endpoint's signing secret; the old one keeps
-// signing alongside it until overlap has passed.
+// RotateSecret makes secret the endpoint's signing secret (a private key of
+// an Ed25519 endpoint); the old one keeps signing alongside it until
+// overlap has passed.
 func (s *Store) RotateSecret(ctx context.Context, id, secret string, overlap time.Duration) (Endpoint, error) {
 	return s.updateEndpoint(ctx, id, `
 		previous_secret = secret,

@@ -54,6 +54,27 @@ func createMessageV6(t *testing.T, db *storetest.DB, tenant, key string, payload
 	return id, dlvs
 }
 
+// createEndpointV10 stores an endpoint (and its closed breaker) with the
+// columns every schema up to version 10 has, as an endpoint of an upgraded
+// database was written; previous is a rotated-out secret, or empty.
+func createEndpointV10(t *testing.T, db *storetest.DB, tenant, url, secret, previous string) string {
+	t.Helper()
+	ctx := context.Background()
+	id := store.NewID("ep", time.Now())
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO endpoints (id, tenant_id, url, secret, previous_secret, previous_secret_expires_at, metadata)
+			VALUES ($1, $2, $3, $4, nullif($5, ''), CASE WHEN $5 = '' THEN NULL ELSE now() + interval '1 hour' END, '{"team":"billing"}')`,
+			id, tenant, url, secret, previous); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO breaker_states (endpoint_id) VALUES ($1)`, id)
+		return err
+	})
+	require.NoError(t, err)
+	return id
+}
+
 // TestUpgradeToPartitionedStorage: a database at the schema before
 // partitioning, filled with messages, deliveries in every status,
 // attempts and idempotency keys, is migrated in place with nothing lost:
@@ -71,9 +92,7 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 
 	var eps []store.Endpoint
 	for i := range 5 {
-		e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: fmt.Sprintf("https://example.com/%d", i), Secret: testSecret})
-		require.NoError(t, err)
-		eps = append(eps, e)
+		eps = append(eps, store.Endpoint{ID: createEndpointV10(t, db, "acme", fmt.Sprintf("https://example.com/%d", i), testSecret, "")})
 	}
 	// One delivery per status the old schema knows, per message.
 	statuses := []string{store.DeliveryPending, store.DeliveryDelivered, store.DeliveryFailed, store.DeliveryWaiting, store.DeliveryHeld}
@@ -230,4 +249,124 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 	for _, d := range allDeliveries {
 		require.Equal(t, "deliveries_legacy", where("deliveries", "id", d))
 	}
+}
+
+// TestUpgradeEndpointsGainHeaders: endpoints stored at version 10 read
+// back unchanged after the later migrations, with no headers, and take
+// headers through an update.
+func TestUpgradeEndpointsGainHeaders(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 10))
+	const previous = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
+	plain := createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
+	rotated := createEndpointV10(t, db, "globex", "https://globex.example/b", testSecret, previous)
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	s := store.New(db.Pool, nil)
+	got, err := s.GetEndpoints(ctx, []string{plain, rotated})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for _, id := range []string{plain, rotated} {
+		e := got[id]
+		require.Equal(t, map[string]string{}, e.Headers, id)
+		require.Equal(t, store.SigningHMAC, e.Signing, id)
+		require.Equal(t, testSecret, e.Secret, id)
+		require.Equal(t, map[string]string{"team": "billing"}, e.Metadata, id)
+	}
+	require.Equal(t, previous, got[rotated].PreviousSecret)
+	require.NotNil(t, got[rotated].PreviousSecretExpiresAt)
+
+	headers := map[string]string{"X-Api-Key": "k"}
+	e, err := s.UpdateEndpoint(ctx, plain, store.EndpointPatch{Headers: &headers})
+	require.NoError(t, err)
+	require.Equal(t, headers, e.Headers)
+	list, err := s.ListEndpoints(ctx, "", store.Page{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+}
+
+// TestUpgradeEndpointsGainSigning: endpoints stored at version 11, with
+// headers and a rotated secret, sign with HMAC after the signing
+// migration, everything else kept.
+func TestUpgradeEndpointsGainSigning(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 11))
+	const previous = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
+	var ids []string
+	for i := range 3 {
+		id := createEndpointV10(t, db, "acme", fmt.Sprintf("https://acme.example/%d", i), testSecret, previous)
+		_, err := db.Pool.Exec(ctx, `UPDATE endpoints SET headers = '{"X-Api-Key": "k"}' WHERE id = $1`, id)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	s := store.New(db.Pool, nil)
+	got, err := s.GetEndpoints(ctx, ids)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	for _, e := range got {
+		require.Equal(t, store.SigningHMAC, e.Signing)
+		require.Equal(t, map[string]string{"X-Api-Key": "k"}, e.Headers)
+		require.Equal(t, testSecret, e.Secret)
+		require.Equal(t, previous, e.PreviousSecret)
+	}
+	_, err = db.Pool.Exec(ctx, `UPDATE endpoints SET signing = 'rsa' WHERE id = $1`, ids[0])
+	require.Error(t, err, "only the known schemes are stored")
+	e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://acme.example/new", Secret: "whsk_x", Signing: store.SigningEd25519})
+	require.NoError(t, err)
+	require.Equal(t, store.SigningEd25519, e.Signing)
+}
+
+// TestUpgradeAddsEventTypeCatalogue: a database at version 12 with
+// endpoints and messages gains an empty catalogue; a type its old messages
+// name is archived, not deleted, and one they do not name is deleted.
+func TestUpgradeAddsEventTypeCatalogue(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 12))
+	s := store.New(db.Pool, nil)
+	_, err = s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://acme.example/a", Secret: testSecret})
+	require.NoError(t, err)
+	enq := &fakeEnqueuer{next: 1}
+	for i := range 3 {
+		_, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}, enq)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	list, err := s.ListEventTypes(ctx, store.Page{})
+	require.NoError(t, err)
+	require.Empty(t, list)
+	for _, name := range []string{"invoice.paid", "user.created"} {
+		_, err := s.CreateEventType(ctx, store.EventType{Name: name, Schema: json.RawMessage(`{"type":"object"}`)})
+		require.NoError(t, err)
+	}
+	_, err = s.CreateEventType(ctx, store.EventType{Name: "user.created"})
+	require.ErrorIs(t, err, store.ErrEventTypeExists)
+	e, archived, err := s.DeleteEventType(ctx, "invoice.paid")
+	require.NoError(t, err)
+	require.True(t, archived, "old messages name it")
+	require.True(t, e.Archived)
+	_, archived, err = s.DeleteEventType(ctx, "user.created")
+	require.NoError(t, err)
+	require.False(t, archived)
+	_, err = s.GetEventType(ctx, "user.created")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, _, err = s.DeleteEventType(ctx, "user.created")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	var messages int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM messages`).Scan(&messages))
+	require.Equal(t, 3, messages, "the messages are kept")
 }
