@@ -25,16 +25,19 @@ import (
 
 const synopsis = `usage: api [serve|migrate] [flags]
        api token create|list|revoke [flags]
+       api secrets rotate-key [flags]
 
   serve    serve the REST API (the default); migrates first unless --no-migrate
   migrate  apply hookd's and River's migrations, then exit
-  token    manage stored API tokens (api token --help)`
+  token    manage stored API tokens (api token --help)
+  secrets  reseal endpoint signing secrets under a new key (api secrets --help)`
 
 // settings are the api's flags, each with an environment twin.
 type settings struct {
 	databaseURL     *string
 	apiToken        *string
 	sessionKey      *string
+	secretKeys      *config.SecretKeys
 	listenAddr      *string
 	metricsAddr     *string
 	maxPayloadBytes *int64
@@ -56,6 +59,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
+		secretKeys:      config.BindSecretKeys(fs),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
 		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
@@ -73,6 +77,9 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "secrets" {
+		return runSecrets(ctx, args[1:], getenv, stdout, stderr)
 	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
@@ -98,6 +105,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
 		return config.Invalid("rate-window", "RATE_WINDOW", "must be from 1s to 1h")
+	}
+	keyring, err := set.secretKeys.Keyring()
+	if err != nil {
+		return err
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -129,7 +140,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}
-	st := store.New(pool, logger)
+	st := store.New(pool, logger, store.WithKeyring(keyring))
+	if err := st.CheckSecretsAtStart(ctx); err != nil {
+		return err
+	}
 	handler := api.NewServer(api.Deps{
 		Store:               st,
 		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
