@@ -38,6 +38,7 @@ type settings struct {
 	apiToken        *string
 	sessionKey      *string
 	secretKeys      *config.SecretKeys
+	frameAncestors  *string
 	listenAddr      *string
 	metricsAddr     *string
 	maxPayloadBytes *int64
@@ -60,6 +61,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
 		secretKeys:      config.BindSecretKeys(fs),
+		frameAncestors:  fs.String("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", api.DefaultPortalFrameAncestors, "CSP frame-ancestors of the tenant portal: 'none', or the space-separated origins (and 'self') allowed to embed it in an iframe; anything else makes its cookie SameSite=None; Secure, so embedding needs https"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
 		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
@@ -101,6 +103,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
 	case *set.sessionKey != "" && len(*set.sessionKey) < api.MinSessionKeyBytes:
 		return config.Invalid("session-key", "SESSION_KEY", "must be at least %d bytes (or empty for a random key)", api.MinSessionKeyBytes)
+	case api.ValidateFrameAncestors(*set.frameAncestors) != nil:
+		return config.Invalid("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", "%v", api.ValidateFrameAncestors(*set.frameAncestors))
 	case *set.rateLimit < 0:
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
@@ -145,17 +149,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	handler := api.NewServer(api.Deps{
-		Store:               st,
-		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
-		Logger:              logger,
-		Token:               *set.apiToken,
-		SessionKey:          []byte(*set.sessionKey),
-		RateLimit:           *set.rateLimit,
-		RateWindow:          *set.rateWindow,
-		AllowPrivateTargets: *set.allowPrivate,
-		MaxPayloadBytes:     *set.maxPayloadBytes,
-		Now:                 time.Now,
-		Rand:                rand.Reader,
+		Store:                st,
+		Enqueuer:             &delivery.Enqueuer{Client: riverClient},
+		Logger:               logger,
+		Token:                *set.apiToken,
+		SessionKey:           []byte(*set.sessionKey),
+		PortalFrameAncestors: *set.frameAncestors,
+		RateLimit:            *set.rateLimit,
+		RateWindow:           *set.rateWindow,
+		AllowPrivateTargets:  *set.allowPrivate,
+		MaxPayloadBytes:      *set.maxPayloadBytes,
+		Now:                  time.Now,
+		Rand:                 rand.Reader,
 		Ready: func(ctx context.Context) error {
 			ok, err := store.MigrationsCurrent(ctx, pool)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -58,6 +59,9 @@ type Deps struct {
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
+	// PortalFrameAncestors is the tenant portal's CSP frame-ancestors
+	// source list (PORTAL_FRAME_ANCESTORS); empty means 'none'.
+	PortalFrameAncestors string
 
 	sessions *sessions
 	limiter  *rateLimiter
@@ -101,6 +105,9 @@ func newRouter(d Deps) chi.Router {
 			st = d.Store
 		}
 		d.Auth = NewTokenAuth(d.Token, st, d.Now)
+	}
+	if strings.TrimSpace(d.PortalFrameAncestors) == "" {
+		d.PortalFrameAncestors = DefaultPortalFrameAncestors
 	}
 	d.sessions = newSessions(d.SessionKey, d.Now)
 	d.limiter = newRateLimiter(d.RateLimit, d.RateWindow)
