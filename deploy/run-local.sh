@@ -19,7 +19,8 @@
 # 127.0.0.1:9091), RETRY_SCHEDULE (default 0s,5s,10s,30s,1m,5m: short, so a
 # retry is seen within seconds; the dispatcher's own default spans hours),
 # HOOKD_BIN_DIR (where the binaries and the tour's receiver are built,
-# default ./bin). Every other flag's environment twin (see `bin/api --help`)
+# default ./bin), SECRET_KEY (the key sealing endpoint secrets at rest;
+# default: generated once into HOOKD_DATA_DIR/secret-key and reused). Every other flag's environment twin (see `bin/api --help`)
 # passes through.
 #
 # It ends by printing an export line (API, TOKEN, SECRET, DATABASE_URL) for a
@@ -211,6 +212,19 @@ if [[ -z ${API_TOKEN:-} ]]; then
 	fi
 	token_note="  (generated; set API_TOKEN to choose one)"
 fi
+
+# The key sealing endpoint signing secrets at rest: kept beside the
+# private cluster, since the database's secrets open only with it.
+if [[ -z ${SECRET_KEY:-} ]]; then
+	mkdir -p "$data_dir"
+	key_file=$data_dir/secret-key
+	if [[ ! -s $key_file ]]; then
+		(umask 077 && head -c 32 /dev/urandom | base64 | tr -d '\n' >"$key_file")
+		say "generated the secret key in $key_file"
+	fi
+	SECRET_KEY=$(<"$key_file")
+fi
+export SECRET_KEY
 
 # A signing secret for the tour's receiver and the endpoint pointed at it:
 # whsec_ and 32 random bytes in base64.

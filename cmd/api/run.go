@@ -25,16 +25,20 @@ import (
 
 const synopsis = `usage: api [serve|migrate] [flags]
        api token create|list|revoke [flags]
+       api secrets rotate-key [flags]
 
   serve    serve the REST API (the default); migrates first unless --no-migrate
   migrate  apply hookd's and River's migrations, then exit
-  token    manage stored API tokens (api token --help)`
+  token    manage stored API tokens (api token --help)
+  secrets  reseal endpoint signing secrets under a new key (api secrets --help)`
 
 // settings are the api's flags, each with an environment twin.
 type settings struct {
 	databaseURL     *string
 	apiToken        *string
 	sessionKey      *string
+	secretKeys      *config.SecretKeys
+	frameAncestors  *string
 	listenAddr      *string
 	metricsAddr     *string
 	maxPayloadBytes *int64
@@ -61,6 +65,8 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
+		secretKeys:      config.BindSecretKeys(fs),
+		frameAncestors:  fs.String("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", api.DefaultPortalFrameAncestors, "CSP frame-ancestors of the tenant portal: 'none', or the space-separated origins (and 'self') allowed to embed it in an iframe; anything else makes its cookie SameSite=None; Secure, so embedding needs https"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
 		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
@@ -84,6 +90,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "secrets" {
+		return runSecrets(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
@@ -104,6 +113,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
 	case *set.sessionKey != "" && len(*set.sessionKey) < api.MinSessionKeyBytes:
 		return config.Invalid("session-key", "SESSION_KEY", "must be at least %d bytes (or empty for a random key)", api.MinSessionKeyBytes)
+	case api.ValidateFrameAncestors(*set.frameAncestors) != nil:
+		return config.Invalid("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", "%v", api.ValidateFrameAncestors(*set.frameAncestors))
 	case *set.rateLimit < 0:
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
@@ -114,6 +125,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	trusted, err := api.ParseTrustedProxies(*set.trustedProxies)
 	if err != nil {
 		return config.Invalid("trusted-proxies", "TRUSTED_PROXIES", "%v", err)
+	}
+	keyring, err := set.secretKeys.Keyring()
+	if err != nil {
+		return err
 	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
@@ -145,7 +160,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}
-	st := store.New(pool, logger)
+	st := store.New(pool, logger, store.WithKeyring(keyring))
+	if err := st.CheckSecretsAtStart(ctx); err != nil {
+		return err
+	}
 	// River's UI runs background queries until the servers stop.
 	uiCtx, stopUI := context.WithCancel(ctx)
 	defer stopUI()
@@ -157,21 +175,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logger.Info("riverui_enabled", slog.String("path", api.RiverUIPrefix))
 	}
 	handler := api.NewServer(api.Deps{
-		Store:               st,
-		Enqueuer:            &delivery.Enqueuer{Client: riverClient},
-		Logger:              logger,
-		Token:               *set.apiToken,
-		SessionKey:          []byte(*set.sessionKey),
-		RateLimit:           *set.rateLimit,
-		RateWindow:          *set.rateWindow,
-		TrustedProxies:      trusted,
-		AllowPrivateTargets: *set.allowPrivate,
-		MaxPayloadBytes:     *set.maxPayloadBytes,
-		MaxRecoverWindow:    *set.maxRecover,
-		RiverUI:             riverUI,
-		StrictEventTypes:    *set.strictTypes,
-		Now:                 time.Now,
-		Rand:                rand.Reader,
+		Store:                st,
+		Enqueuer:             &delivery.Enqueuer{Client: riverClient},
+		Logger:               logger,
+		Token:                *set.apiToken,
+		SessionKey:           []byte(*set.sessionKey),
+		PortalFrameAncestors: *set.frameAncestors,
+		RateLimit:            *set.rateLimit,
+		RateWindow:           *set.rateWindow,
+		TrustedProxies:       trusted,
+		AllowPrivateTargets:  *set.allowPrivate,
+		MaxPayloadBytes:      *set.maxPayloadBytes,
+		MaxRecoverWindow:     *set.maxRecover,
+		RiverUI:              riverUI,
+		StrictEventTypes:     *set.strictTypes,
+		Now:                  time.Now,
+		Rand:                 rand.Reader,
 		Ready: func(ctx context.Context) error {
 			ok, err := store.MigrationsCurrent(ctx, pool)
 			if err != nil {

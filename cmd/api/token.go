@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookd/hookd/internal/api"
 	"github.com/hookd/hookd/internal/config"
@@ -106,21 +107,8 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer pool.Close()
-	current, err := store.MigrationsCurrent(ctx, pool)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		// No hookd_migrations at all: most often the right server but the
-		// wrong database (the default names "postgres"; make run uses
-		// "hookd" and prints its DATABASE_URL).
-		current, err = false, nil
-	}
-	if err != nil {
+	if err := requireCurrentSchema(ctx, pool); err != nil {
 		return err
-	}
-	if !current {
-		cc := pool.Config().ConnConfig
-		return fmt.Errorf("database %q on %s:%d has no current hookd schema: point --database-url (DATABASE_URL) at hookd's database (make run prints it), or run `api migrate` there first",
-			cc.Database, cc.Host, cc.Port)
 	}
 	st := store.New(pool, nil)
 	switch sub {
@@ -226,4 +214,26 @@ func stamp(t *time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// requireCurrentSchema refuses a database without hookd's current schema,
+// saying how to find the right one.
+func requireCurrentSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	current, err := store.MigrationsCurrent(ctx, pool)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		// No hookd_migrations at all: most often the right server but the
+		// wrong database (the default names "postgres"; make run uses
+		// "hookd" and prints its DATABASE_URL).
+		current, err = false, nil
+	}
+	if err != nil {
+		return err
+	}
+	if !current {
+		cc := pool.Config().ConnConfig
+		return fmt.Errorf("database %q on %s:%d has no current hookd schema: point --database-url (DATABASE_URL) at hookd's database (make run prints it), or run `api migrate` there first",
+			cc.Database, cc.Host, cc.Port)
+	}
+	return nil
 }

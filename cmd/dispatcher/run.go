@@ -55,6 +55,7 @@ type settings struct {
 	pprof             *bool
 	logFormat         *string
 	logLevel          *string
+	secretKeys        *config.SecretKeys
 }
 
 // newFlagSet binds every setting, with dispatcher.DefaultConfig's defaults.
@@ -93,6 +94,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		pprof:             fs.Bool("pprof", "PPROF", def.Pprof, "also serve Go's runtime profiles (/debug/pprof/) on the metrics listener, which needs no token"),
 		logFormat:         fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:          fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
+		secretKeys:        config.BindSecretKeys(fs),
 	}
 }
 
@@ -199,6 +201,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if *set.dbMaxConns < 4 {
 		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be at least 4")
 	}
+	keyring, err := set.secretKeys.Keyring()
+	if err != nil {
+		return err
+	}
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
 		return err
@@ -218,7 +224,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return nil
 		}
 	}
-	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, Logger: logger, Stdout: stdout})
+	if err := store.New(pool, logger, store.WithKeyring(keyring)).CheckSecretsAtStart(ctx); err != nil {
+		return err
+	}
+	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, Logger: logger, Stdout: stdout, Keyring: keyring})
 	if err != nil {
 		return asFlagError(fs, err)
 	}

@@ -111,6 +111,11 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 		if _, path, _ := strings.Cut(key, " "); strings.HasPrefix(path, "/dashboard") {
 			continue
 		}
+		// So do the tenant portal's page, assets and cookie exchange
+		// (docs/portal.md); the admin route opening its sessions is /v1.
+		if _, path, _ := strings.Cut(key, " "); strings.HasPrefix(path, "/portal") {
+			continue
+		}
 		require.True(t, documented[key], "route %s is registered but not in openapi.json", key)
 	}
 	for key := range documented {
@@ -226,6 +231,7 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 					requireStatus(t, http.StatusCreated, b.do(t, "POST", "/v1/event-types", map[string]any{"name": name}))
 					p = strings.ReplaceAll(p, "{name}", name)
 				}
+				p = strings.ReplaceAll(p, "{tenant_id}", "acme")
 				if strings.Contains(p, "{name}") {
 					// A traffic class example names the class it creates or replaces.
 					className, ok := ex.Value.Value.(map[string]any)["name"].(string)
@@ -269,7 +275,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		d.Ready = func(context.Context) error { return errors.New("migration 0002 is pending") }
 	})
 	_, err := broken.db.Pool.Exec(ctx, `DROP TABLE endpoints, messages, deliveries, idempotency_keys, delivery_attempts,
-		traffic_classes, class_changes, breaker_states, breaker_transitions, api_tokens, event_types CASCADE`)
+		traffic_classes, class_changes, breaker_states, breaker_transitions, api_tokens, event_types, portal_sessions CASCADE`)
 	require.NoError(t, err)
 
 	// noRand cannot generate secrets.
@@ -511,6 +517,12 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "POST", "/v1/tokens", newToken, asGlobex),
 			plain(409, "POST", "/v1/tokens", map[string]any{"name": "globex"}),
 			plain(413, "POST", "/v1/tokens", map[string]any{"name": "big", "padding": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(201, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{"read_only": true, "theme": map[string]any{"brand_color": "#0b6e4f"}}),
+			plain(400, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{"theme": map[string]any{"brand_color": "red"}}),
+			plain(401, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, withoutAuth()),
+			plain(403, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, asGlobex),
+			plain(413, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{"padding": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, withContentType("text/plain")),
 			plain(415, "POST", "/v1/tokens", newToken, withContentType("text/plain")),
 			plain(200, "GET", "/v1/tokens?limit=1", nil),
 			plain(400, "GET", "/v1/tokens?after=ep_x", nil),
@@ -599,6 +611,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "POST", "/v1/tokens", newToken),
 			plain(bad.want, "GET", "/v1/tokens", nil),
 			plain(bad.want, "DELETE", noTok, nil),
+			plain(bad.want, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}),
 		}...)
 	}
 	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))

@@ -88,6 +88,7 @@ type problemKind struct {
 // problemKinds is the one table from error kinds to HTTP statuses.
 var problemKinds = []problemKind{
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	{errPortalCode, http.StatusUnauthorized, "portal-code", "Unauthorized"},
 	{errCSRF, http.StatusForbidden, "csrf", "Forbidden"},
 	{errAdminOnly, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errReadOnly, http.StatusForbidden, "forbidden", "Forbidden"},

@@ -39,6 +39,17 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		})
 	}
 
+	// The tenant portal (portal.go): a static page and its assets, the
+	// one-time code's exchange for the portal cookie, and the session's
+	// description; its data comes from /v1 as the session's tenant.
+	r.Group(func(r chi.Router) {
+		r.Use(portalHeaders(d))
+		r.Method("GET", "/portal", handlePortalPage())
+		r.Method("GET", "/portal/assets/{name}", handlePortalAsset(d))
+		r.Method("POST", "/portal/session", handlePortalExchange(d))
+		r.Method("GET", "/portal/session", handlePortalSessionInfo(d))
+	})
+
 	r.Route("/v1", func(r chi.Router) {
 		// The dashboard's session cookie is an alternative to the bearer
 		// token (session.go).
@@ -94,6 +105,8 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
+
+		v.Method("POST", "/tenants/{tenant_id}/portal-sessions", adminOnly, handleCreatePortalSession(d))
 
 		v.Method("POST", "/tokens", adminOnly, handleCreateToken(d))
 		v.Method("GET", "/tokens", adminOnly, handleListTokens(d))

@@ -125,6 +125,7 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 	p = strings.ReplaceAll(p, "/traffic-classes/{name}", "/traffic-classes/medium")
 	p = strings.ReplaceAll(p, "/event-types/{name}", "/event-types/invoice.paid")
 	p = strings.ReplaceAll(p, "/assets/{name}", "/assets/app.js")
+	p = strings.ReplaceAll(p, "/tenants/{tenant_id}/", "/tenants/initech/")
 	require.NotContains(t, p, "{", "%s: no fixture for a path parameter", pattern)
 	return p
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -76,6 +77,9 @@ type Deps struct {
 	// CatalogueRefresh is how long strict mode trusts its copy of the
 	// catalogue; zero means DefaultCatalogueRefresh.
 	CatalogueRefresh time.Duration
+	// PortalFrameAncestors is the tenant portal's CSP frame-ancestors
+	// source list (PORTAL_FRAME_ANCESTORS); empty means 'none'.
+	PortalFrameAncestors string
 
 	sessions  *sessions
 	catalogue *eventCatalogue
@@ -120,6 +124,9 @@ func newRouter(d Deps) chi.Router {
 			st = d.Store
 		}
 		d.Auth = NewTokenAuth(d.Token, st, d.Now)
+	}
+	if strings.TrimSpace(d.PortalFrameAncestors) == "" {
+		d.PortalFrameAncestors = DefaultPortalFrameAncestors
 	}
 	d.sessions = newSessions(d.SessionKey, d.Now)
 	var loader catalogueLoader

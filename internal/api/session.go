@@ -198,7 +198,7 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 				return
 			}
 			if !ok {
-				byToken.ServeHTTP(w, r)
+				byPortal(d, byToken, next).ServeHTTP(w, r)
 				return
 			}
 			if !safeMethod(r.Method) && !d.sessions.validCSRF(sess, r.Header.Get(CSRFHeader)) {
@@ -214,4 +214,32 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 			next.ServeHTTP(w, withPrincipal(r, Principal{Name: sess.Name}))
 		})
 	}
+}
+
+// byPortal admits a /v1 request by the tenant portal's cookie, or else
+// hands it to token. The session acts as a tenant token of its tenant
+// (read-only when it is), so scope.go's rules apply to it unchanged; a
+// change needs the session's CSRF token, as the dashboard's does.
+func byPortal(d Deps, token, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ps, ok, err := d.portalSession(r.Context(), r)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		if !ok {
+			token.ServeHTTP(w, r)
+			return
+		}
+		if !safeMethod(r.Method) && !hmac.Equal([]byte(r.Header.Get(CSRFHeader)), []byte(d.portalCSRF(ps.ID))) {
+			writeProblem(w, r, d.Logger, errCSRF)
+			return
+		}
+		p := portalPrincipal(ps)
+		if !d.limiter.take(w, r, tokenKey(p.Name)) {
+			writeProblem(w, r, d.Logger, errRateLimited)
+			return
+		}
+		next.ServeHTTP(w, withPrincipal(r, p))
+	})
 }

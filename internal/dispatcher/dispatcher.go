@@ -29,6 +29,7 @@ import (
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/retention"
+	"github.com/hookd/hookd/internal/secretbox"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/telemetry"
 )
@@ -45,6 +46,9 @@ type Deps struct {
 	// ("dispatcher metrics on http://127.0.0.1:9090/metrics"); nil
 	// discards.
 	Stdout io.Writer
+	// Keyring opens endpoint signing secrets sealed at rest; nil reads
+	// them as plain text.
+	Keyring *secretbox.Keyring
 }
 
 // Timings of the loops that have no setting of their own.
@@ -115,7 +119,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		logger: deps.Logger,
 		stdout: deps.Stdout,
 		reg:    prometheus.NewRegistry(),
-		store:  store.New(deps.Pool, deps.Logger),
+		store:  store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring)),
 		clock:  store.NewDBClock(deps.Pool),
 		enq:    &delivery.Enqueuer{},
 	}

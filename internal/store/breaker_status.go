@@ -195,6 +195,10 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 			rows.Close()
 			return nil, fmt.Errorf("list breakers: %w", err)
 		}
+		if err := s.openEndpointSecrets(&e); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list breakers: %w", err)
+		}
 		b.State, _ = breaker.ParseState(bstate)
 		if opened != nil {
 			b.OpenedAt = opened.UTC()

@@ -65,13 +65,19 @@ func endpointDest(e *Endpoint) []any {
 		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
 }
 
-func scanEndpoint(row pgx.Row) (Endpoint, error) {
+func (s *Store) scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(endpointDest(&e)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
 	}
-	return e, err
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if err := s.openEndpointSecrets(&e); err != nil {
+		return Endpoint{}, err
+	}
+	return e, nil
 }
 
 // EndpointChannel is the NOTIFY channel that carries the id of every endpoint
@@ -97,17 +103,21 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		e.Signing = SigningHMAC
 	}
 	id := NewID("ep", time.Now())
+	sealed, err := s.secrets.Seal(e.Secret, endpointSecretContext(id))
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
+	}
 	var out Endpoint
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := lockClassForUse(ctx, tx, e.TrafficClass); err != nil {
 			return err
 		}
 		var err error
-		out, err = scanEndpoint(tx.QueryRow(ctx, `
+		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata, e.Headers, e.Signing))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, e.Headers, e.Signing))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -127,7 +137,7 @@ func (s *Store) afterEndpointCreate(ctx context.Context, tx pgx.Tx, e Endpoint) 
 
 // GetEndpoint returns a live endpoint by id.
 func (s *Store) GetEndpoint(ctx context.Context, id string) (Endpoint, error) {
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = $1 AND deleted_at IS NULL`, id))
+	e, err := s.scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = $1 AND deleted_at IS NULL`, id))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Endpoint{}, fmt.Errorf("load endpoint: %w", err)
 	}
@@ -143,7 +153,7 @@ func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endp
 	defer rows.Close()
 	out := make(map[string]Endpoint, len(ids))
 	for rows.Next() {
-		e, err := scanEndpoint(rows)
+		e, err := s.scanEndpoint(rows)
 		if err != nil {
 			return nil, fmt.Errorf("load endpoints: %w", err)
 		}
@@ -171,7 +181,7 @@ func (s *Store) ListEndpoints(ctx context.Context, tenantID string, p Page) ([]E
 	defer rows.Close()
 	var out []Endpoint
 	for rows.Next() {
-		e, err := scanEndpoint(rows)
+		e, err := s.scanEndpoint(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list endpoints: %w", err)
 		}
@@ -220,7 +230,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 				return err
 			}
 			var err error
-			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
+			out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
 			return err
 		})
 		return out, err
@@ -239,11 +249,11 @@ const endpointPatchSet = `
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.
 func (s *Store) updateEndpoint(ctx context.Context, id, set string, args ...any) (Endpoint, error) {
-	return updateEndpointTx(ctx, s.pool, id, set, args...)
+	return s.updateEndpointTx(ctx, s.pool, id, set, args...)
 }
 
-func updateEndpointTx(ctx context.Context, q queryRower, id, set string, args ...any) (Endpoint, error) {
-	e, err := scanEndpoint(q.QueryRow(ctx, `
+func (s *Store) updateEndpointTx(ctx context.Context, q queryRower, id, set string, args ...any) (Endpoint, error) {
+	e, err := s.scanEndpoint(q.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE endpoints SET `+set+`, updated_at = now()
 			WHERE id = $1 AND deleted_at IS NULL
@@ -269,7 +279,7 @@ const LastErrorEndpointDeleted = "endpoint deleted"
 // flight at the delete still records what the endpoint answered.
 func (s *Store) DeleteEndpoint(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := updateEndpointTx(ctx, tx, id, `deleted_at = now()`); err != nil {
+		if _, err := s.updateEndpointTx(ctx, tx, id, `deleted_at = now()`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `
@@ -295,8 +305,12 @@ func (s *Store) SetEndpointStatus(ctx context.Context, id, status string, reason
 // an Ed25519 endpoint); the old one keeps signing alongside it until
 // overlap has passed.
 func (s *Store) RotateSecret(ctx context.Context, id, secret string, overlap time.Duration) (Endpoint, error) {
+	sealed, err := s.secrets.Seal(secret, endpointSecretContext(id))
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("rotate secret: %w", err)
+	}
 	return s.updateEndpoint(ctx, id, `
 		previous_secret = secret,
 		previous_secret_expires_at = now() + $3::interval,
-		secret = $2`, secret, overlap)
+		secret = $2`, sealed, overlap)
 }

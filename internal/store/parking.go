@@ -20,7 +20,7 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueu
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		e, err = updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL`)
+		e, err = s.updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL`)
 		if err != nil {
 			return err
 		}

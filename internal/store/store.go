@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookd/hookd/internal/secretbox"
 )
 
 // ErrNotFound is returned when a row addressed by id does not exist (or is
@@ -26,14 +28,30 @@ var ErrConflict = errors.New("conflict")
 type Store struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	// secrets seals endpoint signing secrets before they are written and
+	// opens them as they are read; nil stores them in plain text.
+	secrets *secretbox.Keyring
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithKeyring has the store keep endpoint signing secrets sealed under k
+// (see secrets.go); without it they are stored in plain text.
+func WithKeyring(k *secretbox.Keyring) Option {
+	return func(s *Store) { s.secrets = k }
 }
 
 // New returns a Store over pool.
-func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
+func New(pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, logger: logger}
+	s := &Store{pool: pool, logger: logger}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Pool returns the underlying connection pool.
