@@ -102,9 +102,12 @@ func handleCreateMessage(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, &tooLargeError{field: "payload", limit: d.MaxPayloadBytes})
 			return
 		}
-		m, created, err := d.Messages.CreateMessage(r.Context(), store.NewMessage{
+		in := store.NewMessage{
 			TenantID: req.TenantID, EventType: req.EventType, Payload: buf.Bytes(), IdempotencyKey: req.IdempotencyKey,
-		})
+		}
+		ctx, span := startCommit(r.Context(), d, &in)
+		m, created, err := d.Messages.CreateMessage(ctx, in)
+		endCommit(span, m, created, err)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

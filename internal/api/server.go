@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 )
 
 // Deps are the server's collaborators.
@@ -58,6 +59,9 @@ type Deps struct {
 	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
 	// random key per process.
 	SessionKey []byte
+	// Tracing makes a span per request and per message commit; nil (or
+	// tracing off) makes none.
+	Tracing *telemetry.Tracing
 
 	sessions *sessions
 	limiter  *rateLimiter
@@ -74,7 +78,7 @@ var _ MessageCreator = (*store.MessageCommitter)(nil)
 
 // NewServer returns the API's handler.
 func NewServer(d Deps) http.Handler {
-	return newRouter(d)
+	return traced(newRouter(d), d)
 }
 
 // newRouter fills in d's defaults and builds the router holding every route;

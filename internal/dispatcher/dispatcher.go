@@ -25,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookd/hookd/internal/delivery"
@@ -45,6 +47,9 @@ type Deps struct {
 	// ("dispatcher metrics on http://127.0.0.1:9090/metrics"); nil
 	// discards.
 	Stdout io.Writer
+	// Tracing makes a span per delivery attempt, joined to the trace its
+	// job carries; nil (or tracing off) makes none.
+	Tracing *telemetry.Tracing
 }
 
 // Timings of the loops that have no setting of their own.
@@ -60,11 +65,12 @@ const (
 
 // Dispatcher is one delivery process. Run it once.
 type Dispatcher struct {
-	cfg    Config
-	r      resolved
-	url    string
-	logger *slog.Logger
-	stdout io.Writer
+	cfg     Config
+	r       resolved
+	url     string
+	logger  *slog.Logger
+	stdout  io.Writer
+	tracing *telemetry.Tracing
 
 	reg          *prometheus.Registry
 	metrics      Metrics
@@ -109,15 +115,16 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		cfg.Actor = hostActor()
 	}
 	d := &Dispatcher{
-		cfg:    cfg,
-		r:      r,
-		url:    deps.Pool.Config().ConnString(),
-		logger: deps.Logger,
-		stdout: deps.Stdout,
-		reg:    prometheus.NewRegistry(),
-		store:  store.New(deps.Pool, deps.Logger),
-		clock:  store.NewDBClock(deps.Pool),
-		enq:    &delivery.Enqueuer{},
+		cfg:     cfg,
+		r:       r,
+		url:     deps.Pool.Config().ConnString(),
+		logger:  deps.Logger,
+		stdout:  deps.Stdout,
+		tracing: deps.Tracing,
+		reg:     prometheus.NewRegistry(),
+		store:   store.New(deps.Pool, deps.Logger),
+		clock:   store.NewDBClock(deps.Pool),
+		enq:     &delivery.Enqueuer{},
 	}
 	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
@@ -275,6 +282,16 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], error) {
 	// The SSRF guard vets every address a delivery dials, after DNS.
 	senderCfg := delivery.SenderConfig{Timeout: d.cfg.RequestTimeout, DialControl: delivery.GuardDial}
+	var tracer trace.Tracer
+	var propagator propagation.TextMapPropagator
+	if d.tracing.Enabled() {
+		tracer = d.tracing.Provider.Tracer(delivery.TracerName)
+		propagator = d.tracing.Propagator
+		if d.cfg.PropagateTrace {
+			// Receivers see the attempt's span as their parent.
+			senderCfg.Propagator = propagator
+		}
+	}
 	if d.cfg.AllowPrivateTargets {
 		senderCfg.DialControl = nil
 		d.logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: deliveries may reach loopback and private addresses"))
@@ -299,6 +316,8 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:     d.logger,
 		Now:        d.clock.Now,
 		Rand:       rand.Float64,
+		Tracer:     tracer,
+		Propagator: propagator,
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
