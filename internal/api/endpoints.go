@@ -30,6 +30,7 @@ type endpointResponse struct {
 	Metadata       map[string]string `json:"metadata"`
 	Status         string            `json:"status"`
 	DisabledReason *string           `json:"disabled_reason"`
+	RateLimit      *int              `json:"rate_limit"`
 	CreatedAt      time.Time         `json:"created_at"`
 	UpdatedAt      time.Time         `json:"updated_at"`
 }
@@ -38,7 +39,7 @@ func toEndpoint(e store.Endpoint) endpointResponse {
 	return endpointResponse{
 		ID: e.ID, TenantID: e.TenantID, URL: e.URL, Description: e.Description,
 		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
-		Status: e.Status, DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		Status: e.Status, DisabledReason: e.DisabledReason, RateLimit: e.RateLimit, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 	}
 }
 
@@ -57,6 +58,7 @@ type createEndpointRequest struct {
 	Secret       string            `json:"secret"`
 	TrafficClass string            `json:"traffic_class"`
 	Metadata     map[string]string `json:"metadata"`
+	RateLimit    nullableInt       `json:"rate_limit"`
 }
 
 func (r createEndpointRequest) validate() error {
@@ -74,6 +76,7 @@ func (r createEndpointRequest) validate() error {
 		validateTrafficClass(&fe, "traffic_class", r.TrafficClass)
 	}
 	validateMetadata(&fe, "metadata", r.Metadata)
+	validateRateLimit(&fe, "rate_limit", r.RateLimit)
 	return fe.err()
 }
 
@@ -99,7 +102,7 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		}
 		e, err := d.Store.CreateEndpoint(r.Context(), store.Endpoint{
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, RateLimit: req.RateLimit.value(),
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
@@ -163,6 +166,7 @@ type updateEndpointRequest struct {
 	EventTypes   *[]string          `json:"event_types"`
 	TrafficClass *string            `json:"traffic_class"`
 	Metadata     *map[string]string `json:"metadata"`
+	RateLimit    nullableInt        `json:"rate_limit"`
 }
 
 func (r updateEndpointRequest) validate() error {
@@ -182,6 +186,7 @@ func (r updateEndpointRequest) validate() error {
 	if r.Metadata != nil {
 		validateMetadata(&fe, "metadata", *r.Metadata)
 	}
+	validateRateLimit(&fe, "rate_limit", r.RateLimit)
 	return fe.err()
 }
 
@@ -197,7 +202,7 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		}
 		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), store.EndpointPatch{
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			TrafficClass: req.TrafficClass, Metadata: req.Metadata,
+			TrafficClass: req.TrafficClass, Metadata: req.Metadata, RateLimit: req.RateLimit.patch(),
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)

@@ -306,6 +306,7 @@ type (
 		Metadata       map[string]string `json:"metadata"`
 		Status         string            `json:"status"`
 		DisabledReason *string           `json:"disabled_reason"`
+		RateLimit      *int              `json:"rate_limit"`
 		CreatedAt      time.Time         `json:"created_at"`
 		UpdatedAt      time.Time         `json:"updated_at"`
 	}

@@ -112,6 +112,9 @@ type WorkerDeps struct {
 	LocalNow func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.
 	Rand func() float64
+	// Fleet counts the dispatchers sharing each endpoint's rate limit; nil
+	// means this process alone.
+	Fleet FleetSize
 	// Tracer makes each attempt's span; nil traces nothing.
 	Tracer trace.Tracer
 	// Propagator reads the trace context a job carries; nil ignores it.
@@ -133,6 +136,7 @@ type Worker struct {
 	nUnconfirmed atomic.Int64
 
 	slots    *endpointSlots
+	pacer    *ratePacer
 	payloads *payloads
 }
 
@@ -164,7 +168,7 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Tracer == nil {
 		deps.Tracer = noopTracer
 	}
-	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint),
+	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint), pacer: newRatePacer(),
 		payloads: newPayloads(deps.Deliveries, time.Millisecond, 8<<20)}
 }
 
@@ -260,6 +264,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 			w.deps.Metrics.HeldTotal.Inc()
 		}
 		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
+	}
+	if t.RateLimit != nil {
+		// Before the slot and the breaker: a wait for the rate limit uses
+		// no attempt and says nothing about the endpoint.
+		if wait := w.rateWait(ctx, job, t); wait > 0 {
+			return w.rateLimited(job, t, wait)
+		}
 	}
 	if !w.slots.acquire(ctx, t.ID) {
 		if w.deps.Metrics != nil {

@@ -9,6 +9,8 @@ package dispatcher
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +60,12 @@ const (
 	endpointCacheTTL  = 30 * time.Second
 	unparkInterval    = 2 * time.Second
 	listenReadyWithin = 30 * time.Second
+	// fleetHeartbeat and fleetStale bound how long the fleet's count of
+	// dispatchers lags: a dispatcher killed without a clean stop stops
+	// counting after fleetStale, and the survivors see it at their next
+	// heartbeat.
+	fleetHeartbeat = 2 * time.Second
+	fleetStale     = 3 * fleetHeartbeat
 	// metricsShutdown bounds how long open scrapes may run on after the
 	// deliveries have stopped.
 	metricsShutdown = 5 * time.Second
@@ -85,6 +93,9 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
+	// fleet counts the live dispatchers, which share each endpoint's
+	// rate limit.
+	fleet *delivery.Fleet
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
 	maintainer *retention.Maintainer
@@ -144,6 +155,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	d.fleet = delivery.NewFleet(delivery.FleetConfig{
+		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
+	}, d.store, d.logger, d.metrics.Delivery.FleetSize)
 	d.maintainer = retention.New(r.retention, retention.Deps{
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,
@@ -205,6 +219,12 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
+	// The first heartbeat comes before any delivery, so the first paced
+	// ones already share the limit with the fleet.
+	if err := d.fleet.Beat(ctx); err != nil {
+		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
+	}
+	g.Go(func() error { d.fleet.Run(gctx); return nil })
 	// The ledger's last flush must not be cancelled: Stop makes Run write
 	// what it holds and return.
 	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })
@@ -316,6 +336,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:     d.logger,
 		Now:        d.clock.Now,
 		Rand:       rand.Float64,
+		Fleet:      d.fleet,
 		Tracer:     tracer,
 		Propagator: propagator,
 	})
@@ -346,6 +367,13 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	}
 	d.enq.Client = client
 	return client, nil
+}
+
+// randomSuffix tells apart processes that share an actor name.
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = crand.Read(b) // never fails
+	return hex.EncodeToString(b)
 }
 
 // hostActor names this process in the breaker transition history.

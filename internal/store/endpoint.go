@@ -32,25 +32,28 @@ type Endpoint struct {
 	Metadata                map[string]string
 	Status                  string
 	DisabledReason          *string
-	CreatedAt               time.Time
-	UpdatedAt               time.Time
+	// RateLimit is the most deliveries per second sent to the endpoint by
+	// the whole fleet; nil means no limit.
+	RateLimit *int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
-	status, disabled_reason, created_at, updated_at`
+	status, disabled_reason, created_at, updated_at, rate_limit`
 
 // endpointColumnsQualified is endpointColumns for a query aliasing
 // endpoints as e.
 const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.event_types, e.secret,
 	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
-	e.status, e.disabled_reason, e.created_at, e.updated_at`
+	e.status, e.disabled_reason, e.created_at, e.updated_at, e.rate_limit`
 
 // endpointDest returns scan destinations for endpointColumns.
 func endpointDest(e *Endpoint) []any {
 	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
 		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
-		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
+		&e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &e.RateLimit}
 }
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
@@ -86,10 +89,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRow(ctx, `
-			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, rate_limit)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, e.Secret, e.TrafficClass, e.Metadata, e.RateLimit))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -169,6 +172,8 @@ type EndpointPatch struct {
 	EventTypes   *[]string
 	TrafficClass *string
 	Metadata     *map[string]string
+	// RateLimit sets the rate limit; a pointer to 0 removes it.
+	RateLimit *int
 }
 
 // UpdateEndpoint applies patch and notifies dispatchers.
@@ -194,12 +199,12 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 				return err
 			}
 			var err error
-			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+			out, err = updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, p.RateLimit)
 			return err
 		})
 		return out, err
 	}
-	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata)
+	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, p.RateLimit)
 }
 
 const endpointPatchSet = `
@@ -207,7 +212,8 @@ const endpointPatchSet = `
 		description = coalesce($3, description),
 		event_types = coalesce($4, event_types),
 		traffic_class = coalesce($5, traffic_class),
-		metadata = coalesce($6, metadata)`
+		metadata = coalesce($6, metadata),
+		rate_limit = CASE WHEN $7::int IS NULL THEN rate_limit ELSE nullif($7::int, 0) END`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.
