@@ -69,9 +69,15 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 	s := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{next: 1000}
 
+	// Endpoints as that schema stored them: CreateEndpoint writes columns
+	// later migrations added.
 	var eps []store.Endpoint
 	for i := range 5 {
-		e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: fmt.Sprintf("https://example.com/%d", i), Secret: testSecret})
+		e := store.Endpoint{ID: store.NewID("ep", time.Now())}
+		_, err := db.Pool.Exec(ctx, `INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ($1, 'acme', $2, $3)`,
+			e.ID, fmt.Sprintf("https://example.com/%d", i), testSecret)
+		require.NoError(t, err)
+		_, err = db.Pool.Exec(ctx, `INSERT INTO breaker_states (endpoint_id) VALUES ($1)`, e.ID)
 		require.NoError(t, err)
 		eps = append(eps, e)
 	}
