@@ -160,6 +160,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}
+	tracing, err := telemetry.NewTracing(ctx, getenv, "hookd-api")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
 	st := store.New(pool, logger, store.WithKeyring(keyring))
 	if err := st.CheckSecretsAtStart(ctx); err != nil {
 		return err
@@ -175,6 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logger.Info("riverui_enabled", slog.String("path", api.RiverUIPrefix))
 	}
 	handler := api.NewServer(api.Deps{
+		Tracing:              tracing,
 		Store:                st,
 		Enqueuer:             &delivery.Enqueuer{Client: riverClient},
 		Logger:               logger,
@@ -250,6 +256,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	err = g.Wait()
 	logger.Info("api_stopped")
 	return err
+}
+
+// tracingShutdown bounds the export of the last spans on exit.
+const tracingShutdown = 5 * time.Second
+
+// shutdownTracing exports the spans still buffered, within tracingShutdown.
+func shutdownTracing(t *telemetry.Tracing, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdown)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		logger.Warn("tracing_shutdown", slog.String("error", err.Error()))
+	}
 }
 
 // registerMetrics registers every series the api exports on reg (the

@@ -5,13 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/dispatcher"
 	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 )
+
+// tracingShutdown bounds the export of the last spans on exit.
+const tracingShutdown = 5 * time.Second
+
+// shutdownTracing exports the spans still buffered, within tracingShutdown.
+func shutdownTracing(t *telemetry.Tracing, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdown)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		logger.Warn("tracing_shutdown", slog.String("error", err.Error()))
+	}
+}
 
 const synopsis = `usage: dispatcher [run|migrate] [flags]
        dispatcher replay [flags]
@@ -48,6 +62,7 @@ type settings struct {
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
 	allowPrivate      *bool
+	propagateTrace    *bool
 	partitionInterval *time.Duration
 	retention         *time.Duration
 	payloadRetention  *time.Duration
@@ -87,6 +102,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", def.OperationalWebhookURL, "where endpoint.disabled events are sent (Standard Webhooks format); empty sends none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", def.OperationalWebhookSecret, "whsec_ secret signing operational webhooks (required with the URL)"),
 		allowPrivate:      fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", def.AllowPrivateTargets, "also deliver to loopback, private, link-local and other non-public addresses (development and tests; by default every dialed address is checked)"),
+		propagateTrace:    fs.Bool("propagate-trace", "PROPAGATE_TRACE", def.PropagateTrace, "send each attempt's W3C traceparent header to the receiver when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER set), so its spans join hookd's trace"),
 		partitionInterval: fs.Duration("partition-interval", "PARTITION_INTERVAL", def.PartitionInterval, "width of one time partition of messages, payloads, deliveries and attempts (at least 1m)"),
 		retention:         fs.Duration("retention", "RETENTION", def.Retention, "how long messages, deliveries and attempts are kept; older ones are dropped a partition at a time, and a delivery not final by then becomes expired"),
 		payloadRetention:  fs.Duration("payload-retention", "PAYLOAD_RETENTION", 0, "how long payloads are kept (0 = --retention); after it a message keeps its metadata, a retry is refused and an undelivered delivery becomes expired"),
@@ -121,6 +137,7 @@ func (s *settings) config() dispatcher.Config {
 		OperationalWebhookURL:    *s.opsWebhookURL,
 		OperationalWebhookSecret: *s.opsWebhookSecret,
 		AllowPrivateTargets:      *s.allowPrivate,
+		PropagateTrace:           *s.propagateTrace,
 		PartitionInterval:        *s.partitionInterval,
 		Retention:                *s.retention,
 		PayloadRetention:         *s.payloadRetention,
@@ -153,6 +170,7 @@ var flagOf = map[string]string{
 	"OperationalWebhookURL":    "operational-webhook-url",
 	"OperationalWebhookSecret": "operational-webhook-secret",
 	"AllowPrivateTargets":      "allow-private-targets",
+	"PropagateTrace":           "propagate-trace",
 	"PartitionInterval":        "partition-interval",
 	"Retention":                "retention",
 	"PayloadRetention":         "payload-retention",
@@ -224,10 +242,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return nil
 		}
 	}
+	tracing, err := telemetry.NewTracing(ctx, getenv, "hookd-dispatcher")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
 	if err := store.New(pool, logger, store.WithKeyring(keyring)).CheckSecretsAtStart(ctx); err != nil {
 		return err
 	}
-	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, Logger: logger, Stdout: stdout, Keyring: keyring})
+	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, Logger: logger, Stdout: stdout, Keyring: keyring, Tracing: tracing})
 	if err != nil {
 		return asFlagError(fs, err)
 	}

@@ -37,6 +37,7 @@ type endpointResponse struct {
 	Signing        string    `json:"signing"`
 	Status         string    `json:"status"`
 	DisabledReason *string   `json:"disabled_reason"`
+	RateLimit      *int      `json:"rate_limit"`
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
 }
@@ -46,7 +47,7 @@ func toEndpoint(e store.Endpoint) endpointResponse {
 		ID: e.ID, TenantID: e.TenantID, URL: e.URL, Description: e.Description,
 		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
 		HeaderNames: append([]string{}, slices.Sorted(maps.Keys(e.Headers))...), Signing: e.Signing,
-		Status: e.Status, DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		Status: e.Status, DisabledReason: e.DisabledReason, RateLimit: e.RateLimit, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 	}
 }
 
@@ -67,6 +68,7 @@ type createEndpointRequest struct {
 	Metadata     map[string]string `json:"metadata"`
 	Headers      map[string]string `json:"headers"`
 	Signing      string            `json:"signing"`
+	RateLimit    nullableInt       `json:"rate_limit"`
 }
 
 func (r createEndpointRequest) validate() error {
@@ -94,6 +96,7 @@ func (r createEndpointRequest) validate() error {
 	}
 	validateMetadata(&fe, "metadata", r.Metadata)
 	validateEndpointHeaders(&fe, "headers", r.Headers)
+	validateRateLimit(&fe, "rate_limit", r.RateLimit)
 	return fe.err()
 }
 
@@ -123,7 +126,7 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		}
 		e, err := d.Store.CreateEndpoint(r.Context(), store.Endpoint{
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, Signing: signing,
+			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, Signing: signing, RateLimit: req.RateLimit.value(),
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
@@ -188,6 +191,7 @@ type updateEndpointRequest struct {
 	TrafficClass *string            `json:"traffic_class"`
 	Metadata     *map[string]string `json:"metadata"`
 	Headers      *map[string]string `json:"headers"`
+	RateLimit    nullableInt        `json:"rate_limit"`
 }
 
 func (r updateEndpointRequest) validate() error {
@@ -210,6 +214,7 @@ func (r updateEndpointRequest) validate() error {
 	if r.Headers != nil {
 		validateEndpointHeaders(&fe, "headers", *r.Headers)
 	}
+	validateRateLimit(&fe, "rate_limit", r.RateLimit)
 	return fe.err()
 }
 
@@ -225,7 +230,7 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		}
 		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), store.EndpointPatch{
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
-			TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers,
+			TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, RateLimit: req.RateLimit.patch(),
 		})
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)

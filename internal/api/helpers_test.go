@@ -308,6 +308,7 @@ type (
 		Signing        string            `json:"signing"`
 		Status         string            `json:"status"`
 		DisabledReason *string           `json:"disabled_reason"`
+		RateLimit      *int              `json:"rate_limit"`
 		CreatedAt      time.Time         `json:"created_at"`
 		UpdatedAt      time.Time         `json:"updated_at"`
 	}

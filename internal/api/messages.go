@@ -116,7 +116,9 @@ func handleCreateMessage(d Deps) http.Handler {
 				return
 			}
 		}
-		m, created, err := d.Messages.CreateMessage(r.Context(), in)
+		ctx, span := startCommit(r.Context(), d, &in)
+		m, created, err := d.Messages.CreateMessage(ctx, in)
+		endCommit(span, m, created, err)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

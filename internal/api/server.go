@@ -19,6 +19,7 @@ import (
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/telemetry"
 )
 
 // Deps are the server's collaborators.
@@ -80,6 +81,9 @@ type Deps struct {
 	// PortalFrameAncestors is the tenant portal's CSP frame-ancestors
 	// source list (PORTAL_FRAME_ANCESTORS); empty means 'none'.
 	PortalFrameAncestors string
+	// Tracing makes a span per request and per message commit; nil (or
+	// tracing off) makes none.
+	Tracing *telemetry.Tracing
 
 	sessions  *sessions
 	catalogue *eventCatalogue
@@ -97,7 +101,7 @@ var _ MessageCreator = (*store.MessageCommitter)(nil)
 
 // NewServer returns the API's handler.
 func NewServer(d Deps) http.Handler {
-	return newRouter(d)
+	return traced(newRouter(d), d)
 }
 
 // newRouter fills in d's defaults and builds the router holding every route;

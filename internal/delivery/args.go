@@ -41,6 +41,10 @@ type DeliverArgs struct {
 	// payload by message id, batched and cached (see payloads), which keeps
 	// River's job rows and their GIN-indexed args small.
 	Payload string `json:"payload,omitempty"`
+	// Trace is the trace context of the message's commit (W3C traceparent
+	// and tracestate), so each attempt's span joins the trace that began
+	// with the API request. Absent when the API traces nothing.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Kind names the job kind.
@@ -70,6 +74,7 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 			Series:         d.Series,
 			AttemptOffset:  d.AttemptCount,
 			ScheduleOffset: d.AttemptCount - d.SeriesBase,
+			Trace:          d.Trace,
 		}
 		params[i] = river.InsertManyParams{Args: args}
 	}

@@ -58,9 +58,14 @@ type Metrics struct {
 	Delivery5xxTotal   *prometheus.CounterVec
 	DeliveryDuration   prometheus.Histogram
 	ConcurrencySnoozed *prometheus.CounterVec
-	HeldTotal          prometheus.Counter
-	Parked             prometheus.Counter
-	Unparked           prometheus.Counter
+	// RateLimited counts deliveries put back to keep their endpoint
+	// within its rate limit.
+	RateLimited *prometheus.CounterVec
+	// FleetSize is the live dispatchers sharing each rate limit.
+	FleetSize prometheus.Gauge
+	HeldTotal prometheus.Counter
+	Parked    prometheus.Counter
+	Unparked  prometheus.Counter
 	// Expired counts deliveries made final as expired, by reason:
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
@@ -91,6 +96,14 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_concurrency_snoozed_total",
 			Help: "Deliveries put back because their endpoint already had its per-process cap of attempts in flight.",
 		}, []string{"endpoint"}),
+		RateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_rate_limited_total",
+			Help: "Deliveries put back (snoozed, using no attempt) to keep their endpoint within its rate_limit, by endpoint.",
+		}, []string{"endpoint"}),
+		FleetSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatcher_fleet_size",
+			Help: "Live dispatchers this process counted at its last heartbeat; each takes rate_limit divided by it.",
+		}),
 		HeldTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_held_total",
 			Help: "Deliveries held because their endpoint is disabled.",
@@ -116,7 +129,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing)
 	}
 	return m
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // MaxResponseExcerpt caps the response body kept with an attempt.
@@ -25,8 +27,9 @@ const UserAgent = "hookd/1"
 
 // Sender POSTs signed webhooks.
 type Sender struct {
-	client  *http.Client
-	timeout time.Duration
+	client     *http.Client
+	timeout    time.Duration
+	propagator propagation.TextMapPropagator
 }
 
 // SenderConfig configures a Sender.
@@ -35,6 +38,9 @@ type SenderConfig struct {
 	Timeout time.Duration
 	// DialControl, when set, vets every dialed address (the SSRF guard).
 	DialControl func(network, address string, c syscall.RawConn) error
+	// Propagator, when set, writes the attempt's trace context into each
+	// request (traceparent); nil sends none.
+	Propagator propagation.TextMapPropagator
 }
 
 // NewSender returns a Sender with a transport sized for many endpoints and no
@@ -55,7 +61,8 @@ func NewSender(cfg SenderConfig) *Sender {
 		DisableCompression:    true,
 	}
 	return &Sender{
-		timeout: cfg.Timeout,
+		timeout:    cfg.Timeout,
+		propagator: cfg.Propagator,
 		client: &http.Client{
 			Transport: transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -106,6 +113,9 @@ func (s *Sender) Send(ctx context.Context, r Request, since func(time.Time) time
 	req.Header.Set("Webhook-Id", r.MessageID)
 	req.Header.Set("Webhook-Timestamp", strconv.FormatInt(r.Timestamp.Unix(), 10))
 	req.Header.Set("Webhook-Signature", r.Signature)
+	if s.propagator != nil {
+		s.propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return Response{ErrorClass: ErrorClassOf(err), Err: err, Duration: since(start)}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
@@ -115,6 +117,13 @@ type WorkerDeps struct {
 	LocalNow func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.
 	Rand func() float64
+	// Fleet counts the dispatchers sharing each endpoint's rate limit; nil
+	// means this process alone.
+	Fleet FleetSize
+	// Tracer makes each attempt's span; nil traces nothing.
+	Tracer trace.Tracer
+	// Propagator reads the trace context a job carries; nil ignores it.
+	Propagator propagation.TextMapPropagator
 }
 
 // Worker delivers one message to one endpoint per job.
@@ -132,6 +141,7 @@ type Worker struct {
 	nUnconfirmed atomic.Int64
 
 	slots    *endpointSlots
+	pacer    *ratePacer
 	payloads *payloads
 }
 
@@ -160,7 +170,10 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint),
+	if deps.Tracer == nil {
+		deps.Tracer = noopTracer
+	}
+	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint), pacer: newRatePacer(),
 		payloads: newPayloads(deps.Deliveries, time.Millisecond, 8<<20)}
 }
 
@@ -257,6 +270,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		}
 		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
 	}
+	if t.RateLimit != nil {
+		// Before the slot and the breaker: a wait for the rate limit uses
+		// no attempt and says nothing about the endpoint.
+		if wait := w.rateWait(ctx, job, t); wait > 0 {
+			return w.rateLimited(job, t, wait)
+		}
+	}
 	if !w.slots.acquire(ctx, t.ID) {
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.ConcurrencySnoozed.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
@@ -277,11 +297,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	}
 	defer release()
 
+	// AttemptOffset counts every attempt before this job (earlier series
+	// and, for a released delivery, earlier jobs of this series).
+	attemptNo := args.AttemptOffset + job.Attempt
+	ctx, span := w.startAttemptSpan(ctx, args, attemptNo)
+	defer span.End()
 	adm, err := w.deps.Gate.Admit(ctx, t)
 	if err != nil {
 		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 		return river.JobSnooze(time.Second + w.jitter())
 	}
+	recordDecision(span, adm)
 	if adm.Refused {
 		return w.refused(ctx, job, adm)
 	}
@@ -343,14 +369,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return ctx.Err()
 	}
 	class := Classify(resp.Status, resp.ErrorClass)
+	recordAttemptSpan(span, class, resp)
 	end := start.Add(resp.Duration)
 	// The outcome must be reported even when the job's context has ended.
 	adm.Finish(context.WithoutCancel(ctx), Outcome{Class: class, ErrorClass: resp.ErrorClass, At: end})
 	w.count(t.ID, class, resp)
 
-	// AttemptOffset counts every attempt before this job (earlier series
-	// and, for a released delivery, earlier jobs of this series).
-	attemptNo := args.AttemptOffset + job.Attempt
 	attempt := &store.Attempt{
 		DeliveryID:      args.DeliveryID,
 		MessageID:       args.MessageID,

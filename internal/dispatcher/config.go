@@ -65,6 +65,9 @@ type Config struct {
 	// AllowPrivateTargets turns the SSRF guard off: deliveries may dial
 	// loopback and private addresses (development and tests).
 	AllowPrivateTargets bool
+	// PropagateTrace sends each attempt's trace context to the receiver
+	// (the traceparent header) when tracing is on.
+	PropagateTrace bool
 	// Actor names this process in the breaker transition history; empty
 	// means host/pid.
 	Actor string

@@ -9,6 +9,8 @@ package dispatcher
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookd/hookd/internal/delivery"
@@ -49,6 +53,9 @@ type Deps struct {
 	// Keyring opens endpoint signing secrets sealed at rest; nil reads
 	// them as plain text.
 	Keyring *secretbox.Keyring
+	// Tracing makes a span per delivery attempt, joined to the trace its
+	// job carries; nil (or tracing off) makes none.
+	Tracing *telemetry.Tracing
 }
 
 // Timings of the loops that have no setting of their own.
@@ -57,6 +64,12 @@ const (
 	endpointCacheTTL  = 30 * time.Second
 	unparkInterval    = 2 * time.Second
 	listenReadyWithin = 30 * time.Second
+	// fleetHeartbeat and fleetStale bound how long the fleet's count of
+	// dispatchers lags: a dispatcher killed without a clean stop stops
+	// counting after fleetStale, and the survivors see it at their next
+	// heartbeat.
+	fleetHeartbeat = 2 * time.Second
+	fleetStale     = 3 * fleetHeartbeat
 	// metricsShutdown bounds how long open scrapes may run on after the
 	// deliveries have stopped.
 	metricsShutdown = 5 * time.Second
@@ -64,11 +77,12 @@ const (
 
 // Dispatcher is one delivery process. Run it once.
 type Dispatcher struct {
-	cfg    Config
-	r      resolved
-	url    string
-	logger *slog.Logger
-	stdout io.Writer
+	cfg     Config
+	r       resolved
+	url     string
+	logger  *slog.Logger
+	stdout  io.Writer
+	tracing *telemetry.Tracing
 
 	reg          *prometheus.Registry
 	metrics      Metrics
@@ -83,6 +97,9 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
+	// fleet counts the live dispatchers, which share each endpoint's
+	// rate limit.
+	fleet *delivery.Fleet
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
 	maintainer *retention.Maintainer
@@ -113,15 +130,16 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		cfg.Actor = hostActor()
 	}
 	d := &Dispatcher{
-		cfg:    cfg,
-		r:      r,
-		url:    deps.Pool.Config().ConnString(),
-		logger: deps.Logger,
-		stdout: deps.Stdout,
-		reg:    prometheus.NewRegistry(),
-		store:  store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring)),
-		clock:  store.NewDBClock(deps.Pool),
-		enq:    &delivery.Enqueuer{},
+		cfg:     cfg,
+		r:       r,
+		url:     deps.Pool.Config().ConnString(),
+		logger:  deps.Logger,
+		stdout:  deps.Stdout,
+		tracing: deps.Tracing,
+		reg:     prometheus.NewRegistry(),
+		store:   store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring)),
+		clock:   store.NewDBClock(deps.Pool),
+		enq:     &delivery.Enqueuer{},
 	}
 	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
@@ -141,6 +159,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	d.fleet = delivery.NewFleet(delivery.FleetConfig{
+		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
+	}, d.store, d.logger, d.metrics.Delivery.FleetSize)
 	d.maintainer = retention.New(r.retention, retention.Deps{
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,
@@ -202,6 +223,12 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
+	// The first heartbeat comes before any delivery, so the first paced
+	// ones already share the limit with the fleet.
+	if err := d.fleet.Beat(ctx); err != nil {
+		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
+	}
+	g.Go(func() error { d.fleet.Run(gctx); return nil })
 	// The ledger's last flush must not be cancelled: Stop makes Run write
 	// what it holds and return.
 	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })
@@ -279,6 +306,16 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], error) {
 	// The SSRF guard vets every address a delivery dials, after DNS.
 	senderCfg := delivery.SenderConfig{Timeout: d.cfg.RequestTimeout, DialControl: delivery.GuardDial}
+	var tracer trace.Tracer
+	var propagator propagation.TextMapPropagator
+	if d.tracing.Enabled() {
+		tracer = d.tracing.Provider.Tracer(delivery.TracerName)
+		propagator = d.tracing.Propagator
+		if d.cfg.PropagateTrace {
+			// Receivers see the attempt's span as their parent.
+			senderCfg.Propagator = propagator
+		}
+	}
 	if d.cfg.AllowPrivateTargets {
 		senderCfg.DialControl = nil
 		d.logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: deliveries may reach loopback and private addresses"))
@@ -304,6 +341,9 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:     d.logger,
 		Now:        d.clock.Now,
 		Rand:       rand.Float64,
+		Fleet:      d.fleet,
+		Tracer:     tracer,
+		Propagator: propagator,
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
@@ -332,6 +372,13 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	}
 	d.enq.Client = client
 	return client, nil
+}
+
+// randomSuffix tells apart processes that share an actor name.
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = crand.Read(b) // never fails
+	return hex.EncodeToString(b)
 }
 
 // hostActor names this process in the breaker transition history.

@@ -164,12 +164,16 @@ func newSecret(t *testing.T) string {
 // it; done receives Run's result.
 func startRun(t *testing.T, cfg dispatcher.Config, pool *pgxpool.Pool, level slog.Level) (base string, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
+	return startRunWith(t, cfg, dispatcher.Deps{Pool: pool}, level)
+}
+
+// startRunWith is startRun with deps (their Logger and Stdout are set here).
+func startRunWith(t *testing.T, cfg dispatcher.Config, deps dispatcher.Deps, level slog.Level) (base string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	stdout, lines := io.Pipe()
-	d, err := dispatcher.New(cfg, dispatcher.Deps{
-		Pool:   pool,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level})),
-		Stdout: lines,
-	})
+	deps.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+	deps.Stdout = lines
+	d, err := dispatcher.New(cfg, deps)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	result := make(chan error, 1)

@@ -44,25 +44,28 @@ type Endpoint struct {
 	Signing        string
 	Status         string
 	DisabledReason *string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// RateLimit is the most deliveries per second sent to the endpoint by
+	// the whole fleet; nil means no limit.
+	RateLimit *int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
-	headers, signing, status, disabled_reason, created_at, updated_at`
+	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit`
 
 // endpointColumnsQualified is endpointColumns for a query aliasing
 // endpoints as e.
 const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.event_types, e.secret,
 	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
-	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at`
+	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at, e.rate_limit`
 
 // endpointDest returns scan destinations for endpointColumns.
 func endpointDest(e *Endpoint) []any {
 	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
 		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
-		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}
+		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &e.RateLimit}
 }
 
 func (s *Store) scanEndpoint(row pgx.Row) (Endpoint, error) {
@@ -114,10 +117,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		}
 		var err error
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
-			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing, rate_limit)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, e.Headers, e.Signing))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, e.Headers, e.Signing, e.RateLimit))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -198,6 +201,8 @@ type EndpointPatch struct {
 	TrafficClass *string
 	Metadata     *map[string]string
 	Headers      *map[string]string
+	// RateLimit sets the rate limit; a pointer to 0 removes it.
+	RateLimit *int
 }
 
 // UpdateEndpoint applies patch and notifies dispatchers.
@@ -230,12 +235,12 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 				return err
 			}
 			var err error
-			out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
+			out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
 			return err
 		})
 		return out, err
 	}
-	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers)
+	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
 }
 
 const endpointPatchSet = `
@@ -244,7 +249,8 @@ const endpointPatchSet = `
 		event_types = coalesce($4, event_types),
 		traffic_class = coalesce($5, traffic_class),
 		metadata = coalesce($6, metadata),
-		headers = coalesce($7, headers)`
+		headers = coalesce($7, headers),
+		rate_limit = CASE WHEN $8::int IS NULL THEN rate_limit ELSE nullif($8::int, 0) END`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.

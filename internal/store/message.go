@@ -31,6 +31,11 @@ type NewMessage struct {
 	EventType      string
 	Payload        json.RawMessage
 	IdempotencyKey string
+	// Trace is the trace context of the request's commit span, in W3C
+	// trace-context fields (traceparent, tracestate); the message's delivery
+	// jobs carry it so their attempts join the request's trace. Nil when
+	// tracing is off.
+	Trace map[string]string
 }
 
 // Enqueuer inserts the River jobs of deliveries inside the transaction that
@@ -46,6 +51,8 @@ type QueuedDelivery struct {
 	Delivery
 	EventType string
 	Payload   json.RawMessage
+	// Trace is the message's trace context (NewMessage.Trace), if any.
+	Trace map[string]string
 }
 
 func queueAll(msg Message, ds []Delivery) []QueuedDelivery {
@@ -274,7 +281,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 			qs := make([]QueuedDelivery, len(queued))
 			for j, di := range queued {
 				m := out[deliveryMsg[di]].Message
-				qs[j] = QueuedDelivery{Delivery: deliveries[di], EventType: m.EventType, Payload: m.Payload}
+				qs[j] = QueuedDelivery{Delivery: deliveries[di], EventType: m.EventType, Payload: m.Payload, Trace: ins[deliveryMsg[di]].Trace}
 			}
 			jobIDs, err := enq.EnqueueTx(ctx, tx, qs)
 			if err != nil {

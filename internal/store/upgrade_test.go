@@ -90,6 +90,8 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 	s := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{next: 1000}
 
+	// Endpoints as that schema stored them: CreateEndpoint writes columns
+	// later migrations added.
 	var eps []store.Endpoint
 	for i := range 5 {
 		eps = append(eps, store.Endpoint{ID: createEndpointV10(t, db, "acme", fmt.Sprintf("https://example.com/%d", i), testSecret, "")})

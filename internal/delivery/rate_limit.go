@@ -1,0 +1,236 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// An endpoint's rate limit is shared by the fleet: each dispatcher paces
+// its deliveries to the endpoint at limit/N per second, N being the live
+// dispatchers it counted at its last heartbeat (Fleet). A delivery over
+// the pace is snoozed, which uses no attempt and tells the breaker nothing.
+//
+// Pacing books slots: the next delivery to the endpoint gets the earliest
+// free slot on the database-synced clock, at most rateHorizon ahead, and
+// its job is snoozed until then with the slot in its metadata, so whichever
+// process runs the job at that time sends it without booking again. A
+// delivery that finds the endpoint booked beyond the horizon books nothing
+// and comes back once the horizon has moved on. The horizon is below
+// River's scheduler interval, so a job snoozed to its slot is available at
+// that time rather than when the scheduler next runs: slots are kept
+// within the poll interval, which keeps the rate within the limit over any
+// window longer than a few seconds.
+const rateHorizon = 4 * time.Second
+
+// slotGrace is how late a job may run and still use its slot; a later one
+// books again. Sends within a window then have slots within it or at most
+// slotGrace before it, so late jobs cannot bunch up above the limit (a busy
+// process, a slow fetch).
+const slotGrace = 500 * time.Millisecond
+
+// metaRateSlot is the job metadata key holding a booked slot.
+const metaRateSlot = "hookd_rate_slot"
+
+// rateSlot is a slot booked for one run of a job: Attempt is the job's
+// attempt number it was booked for (a retry books anew).
+type rateSlot struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+}
+
+// slotOf returns the slot the job's metadata holds for its current attempt.
+func slotOf(job *river.Job[DeliverArgs]) (time.Time, bool) {
+	if !bytes.Contains(job.Metadata, []byte(metaRateSlot)) {
+		return time.Time{}, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(job.Metadata, &m) != nil {
+		return time.Time{}, false
+	}
+	var s rateSlot
+	if json.Unmarshal(m[metaRateSlot], &s) != nil || s.Attempt != job.Attempt || s.At.IsZero() {
+		return time.Time{}, false
+	}
+	return s.At, true
+}
+
+// ratePacer books each rate-limited endpoint's slots in this process.
+type ratePacer struct {
+	mu   sync.Mutex
+	next map[string]time.Time // endpoint id -> first free slot
+}
+
+func newRatePacer() *ratePacer { return &ratePacer{next: map[string]time.Time{}} }
+
+// maxPacedIdle bounds the endpoints whose past slots the pacer remembers.
+const maxPacedIdle = 1024
+
+// book returns the slot of one delivery to endpoint id paced at perSecond:
+// now when the endpoint is free, a later slot within horizon, or booked
+// false with the first free slot when that is beyond the horizon.
+func (p *ratePacer) book(id string, perSecond float64, now time.Time, horizon time.Duration) (time.Time, bool) {
+	interval := time.Duration(float64(time.Second) / perSecond)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := p.next[id]
+	if at.Before(now) {
+		at = now
+	}
+	if at.Sub(now) > horizon {
+		return at, false
+	}
+	if len(p.next) >= maxPacedIdle {
+		for k, v := range p.next {
+			if v.Before(now) {
+				delete(p.next, k)
+			}
+		}
+	}
+	p.next[id] = at.Add(interval)
+	return at, true
+}
+
+// FleetSize gives how many dispatchers share each rate limit.
+type FleetSize interface {
+	Live() int
+}
+
+var _ FleetSize = (*Fleet)(nil)
+
+// rateWait returns how long the delivery must wait under its endpoint's
+// rate limit (zero: send now).
+func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *Target) time.Duration {
+	now := w.deps.Now()
+	if at, ok := slotOf(job); ok && now.Sub(at) <= slotGrace {
+		// Booked by an earlier run, here or in another process.
+		return max(at.Sub(now), 0)
+	}
+	n := 1
+	if w.deps.Fleet != nil {
+		n = max(w.deps.Fleet.Live(), 1)
+	}
+	at, booked := w.pacer.book(t.ID, float64(*t.RateLimit)/float64(n), now, rateHorizon)
+	if !booked {
+		// Booked up beyond the horizon: come back when it has moved on.
+		return at.Sub(now) + w.jitter()
+	}
+	wait := at.Sub(now)
+	if wait > 0 {
+		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: job.Attempt, At: at}) // fails only outside River (unit tests)
+	}
+	return wait
+}
+
+// rateLimited snoozes a delivery over its endpoint's rate limit, counting
+// the wait and, for a wait long enough to see, showing it as the
+// delivery's next_attempt_at.
+func (w *Worker) rateLimited(job *river.Job[DeliverArgs], t *Target, wait time.Duration) error {
+	if w.deps.Metrics != nil {
+		w.deps.Metrics.RateLimited.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
+	}
+	if wait >= visibleRateWait {
+		next := w.deps.Now().Add(wait)
+		w.deps.Ledger.RecordAsync(store.StatusUpdate{
+			DeliveryID: job.Args.DeliveryID, Series: job.Args.Series, Status: store.DeliveryPending,
+			NextAttemptAt: &next, JobID: job.ID,
+		})
+	}
+	return river.JobSnooze(wait)
+}
+
+// visibleRateWait is the shortest rate-limit wait written to the delivery's
+// next_attempt_at: shorter ones would cost a write each for nothing a
+// reader could see.
+const visibleRateWait = time.Second
+
+// Fleet heartbeats this dispatcher in the shared table and keeps the count
+// of live dispatchers, which share each endpoint's rate limit.
+type Fleet struct {
+	id       string
+	store    FleetStore
+	interval time.Duration
+	stale    time.Duration
+	logger   *slog.Logger
+	gauge    prometheus.Gauge
+
+	live atomic.Int64
+}
+
+// FleetStore records heartbeats.
+type FleetStore interface {
+	Heartbeat(ctx context.Context, id string, stale time.Duration) (int, error)
+	LeaveFleet(ctx context.Context, id string) error
+}
+
+var _ FleetStore = (*store.Store)(nil)
+
+// FleetConfig tunes a Fleet.
+type FleetConfig struct {
+	// ID names this process in the table; unique per process.
+	ID string
+	// Interval is the time between heartbeats.
+	Interval time.Duration
+	// Stale is how long a silent dispatcher still counts as live.
+	Stale time.Duration
+}
+
+// NewFleet returns a Fleet counting only itself until its first heartbeat;
+// gauge (may be nil) shows the count.
+func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, gauge prometheus.Gauge) *Fleet {
+	f := &Fleet{id: cfg.ID, store: st, interval: cfg.Interval, stale: cfg.Stale, logger: logger, gauge: gauge}
+	f.set(1)
+	return f
+}
+
+// Live returns the live dispatchers at the last heartbeat, this one included.
+func (f *Fleet) Live() int { return int(f.live.Load()) }
+
+func (f *Fleet) set(n int) {
+	f.live.Store(int64(n))
+	if f.gauge != nil {
+		f.gauge.Set(float64(n))
+	}
+}
+
+// Beat records one heartbeat and refreshes the count; a failed one keeps
+// the last count.
+func (f *Fleet) Beat(ctx context.Context) error {
+	n, err := f.store.Heartbeat(ctx, f.id, f.stale)
+	if err != nil {
+		return err
+	}
+	f.set(n)
+	return nil
+}
+
+// Run heartbeats every Interval until ctx ends, then deletes this
+// dispatcher's row so the others take its share at their next heartbeat.
+func (f *Fleet) Run(ctx context.Context) {
+	tick := time.NewTicker(f.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := f.store.LeaveFleet(leave, f.id); err != nil {
+				f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
+			}
+			return
+		case <-tick.C:
+			if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
+				f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
+			}
+		}
+	}
+}
