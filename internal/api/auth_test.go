@@ -28,10 +28,11 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 			}
 		}
 		path = strings.Replace(path, "{name}", "nope", 1)
+		path = strings.Replace(path, "{tenant_id}", "nope", 1)
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 40)
+	require.Len(t, out, 41)
 	return out
 }
 
