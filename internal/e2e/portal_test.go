@@ -35,18 +35,22 @@ func openPortal(t *testing.T, api *API, tenant string, body map[string]any) stri
 // the real binaries: the session URL logs in once (and drops its code from
 // the address), a second visit is refused; the tenant adds an endpoint,
 // sends it a test event and sees it delivered; another endpoint's breaker
-// opens while its receiver fails and the page says so in words; nothing of
-// another tenant shows; a read-only session shows no action and the API
+// opens while its receiver fails and the page says so in words; a third
+// endpoint's deliveries fail while its receiver is down, and once it is back
+// the portal's recovery action (its count confirmed first) delivers each of
+// them exactly once; nothing of another tenant shows; a read-only session shows no action and the API
 // refuses one all the same.
 func TestPortalInBrowser(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	var failing atomic.Bool
 	failing.Store(true)
+	var outageDown atomic.Bool
+	outageDown.Store(true)
 	// No signature check: the endpoint the portal adds has a secret hookd
 	// generated.
 	rc := deliverytest.Start(t, deliverytest.Options{Respond: func(r *deliverytest.Request) deliverytest.Response {
-		if r.Path == "/sick" && failing.Load() {
+		if (r.Path == "/sick" && failing.Load()) || (r.Path == "/outage" && outageDown.Load()) {
 			return deliverytest.Response{Status: http.StatusInternalServerError, Body: []byte(`{"error":"database is down"}`)}
 		}
 		return deliverytest.Response{Status: http.StatusOK, Body: []byte(`{"received":true}`)}
@@ -56,6 +60,14 @@ func TestPortalInBrowser(t *testing.T) {
 	code, err := api.Do(ctx, "POST", "/v1/traffic-classes", map[string]any{
 		"name": "portalfast", "trip": "rate", "failure_rate_threshold": 0.5, "window": "2s", "min_throughput": 20,
 		"open_duration": "60s", "half_open_trials": 1, "half_open_concurrency": 1,
+	}, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	// A shadow class observes without parking: the outage endpoint's
+	// deliveries use up the retry schedule and fail.
+	code, err = api.Do(ctx, "POST", "/v1/traffic-classes", map[string]any{
+		"name": "portalshadow", "trip": "rate", "failure_rate_threshold": 0.5, "window": "2s", "min_throughput": 20,
+		"open_duration": "2s", "half_open_trials": 1, "half_open_concurrency": 1, "enforce": false,
 	}, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, code)
@@ -99,6 +111,15 @@ func TestPortalInBrowser(t *testing.T) {
 	require.Contains(t, h.text(portalCard(newID)+" .attempts"), "200")
 	require.Contains(t, h.text(portalCard(newID)+" .attempts"), `{"received":true}`)
 
+	// The outage receiver is down: its deliveries fail while the sick
+	// endpoint's breaker opens.
+	const outageMessages = 10
+	outage := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/outage"), "secret": testSecret, "traffic_class": "portalshadow", "event_types": []string{"order.outage"}})
+	outageIDs := map[string]int{}
+	for i := range outageMessages {
+		outageIDs[api.SendMessage(t, "acme", "order.outage", map[string]any{"n": i}).ID] = 1
+	}
+
 	// The sick receiver fails: its breaker opens and the page says so.
 	for i := range 60 {
 		api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
@@ -113,6 +134,34 @@ func TestPortalInBrowser(t *testing.T) {
 	h.docScreenshot("portal-phone", 390, 844, true)
 	h.docScreenshot("portal-desktop", 1280, 800, true)
 	h.docScreenshot("portal-phone", 390, 844, false)
+
+	// Once the outage endpoint's deliveries have failed and its receiver is
+	// back, the portal recovers them: the default time (24 h ago) covers
+	// them all, the confirmation counts them, each arrives once.
+	Eventually(t, 60*time.Second, 200*time.Millisecond, "every outage delivery failed", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'failed'`, outage.ID).Scan(&n))
+		return n == outageMessages
+	})
+	require.Zero(t, rc.Stats("/outage").Delivered)
+	outageDown.Store(false)
+	h.do("count the failed deliveries", 30*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(portalCard(outage.ID)+` button[data-action="recover"]`)),
+		chromedp.Click(chromedp.CSS(portalCard(outage.ID)+` button[data-action="recover"]`)),
+		chromedp.WaitVisible(chromedp.CSS(portalCard(outage.ID)+` button[data-action="recover-confirm"]`)),
+	)
+	require.Contains(t, h.text(portalCard(outage.ID)+" [data-confirm]"), "10 failed deliveries since")
+	require.Equal(t, "Recover failed deliveries since", h.text(`label[for="recover-since-`+outage.ID+`"]`))
+	h.do("recover them", 10*time.Second, chromedp.Click(chromedp.CSS(portalCard(outage.ID)+` button[data-action="recover-confirm"]`)))
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "the page says they were queued", func() bool {
+		s := h.text("#status")
+		require.NotContains(t, s, "Failed")
+		return s == "Queued 10 deliveries; they are sent at a pace the endpoint takes"
+	})
+	Eventually(t, 30*time.Second, 100*time.Millisecond, "every recovered delivery arrived", func() bool {
+		return len(rc.DeliveredIDs("/outage")) == outageMessages
+	})
+	require.Equal(t, outageIDs, rc.DeliveredIDs("/outage"), "each outage webhook-id exactly once")
 
 	// The URL logs in once: a second visit is refused.
 	h.do("visit the URL again", 20*time.Second,

@@ -5,7 +5,9 @@
 
 // open and revealed survive the page's refreshes: the endpoints whose
 // attempts are shown, and the secrets revealed.
-const state = { csrf: "", readOnly: true, tenant: "", open: new Set(), revealed: {} };
+// recover keeps each endpoint's recovery form across refreshes (its input
+// and any confirmation pending).
+const state = { csrf: "", readOnly: true, tenant: "", open: new Set(), revealed: {}, recover: {} };
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -32,7 +34,9 @@ async function call(method, path, body) {
   const data = text ? JSON.parse(text) : null;
   if (!r.ok) {
     const field = data && data.errors && data.errors.length ? data.errors[0].field + ": " + data.errors[0].message : "";
-    throw new Error((data && data.detail) || r.statusText + (field ? " (" + field + ")" : ""));
+    const err = new Error((data && data.detail) || r.statusText + (field ? " (" + field + ")" : ""));
+    err.status = r.status;
+    throw err;
   }
   return data;
 }
@@ -102,6 +106,79 @@ async function showAttempts(ep, box) {
   box.replaceChildren(el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "Answer"), el("th", {}, "Response"), el("th", {}, ""))), el("tbody", {}, ...rows)));
 }
 
+// countCap bounds how many failed deliveries the confirmation counts.
+const countCap = 10000;
+
+// countFailed counts ep's failed deliveries since an RFC 3339 time, paging
+// through the deliveries search; it stops at countCap.
+async function countFailed(ep, since) {
+  let n = 0, after = "";
+  for (;;) {
+    const page = await call("GET", "/v1/deliveries?status=failed&limit=250&endpoint_id=" + encodeURIComponent(ep.id) +
+      "&since=" + encodeURIComponent(since) + (after ? "&after=" + encodeURIComponent(after) : ""));
+    n += page.data.length;
+    if (n >= countCap) return { n: countCap, more: true };
+    if (!page.next_cursor) return { n, more: false };
+    after = page.next_cursor;
+  }
+}
+
+// localInput formats a time for a datetime-local input, in local time.
+function localInput(d) {
+  const p = (v) => String(v).padStart(2, "0");
+  return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + "T" + p(d.getHours()) + ":" + p(d.getMinutes());
+}
+
+function plural(n, one, many) { return n.toLocaleString("en-US") + " " + (n === 1 ? one : many); }
+
+// recoverForm is the endpoint's "Recover failed deliveries since" form:
+// the time (24 h ago by default), then a confirmation saying how many
+// failed deliveries it covers, then the recovery. One element per
+// endpoint, kept across refreshes.
+function recoverForm(ep) {
+  if (state.recover[ep.id]) return state.recover[ep.id];
+  const id = "recover-since-" + ep.id;
+  const input = el("input", { id, name: "since", type: "datetime-local", required: "", value: localInput(new Date(Date.now() - 24 * 3600 * 1000)) });
+  const confirmBox = el("div", { class: "confirm", hidden: "", role: "group", "aria-label": "Confirm the recovery" });
+  const hideConfirm = () => { confirmBox.hidden = true; confirmBox.replaceChildren(); };
+  input.addEventListener("input", hideConfirm);
+  const form = el("form", { class: "recover", "data-recover": "" },
+    el("label", { for: id }, "Recover failed deliveries since"),
+    input,
+    el("button", { type: "submit", "data-action": "recover" }, "Recover failed deliveries…"),
+    confirmBox);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const at = new Date(input.value);
+    if (isNaN(at)) { say("Failed: choose a date and time"); return; }
+    const since = at.toISOString();
+    let c;
+    try { c = await countFailed(ep, since); } catch (e) { say("Failed: " + e.message); return; }
+    if (c.n === 0) { hideConfirm(); say("No failed deliveries since " + at.toLocaleString() + ": nothing to recover"); return; }
+    const what = (c.more ? countCap.toLocaleString("en-US") + "+ failed deliveries" : plural(c.n, "failed delivery", "failed deliveries"));
+    const yes = el("button", { type: "button", class: "primary", "data-action": "recover-confirm", "aria-describedby": id + "-confirm", onclick: async () => {
+      hideConfirm();
+      try {
+        const r = await call("POST", "/v1/endpoints/" + ep.id + "/recover", { since });
+        let text = "Queued " + plural(r.queued, "delivery", "deliveries") + "; they are sent at a pace the endpoint takes";
+        if (r.payload_expired) text += ". " + plural(r.payload_expired, "failed delivery has", "failed deliveries have") + " no payload left to send";
+        say(text);
+        await load();
+      } catch (e) {
+        say(e.status === 409
+          ? "A recovery of this endpoint is still releasing its deliveries: try again once it has released them all"
+          : "Failed: " + e.message);
+      }
+    } }, "Recover them");
+    const no = el("button", { type: "button", "data-action": "recover-cancel", onclick: () => { hideConfirm(); input.focus(); } }, "Cancel");
+    confirmBox.replaceChildren(el("p", { id: id + "-confirm", "data-confirm": "" }, "This sends again " + what + " since " + at.toLocaleString() + "."), yes, no);
+    confirmBox.hidden = false;
+    yes.focus();
+  });
+  state.recover[ep.id] = form;
+  return form;
+}
+
 async function act(fn, done) {
   try { await fn(); say(done); await load(); } catch (e) { say("Failed: " + e.message); }
 }
@@ -141,6 +218,7 @@ function card(ep, b) {
       } }, "Delete"));
   }
   li.append(el("div", {}, ...buttons));
+  if (!state.readOnly) li.append(recoverForm(ep));
   return li;
 }
 
@@ -187,7 +265,11 @@ async function start() {
   });
   say("");
   await load().catch((e) => say(e.message));
-  setInterval(() => load().catch(() => {}), 5000);
+  // A refresh rebuilds the cards: none while a recovery form has the focus.
+  setInterval(() => {
+    if (document.activeElement && document.activeElement.closest("form.recover")) return;
+    load().catch(() => {});
+  }, 5000);
 }
 
 start();
