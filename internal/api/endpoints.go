@@ -68,7 +68,7 @@ type createEndpointRequest struct {
 	Metadata     map[string]string `json:"metadata"`
 	Headers      map[string]string `json:"headers"`
 	Signing      string            `json:"signing"`
-	RateLimit    nullableInt       `json:"rate_limit"`
+	RateLimit    nullableInt       `json:"rate_limit,omitzero"`
 }
 
 func (r createEndpointRequest) validate() error {
@@ -191,7 +191,7 @@ type updateEndpointRequest struct {
 	TrafficClass *string            `json:"traffic_class"`
 	Metadata     *map[string]string `json:"metadata"`
 	Headers      *map[string]string `json:"headers"`
-	RateLimit    nullableInt        `json:"rate_limit"`
+	RateLimit    nullableInt        `json:"rate_limit,omitzero"`
 }
 
 func (r updateEndpointRequest) validate() error {

@@ -87,7 +87,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 		{"GET", "/v1/endpoints/" + e.ID + "/nope", 404, "not-found"},
 		{"PUT", "/v1/endpoints/" + e.ID, 405, "method-not-allowed"},
 		{"DELETE", "/v1/endpoints", 405, "method-not-allowed"},
-		{"GET", "/v1/messages", 405, "method-not-allowed"},
+		{"PUT", "/v1/messages", 405, "method-not-allowed"},
 		{"POST", "/healthz", 405, "method-not-allowed"},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {

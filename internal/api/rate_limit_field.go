@@ -25,6 +25,19 @@ func (n *nullableInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MarshalJSON writes the member back as it came (null when absent);
+// IsZero leaves an absent one out under omitzero, so a decoded request
+// encodes to one that decodes the same.
+func (n nullableInt) MarshalJSON() ([]byte, error) {
+	if !n.set {
+		return []byte("null"), nil
+	}
+	return n.raw, nil
+}
+
+// IsZero reports whether the member was absent.
+func (n nullableInt) IsZero() bool { return !n.set }
+
 func (n nullableInt) null() bool { return !n.set || bytes.Equal(n.raw, []byte("null")) }
 
 // number returns the member's integer; validateRateLimit has checked it.

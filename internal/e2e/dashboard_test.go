@@ -161,7 +161,17 @@ func (h *headless) do(what string, timeout time.Duration, actions ...chromedp.Ac
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, timeout)
 	defer cancel()
-	require.NoError(h.t, chromedp.Do(ctx, actions...), "browser: %s", what)
+	for {
+		err := chromedp.Do(ctx, actions...)
+		// The page re-renders its rows as data arrives: a node found by a
+		// query can be replaced before the click reaches it. The actions
+		// did nothing then; run them again on the new node.
+		if err != nil && strings.Contains(err.Error(), "Could not find node with given id") && ctx.Err() == nil {
+			continue
+		}
+		require.NoError(h.t, err, "browser: %s", what)
+		return
+	}
 }
 
 // eval evaluates a JavaScript expression.

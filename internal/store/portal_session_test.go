@@ -89,10 +89,11 @@ func TestUpgradeAddsPortalSessions(t *testing.T) {
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
 	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 10))
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 14))
 	s := store.New(db.Pool, nil)
-	e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/a", Secret: testSecret})
-	require.NoError(t, err)
+	// The endpoint as that schema stored it: CreateEndpoint writes columns
+	// later migrations add.
+	e := store.Endpoint{ID: createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")}
 	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sha256.Sum256([]byte("t")), TenantID: "acme"})
 	require.NoError(t, err)
 

@@ -339,8 +339,7 @@ func TestUpgradeAddsEventTypeCatalogue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 12))
 	s := store.New(db.Pool, nil)
-	_, err = s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://acme.example/a", Secret: testSecret})
-	require.NoError(t, err)
+	createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
 	enq := &fakeEnqueuer{next: 1}
 	for i := range 3 {
 		_, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}, enq)
