@@ -412,7 +412,11 @@ func TestOperateBreakerRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
 	e := b.createEndpoint(t, "acme")
-	b.tripBreaker(t, e.ID, classConfig(t, trafficclass.Trickle), time.Now(), "dispatcher-1", false)
+	// Open far longer than any run of the test: the breaker reads half-open
+	// once its open_until passes, which a busy machine can reach.
+	cfg := classConfig(t, trafficclass.Trickle)
+	cfg.OpenDuration, cfg.MaxOpenDuration = time.Hour, time.Hour
+	b.tripBreaker(t, e.ID, cfg, time.Now(), "dispatcher-1", false)
 	before := b.breaker(t, e.ID)
 	valid := map[string]any{"reason": "why"}
 	cases := []badCase{
