@@ -37,7 +37,7 @@ func (d *downReceiver) respond(*deliverytest.Request) deliverytest.Response {
 	}
 	// The work happens inside the in-flight count (a Response's Delay is
 	// served after Respond returns).
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the receiver's work, not synchronisation
 	d.mu.Lock()
 	d.inFlight--
 	d.mu.Unlock()
