@@ -95,6 +95,13 @@ func (x *value[T]) String() string {
 	return x.show(x.v)
 }
 
+// applyTo stores the value in dst when its flag was given.
+func (x *value[T]) applyTo(dst *T) {
+	if x.set {
+		*dst = x.v
+	}
+}
+
 func newValue[T any](parse func(string) (T, error), show func(T) string) *value[T] {
 	return &value[T]{parse: parse, show: show}
 }
@@ -198,45 +205,23 @@ var flagOfField = map[string]string{
 // invalid field is a UsageError naming its flag.
 func (f *breakerFlags) apply(base breaker.Config) (breaker.Config, error) {
 	c := base
-	if f.trip.set {
-		c.Trip = breaker.Trip(f.trip.v)
-	}
-	if f.failureRate.set {
-		c.FailureRateThreshold = f.failureRate.v
-	}
-	if f.window.set {
-		c.Window = f.window.v
-	}
-	if f.minThroughput.set {
-		c.MinThroughput = f.minThroughput.v
-	}
-	if f.consecutive.set {
-		c.ConsecutiveFailures = f.consecutive.v
-	}
-	if f.open.set {
-		c.OpenDuration = f.open.v
-	}
 	if f.jitter.set && f.openJitter.set && f.jitter.v != f.openJitter.v {
 		return breaker.Config{}, &config.UsageError{Msg: "--jitter and --open-jitter disagree: --jitter is a synonym, give one"}
 	}
-	if f.openJitter.set {
-		c.OpenJitter = f.openJitter.v
+	if f.trip.set {
+		c.Trip = breaker.Trip(f.trip.v)
 	}
-	if f.jitter.set {
-		c.OpenJitter = f.jitter.v
-	}
-	if f.openBackoff.set {
-		c.OpenBackoff = f.openBackoff.v
-	}
-	if f.maxOpen.set {
-		c.MaxOpenDuration = f.maxOpen.v
-	}
-	if f.halfOpenTrials.set {
-		c.HalfOpenTrials = f.halfOpenTrials.v
-	}
-	if f.halfOpenConcurrency.set {
-		c.HalfOpenConcurrency = f.halfOpenConcurrency.v
-	}
+	f.failureRate.applyTo(&c.FailureRateThreshold)
+	f.window.applyTo(&c.Window)
+	f.minThroughput.applyTo(&c.MinThroughput)
+	f.consecutive.applyTo(&c.ConsecutiveFailures)
+	f.open.applyTo(&c.OpenDuration)
+	f.openJitter.applyTo(&c.OpenJitter)
+	f.jitter.applyTo(&c.OpenJitter)
+	f.openBackoff.applyTo(&c.OpenBackoff)
+	f.maxOpen.applyTo(&c.MaxOpenDuration)
+	f.halfOpenTrials.applyTo(&c.HalfOpenTrials)
+	f.halfOpenConcurrency.applyTo(&c.HalfOpenConcurrency)
 	if err := c.Validate(); err != nil {
 		var fields breaker.FieldErrors
 		if !errors.As(err, &fields) {
