@@ -38,13 +38,17 @@ type asset struct {
 }
 
 // dashboardAssets are the files under dashboard/assets by name.
-var dashboardAssets = func() map[string]asset {
+var dashboardAssets = loadAssets(dashboardFiles, "dashboard/assets")
+
+// loadAssets reads every file under dir of files, keyed by base name, with
+// its ETag and content type; a file that cannot be read is a build defect.
+func loadAssets(files embed.FS, dir string) map[string]asset {
 	out := map[string]asset{}
-	err := fs.WalkDir(dashboardFiles, "dashboard/assets", func(p string, e fs.DirEntry, err error) error {
+	err := fs.WalkDir(files, dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
 		}
-		b, err := dashboardFiles.ReadFile(p)
+		b, err := files.ReadFile(p)
 		if err != nil {
 			return err
 		}
@@ -57,10 +61,10 @@ var dashboardAssets = func() map[string]asset {
 		return nil
 	})
 	if err != nil {
-		panic("dashboard assets: " + err.Error())
+		panic(dir + ": " + err.Error())
 	}
 	return out
-}()
+}
 
 // contentSecurityPolicy allows only the dashboard's own scripts, styles,
 // images and API calls: no inline script or style, no framing.

@@ -5,15 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"mime"
 	"net/http"
-	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -32,29 +28,8 @@ import (
 //go:embed portal
 var portalFiles embed.FS
 
-var portalAssets = func() map[string]asset {
-	out := map[string]asset{}
-	err := fs.WalkDir(portalFiles, "portal", func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := portalFiles.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(b)
-		ct := mime.TypeByExtension(path.Ext(p))
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
-		out[path.Base(p)] = asset{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, contentType: ct}
-		return nil
-	})
-	if err != nil {
-		panic("portal assets: " + err.Error())
-	}
-	return out
-}()
+// portalAssets are the portal's page and files by name.
+var portalAssets = loadAssets(portalFiles, "portal")
 
 // PortalCookie holds a portal session's token; only its SHA-256 is stored.
 const PortalCookie = "hookd_portal"
