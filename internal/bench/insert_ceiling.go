@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
@@ -79,19 +77,9 @@ func runS0i(ctx context.Context, b *bench) (*scenarioResult, error) {
 	worker := &insertWorker{}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
-	cooldown, _ := time.ParseDuration(b.river.FetchCooldown)
-	poll, _ := time.ParseDuration(b.river.FetchPollInterval)
-	retention, _ := time.ParseDuration(b.river.JobRetention)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:                      slog.New(slog.DiscardHandler),
-		Workers:                     workers,
-		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: b.river.Workers}, river.QueueDefault: {MaxWorkers: 10}},
-		FetchCooldown:               cooldown,
-		FetchPollInterval:           poll,
-		CompletedJobRetentionPeriod: retention,
-	})
+	client, err := b.river.bareClient(pool, workers)
 	if err != nil {
-		return nil, fmt.Errorf("river client: %w", err)
+		return nil, err
 	}
 	if err := client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start river: %w", err)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -67,19 +69,9 @@ func runS0(ctx context.Context, b *bench) (*scenarioResult, error) {
 	worker := &noopWorker{total: int64(b.plan.s0Jobs), clock: s.clock, done: make(chan struct{})}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
-	cooldown, _ := time.ParseDuration(b.river.FetchCooldown)
-	poll, _ := time.ParseDuration(b.river.FetchPollInterval)
-	retention, _ := time.ParseDuration(b.river.JobRetention)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:                      slog.New(slog.DiscardHandler),
-		Workers:                     workers,
-		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: b.river.Workers}, river.QueueDefault: {MaxWorkers: 10}},
-		FetchCooldown:               cooldown,
-		FetchPollInterval:           poll,
-		CompletedJobRetentionPeriod: retention,
-	})
+	client, err := b.river.bareClient(pool, workers)
 	if err != nil {
-		return nil, fmt.Errorf("river client: %w", err)
+		return nil, err
 	}
 	insertStart := time.Now()
 	const batch = 10_000
@@ -140,4 +132,24 @@ func runS0(ctx context.Context, b *bench) (*scenarioResult, error) {
 	// The bench process is the River client here.
 	res.DispatcherRSSMB = 0
 	return res, nil
+}
+
+// bareClient is a River client in the bench process with the dispatcher's
+// queue settings and workers: the ceilings S0 and S0i measure River alone.
+func (rs riverSettings) bareClient(pool *pgxpool.Pool, workers *river.Workers) (*river.Client[pgx.Tx], error) {
+	cooldown, _ := time.ParseDuration(rs.FetchCooldown)
+	poll, _ := time.ParseDuration(rs.FetchPollInterval)
+	retention, _ := time.ParseDuration(rs.JobRetention)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:                      slog.New(slog.DiscardHandler),
+		Workers:                     workers,
+		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: rs.Workers}, river.QueueDefault: {MaxWorkers: 10}},
+		FetchCooldown:               cooldown,
+		FetchPollInterval:           poll,
+		CompletedJobRetentionPeriod: retention,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return client, nil
 }
