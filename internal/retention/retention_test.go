@@ -503,50 +503,10 @@ func TestCreatingTheLiveIntervalLosesNoWrite(t *testing.T) {
 	b := setup(t, 3*time.Hour, 3*time.Hour)
 	ctx := context.Background()
 	b.endpoint(t, "acme", true)
-	var (
-		mu        sync.Mutex
-		delivered []string
-		errs      []error
-		wg        sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m, _, err := b.store.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "order.paid", Payload: json.RawMessage(`1`)}, b.enq)
-				if err == nil {
-					now := time.Now()
-					d := m.Deliveries[0]
-					err = b.store.RecordLedger(ctx, []store.Attempt{{DeliveryID: d.ID, MessageID: m.ID, EndpointID: d.EndpointID,
-						AttemptNumber: 1, AttemptedAt: now, Classification: "success"}},
-						[]store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &now}})
-					if err == nil {
-						mu.Lock()
-						delivered = append(delivered, d.ID)
-						mu.Unlock()
-					}
-				}
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
+	w := b.startWriters(ctx)
 	// Let rows pile up in the default partitions, then create the live
 	// interval's partitions under the writers.
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(delivered) >= 20 || len(errs) > 0
-	}, time.Minute, 5*time.Millisecond)
+	w.waitFor(t, 20)
 	var rep retention.Report
 	for {
 		var err error
@@ -558,20 +518,14 @@ func TestCreatingTheLiveIntervalLosesNoWrite(t *testing.T) {
 		// run tries again, as the maintainer's loop does.
 		require.ErrorIs(t, err, store.ErrLockTimeout)
 	}
-	n := func() int { mu.Lock(); defer mu.Unlock(); return len(delivered) }
-	after := n()
-	require.Eventually(t, func() bool { return n() >= after+20 }, time.Minute, 5*time.Millisecond)
-	close(stop)
-	wg.Wait()
-	require.Empty(t, errs)
+	w.waitFor(t, w.count()+20)
+	delivered := w.finish(t)
 	var moved int64
 	for _, c := range rep.Created {
 		moved += c.Moved
 	}
 	require.Positive(t, moved, "the run moved rows out of the default partitions")
 
-	mu.Lock()
-	defer mu.Unlock()
 	var notDelivered int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status <> 'delivered'`, delivered).Scan(&notDelivered))
 	require.Zero(t, notDelivered, "no status update went missing")
@@ -613,43 +567,8 @@ func TestDroppingPartitionsUnderWritesFailsNone(t *testing.T) {
 	_, err = b.store.EnsurePartitions(ctx, now, time.Minute, 2)
 	require.NoError(t, err)
 
-	var (
-		mu   sync.Mutex
-		errs []error
-		sent int
-		wg   sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m, _, err := b.store.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "order.paid", Payload: json.RawMessage(`1`)}, b.enq)
-				if err == nil {
-					at := time.Now()
-					d := m.Deliveries[0]
-					err = b.store.RecordLedger(ctx, []store.Attempt{{DeliveryID: d.ID, MessageID: m.ID, EndpointID: d.EndpointID,
-						AttemptNumber: 1, AttemptedAt: at, Classification: "success"}},
-						[]store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at}})
-				}
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				} else {
-					sent++
-				}
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return sent >= 20 || len(errs) > 0 }, time.Minute, 5*time.Millisecond)
+	w := b.startWriters(ctx)
+	w.waitFor(t, 20)
 	var dropped []store.PartitionChange
 	require.Equal(t, "messages_p"+floorMinute(old).Format("20060102t150405"), b.partitionOf(t, "messages", "id", oldID))
 	for b.exists(t, "messages_p"+floorMinute(old).Format("20060102t150405")) {
@@ -660,10 +579,85 @@ func TestDroppingPartitionsUnderWritesFailsNone(t *testing.T) {
 		}
 		dropped = append(dropped, rep.Dropped...)
 	}
-	close(stop)
-	wg.Wait()
-	require.Empty(t, errs)
+	w.finish(t)
 	require.NotEmpty(t, dropped)
 	_, err = b.store.GetMessage(ctx, oldID)
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// writers accept a message and record its delivery, in a loop on four
+// goroutines, until finish; each goroutine stops at its first error.
+type writers struct {
+	mu        sync.Mutex
+	delivered []string
+	errs      []error
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+func (b *bundle) startWriters(ctx context.Context) *writers {
+	w := &writers{stop: make(chan struct{})}
+	for range 4 {
+		w.wg.Go(func() {
+			for {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				id, err := b.deliverOne(ctx)
+				w.mu.Lock()
+				if err != nil {
+					w.errs = append(w.errs, err)
+				} else {
+					w.delivered = append(w.delivered, id)
+				}
+				w.mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	return w
+}
+
+// deliverOne accepts a message for acme and records its delivery's
+// successful first attempt, returning the delivery's id.
+func (b *bundle) deliverOne(ctx context.Context) (string, error) {
+	m, _, err := b.store.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "order.paid", Payload: json.RawMessage(`1`)}, b.enq)
+	if err != nil {
+		return "", err
+	}
+	at := time.Now()
+	d := m.Deliveries[0]
+	return d.ID, b.store.RecordLedger(ctx, []store.Attempt{{DeliveryID: d.ID, MessageID: m.ID, EndpointID: d.EndpointID,
+		AttemptNumber: 1, AttemptedAt: at, Classification: "success"}},
+		[]store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at}})
+}
+
+func (w *writers) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.delivered)
+}
+
+// waitFor waits until n deliveries are recorded, or a writer failed.
+func (w *writers) waitFor(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.delivered) >= n || len(w.errs) > 0
+	}, time.Minute, 5*time.Millisecond)
+}
+
+// finish stops the writers, requires that none failed, and returns the
+// deliveries recorded.
+func (w *writers) finish(t *testing.T) []string {
+	t.Helper()
+	close(w.stop)
+	w.wg.Wait()
+	require.Empty(t, w.errs)
+	return w.delivered
 }
