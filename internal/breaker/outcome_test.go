@@ -2,12 +2,33 @@ package breaker_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/breaker"
 )
+
+// requireNameRoundTrip checks that v is named name, that parse reads name
+// back to v, and that v survives JSON as its name.
+func requireNameRoundTrip[T interface {
+	comparable
+	fmt.Stringer
+}](t *testing.T, v T, name string, parse func(string) (T, error)) {
+	t.Helper()
+	require.Equal(t, name, v.String())
+	parsed, err := parse(name)
+	require.NoError(t, err)
+	require.Equal(t, v, parsed)
+
+	encoded, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.JSONEq(t, `"`+name+`"`, string(encoded))
+	var decoded T
+	require.NoError(t, json.Unmarshal(encoded, &decoded))
+	require.Equal(t, v, decoded)
+}
 
 func TestOutcomeNamesRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -23,16 +44,7 @@ func TestOutcomeNamesRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.name, tt.outcome.String())
-			parsed, err := breaker.ParseOutcome(tt.name)
-			require.NoError(t, err)
-			require.Equal(t, tt.outcome, parsed)
-
-			encoded, err := json.Marshal(tt.outcome)
-			require.NoError(t, err)
-			var decoded breaker.Outcome
-			require.NoError(t, json.Unmarshal(encoded, &decoded))
-			require.Equal(t, tt.outcome, decoded)
+			requireNameRoundTrip(t, tt.outcome, tt.name, breaker.ParseOutcome)
 		})
 	}
 }

@@ -23,17 +23,7 @@ func TestStateNamesRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.name, tt.state.String())
-			parsed, err := breaker.ParseState(tt.name)
-			require.NoError(t, err)
-			require.Equal(t, tt.state, parsed)
-
-			encoded, err := json.Marshal(tt.state)
-			require.NoError(t, err)
-			require.JSONEq(t, `"`+tt.name+`"`, string(encoded))
-			var decoded breaker.State
-			require.NoError(t, json.Unmarshal(encoded, &decoded))
-			require.Equal(t, tt.state, decoded)
+			requireNameRoundTrip(t, tt.state, tt.name, breaker.ParseState)
 		})
 	}
 }
