@@ -43,16 +43,7 @@ func setup(t *testing.T, keep, payloads time.Duration) *bundle {
 	s := store.New(db.Pool, nil)
 	// Start with no partition past the legacy ones (the migration made a
 	// day's): the maintainer's own are the ones under test.
-	ctx := context.Background()
-	parts, err := s.Partitions(ctx)
-	require.NoError(t, err)
-	for _, p := range parts {
-		if p.From.IsZero() {
-			continue
-		}
-		_, err := db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
-		require.NoError(t, err)
-	}
+	db.DropPartitions(t, false)
 	expired := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "webhook_delivery_expired_total"}, []string{"reason"})
 	metrics := retention.NewMetrics(prometheus.NewRegistry(), expired)
 	cfg := retention.Config{Interval: time.Minute, Retention: keep, PayloadRetention: payloads, HistoryRetention: time.Hour}
@@ -551,14 +542,9 @@ func TestDroppingPartitionsUnderWritesFailsNone(t *testing.T) {
 	now := b.dbNow(t)
 	// Partitions of an hour ago (the legacy ones, spanning every past
 	// time, go first), one with a row, and of now.
-	parts, err := b.store.Partitions(ctx)
-	require.NoError(t, err)
-	for _, p := range parts {
-		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
-		require.NoError(t, err)
-	}
+	b.db.DropPartitions(t, true)
 	old := now.Add(-time.Hour)
-	_, err = b.store.EnsurePartitions(ctx, old, time.Minute, 2)
+	_, err := b.store.EnsurePartitions(ctx, old, time.Minute, 2)
 	require.NoError(t, err)
 	b.endpoint(t, "acme", true)
 	oldID := store.IDBound("msg", old)[:len("msg_")+10] + "0000000000000001"

@@ -50,19 +50,14 @@ func TestAttemptReadsPruneToTheirTimeRange(t *testing.T) {
 	// Start from no partition at all (the legacy ones span every past
 	// time), then make three groups: older than reclassification's
 	// history, two hours ago, and now.
-	parts, err := s.Partitions(ctx)
-	require.NoError(t, err)
-	for _, p := range parts {
-		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
-		require.NoError(t, err)
-	}
+	b.db.DropPartitions(t, true)
 	var now time.Time
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 	for _, at := range []time.Time{now.Add(-trafficclass.HistoryWindow - 3*time.Hour), now.Add(-2 * time.Hour), now} {
 		_, err := s.EnsurePartitions(ctx, at, time.Minute, 2)
 		require.NoError(t, err)
 	}
-	parts, err = s.Partitions(ctx)
+	parts, err := s.Partitions(ctx)
 	require.NoError(t, err)
 	attemptParts := map[string]store.Partition{}
 	for _, p := range parts {
@@ -176,18 +171,13 @@ func TestLedgerUpdatePrunesToItsDeliveries(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
-	parts, err := s.Partitions(ctx)
-	require.NoError(t, err)
-	for _, p := range parts {
-		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
-		require.NoError(t, err)
-	}
+	b.db.DropPartitions(t, true)
 	var now time.Time
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 	// Ten days of daily partitions, then today's and two ahead.
-	_, err = s.EnsurePartitions(ctx, now.Add(-10*24*time.Hour), 24*time.Hour, 12)
+	_, err := s.EnsurePartitions(ctx, now.Add(-10*24*time.Hour), 24*time.Hour, 12)
 	require.NoError(t, err)
-	parts, err = s.Partitions(ctx)
+	parts, err := s.Partitions(ctx)
 	require.NoError(t, err)
 	var mine string
 	deliveryParts := 0

@@ -61,18 +61,13 @@ func TestSearchesPruneToTheirTimeRange(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
-	parts, err := s.Partitions(ctx)
-	require.NoError(t, err)
-	for _, p := range parts {
-		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE `+p.Parent+` DETACH PARTITION `+p.Name+`; DROP TABLE `+p.Name+`; DELETE FROM hookd_partitions WHERE name = '`+p.Name+`'`)
-		require.NoError(t, err)
-	}
+	b.db.DropPartitions(t, true)
 	now := time.Now()
 	for _, at := range []time.Time{now.Add(-4 * time.Hour), now.Add(-2 * time.Hour), now} {
 		_, err := s.EnsurePartitions(ctx, at, time.Minute, 2)
 		require.NoError(t, err)
 	}
-	parts, err = s.Partitions(ctx)
+	parts, err := s.Partitions(ctx)
 	require.NoError(t, err)
 	byName := map[string]store.Partition{}
 	for _, p := range parts {

@@ -306,3 +306,27 @@ func randomSuffix() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// DropPartitions detaches and drops the time partitions of messages,
+// payloads, deliveries and attempts (those with a lower bound; with legacy
+// also the ones spanning every past time), so a test starts from the
+// partitions it makes itself.
+func (db *DB) DropPartitions(t testing.TB, legacy bool) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `SELECT parent, name FROM hookd_partitions WHERE $1 OR from_at IS NOT NULL ORDER BY parent, to_at`, legacy)
+	if err != nil {
+		t.Fatalf("storetest: list partitions: %v", err)
+	}
+	type partition struct{ Parent, Name string }
+	parts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[partition])
+	if err != nil {
+		t.Fatalf("storetest: list partitions: %v", err)
+	}
+	for _, p := range parts {
+		sql := fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s; DROP TABLE %s; DELETE FROM hookd_partitions WHERE name = '%s'`, p.Parent, p.Name, p.Name, p.Name)
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("storetest: drop partition %s: %v", p.Name, err)
+		}
+	}
+}
