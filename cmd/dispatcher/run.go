@@ -228,19 +228,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 
-	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(*set.dbMaxConns), ApplicationName: "hookd-dispatcher"})
+	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(*set.dbMaxConns), ApplicationName: "hookd-dispatcher"},
+		cmd == "migrate" || !*set.noMigrate, logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if cmd == "migrate" || !*set.noMigrate {
-		if err := store.Migrate(ctx, pool, logger); err != nil {
-			return err
-		}
-		if cmd == "migrate" {
-			fmt.Fprintln(stdout, "migrations are current")
-			return nil
-		}
+	if cmd == "migrate" {
+		fmt.Fprintln(stdout, "migrations are current")
+		return nil
 	}
 	tracing, err := telemetry.NewTracing(ctx, getenv, "hookd-dispatcher")
 	if err != nil {

@@ -62,6 +62,22 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
+// OpenMigrated opens a pool as OpenPool does and, when migrate is true,
+// brings the schema up to date before returning it.
+func OpenMigrated(ctx context.Context, cfg PoolConfig, migrate bool, logger *slog.Logger) (*pgxpool.Pool, error) {
+	pool, err := OpenPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if migrate {
+		if err := Migrate(ctx, pool, logger); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return pool, nil
+}
+
 // Migrate brings River's schema and then hookd's up to date under a
 // session advisory lock, so several processes starting at once apply each
 // migration exactly once: the others wait, then find nothing to do. River's
