@@ -6,7 +6,7 @@
 // directory, its own port on 127.0.0.1, pg_stat_statements preloaded),
 // builds the api and dispatcher binaries and starts them against a fresh
 // database per scenario, points every endpoint at a signature-verifying
-// receiver in this process, runs each scenario (S0 to S6, see
+// receiver in this process, runs each scenario (S0 to S9, see
 // docs/benchmarks.md), prints a table, and writes the results as JSON. The
 // cluster is stopped and removed at the end, also on an error or an
 // interrupt.

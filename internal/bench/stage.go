@@ -82,11 +82,8 @@ func (s *stage) startAPI(ctx context.Context, name string, env map[string]string
 // top of the bench's settings; the load generator then posts to the new
 // one. Call it between runs, with no load running.
 func (s *stage) restartAPI(ctx context.Context, name string, env map[string]string) error {
-	if s.api != nil {
-		if err := s.api.stop(10 * time.Second); err != nil {
-			return fmt.Errorf("stop %s: %w", s.api.name, err)
-		}
-		s.api = nil
+	if err := s.stopAPI(); err != nil {
+		return err
 	}
 	p, err := s.startAPI(ctx, name, env)
 	if err != nil {
@@ -130,6 +127,21 @@ func (s *stage) startDispatcher(ctx context.Context, env map[string]string) (*pr
 	}
 	s.dispatchers = append(s.dispatchers, p)
 	return p, nil
+}
+
+// stopAPI stops the stage's (first) api process, if it runs; restartAPI
+// starts another.
+func (s *stage) stopAPI() error {
+	if s.api == nil {
+		return nil
+	}
+	err := s.api.stop(10 * time.Second)
+	name := s.api.name
+	s.api = nil
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	return nil
 }
 
 // stopDispatchers stops every dispatcher of the stage.

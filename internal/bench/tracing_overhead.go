@@ -119,9 +119,13 @@ func runS1Trace(ctx context.Context, b *bench) (_ *scenarioResult, err error) {
 		requests, bytes := sink.requests.Load(), sink.bytes.Load()
 		r := &scenarioResult{Name: fmt.Sprintf("s1trace #%d tracing=%v", i+1, tracing)}
 		err := s.closedRun(ctx, r, roundRobin(set), set.perTenant, b.plan.warmup, b.plan.traceMeasure)
-		// The dispatcher exports what it still holds as it stops.
+		// Both processes export what they still hold as they stop, so the
+		// run's count holds every span it made.
 		if serr := s.stopDispatchers(); err == nil {
 			err = serr
+		}
+		if aerr := s.stopAPI(); err == nil {
+			err = aerr
 		}
 		if err != nil {
 			return res, err
