@@ -1,8 +1,8 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +22,10 @@ type traceSink struct {
 	url      string
 	requests atomic.Int64
 	bytes    atomic.Int64
+	// apiRequests and dispatcherRequests count the requests whose spans
+	// name the api's or the dispatcher's service (service.name is a plain
+	// string in the protobuf).
+	apiRequests, dispatcherRequests atomic.Int64
 }
 
 func newTraceSink() (*traceSink, error) {
@@ -35,9 +39,15 @@ func newTraceSink() (*traceSink, error) {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
-		n, _ := io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(r.Body)
 		s.requests.Add(1)
-		s.bytes.Add(n)
+		s.bytes.Add(int64(len(body)))
+		if bytes.Contains(body, []byte("hookd-api")) {
+			s.apiRequests.Add(1)
+		}
+		if bytes.Contains(body, []byte("hookd-dispatcher")) {
+			s.dispatcherRequests.Add(1)
+		}
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(http.StatusOK)
 	})}
@@ -116,7 +126,8 @@ func runS1Trace(ctx context.Context, b *bench) (_ *scenarioResult, err error) {
 		if _, err := s.startDispatcher(ctx, env); err != nil {
 			return res, err
 		}
-		requests, bytes := sink.requests.Load(), sink.bytes.Load()
+		requests, sent0 := sink.requests.Load(), sink.bytes.Load()
+		apiReqs, dispReqs := sink.apiRequests.Load(), sink.dispatcherRequests.Load()
 		r := &scenarioResult{Name: fmt.Sprintf("s1trace #%d tracing=%v", i+1, tracing)}
 		err := s.closedRun(ctx, r, roundRobin(set), set.perTenant, b.plan.warmup, b.plan.traceMeasure)
 		// Both processes export what they still hold as they stop, so the
@@ -131,17 +142,19 @@ func runS1Trace(ctx context.Context, b *bench) (_ *scenarioResult, err error) {
 			return res, err
 		}
 		sent := sink.requests.Load() - requests
-		r.Extra = map[string]any{"trace_export_requests": sent, "trace_export_bytes": sink.bytes.Load() - bytes}
+		fromAPI, fromDispatcher := sink.apiRequests.Load()-apiReqs, sink.dispatcherRequests.Load()-dispReqs
+		r.Extra = map[string]any{"trace_export_requests": sent, "trace_export_bytes": sink.bytes.Load() - sent0,
+			"trace_export_requests_api": fromAPI, "trace_export_requests_dispatcher": fromDispatcher}
 		res.Runs = append(res.Runs, r)
 		switch {
-		case tracing && sent == 0:
-			return res, errors.New("tracing on exported no span to the sink: the run measured tracing off")
+		case tracing && (fromAPI == 0 || fromDispatcher == 0):
+			return res, fmt.Errorf("tracing on: the sink got %d export requests from the api and %d from the dispatcher; a process that exported nothing measured tracing off", fromAPI, fromDispatcher)
 		case !tracing && sent > 0:
 			return res, fmt.Errorf("tracing off exported %d requests to the sink", sent)
 		case tracing:
 			on = append(on, r)
 			exportRequests += sent
-			exportBytes += sink.bytes.Load() - bytes
+			exportBytes += sink.bytes.Load() - sent0
 		default:
 			off = append(off, r)
 		}

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/hookd/hookd/internal/telemetry"
@@ -30,7 +32,7 @@ func TestTraceSinkTakesOTLPExports(t *testing.T) {
 	ctx := context.Background()
 
 	env := tracingEnv(sink.url)
-	tr, err := telemetry.NewTracing(ctx, func(k string) string { return env[k] }, "bench-test")
+	tr, err := telemetry.NewTracing(ctx, func(k string) string { return env[k] }, "hookd-api")
 	require.NoError(t, err)
 	require.True(t, tr.Enabled(), "the scenario's environment switches tracing on")
 	require.NoError(t, tr.Shutdown(ctx))
@@ -39,13 +41,16 @@ func TestTraceSinkTakesOTLPExports(t *testing.T) {
 	// export's own error is seen.
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(sink.url+"/v1/traces"))
 	require.NoError(t, err)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "hookd-dispatcher"))))
 	_, span := tp.Tracer("bench").Start(ctx, "deliver")
 	span.End()
 	require.NoError(t, tp.ForceFlush(ctx))
 	require.NoError(t, tp.Shutdown(ctx))
 	require.Positive(t, sink.requests.Load())
 	require.Positive(t, sink.bytes.Load())
+	require.EqualValues(t, 1, sink.dispatcherRequests.Load(), "the span names its service")
+	require.Zero(t, sink.apiRequests.Load(), "the api's tracing made no span")
 }
 
 func TestTracingTarget(t *testing.T) {
