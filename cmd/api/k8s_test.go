@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/hookd/hookd/internal/deploycheck"
+	"github.com/hookd/hookd/internal/secretbox"
 )
 
 // k8sManifests loads deploy/k8s, each file's text passed through edit
@@ -83,6 +85,10 @@ func TestK8sCheckFailsOnRenames(t *testing.T) {
 			edit: replace("secret.yaml", "  SESSION_KEY:", "  SESSION:"),
 			want: "Deployment/hookd-api/api: env SESSION_KEY: Secret hookd has no key SESSION_KEY",
 		},
+		"a Secret without SECRET_KEY": {
+			edit: replace("secret.yaml", "  SECRET_KEY:", "  SECRET:"),
+			want: "Deployment/hookd-api/api: env SECRET_KEY: Secret hookd has no key SECRET_KEY",
+		},
 		"an image the kustomization does not set": {
 			edit: replace("api.yaml", "image: hookd/hookd", "image: hookd:local"),
 			want: `Deployment/hookd-api/api: runs api from image "hookd:local", which kustomization.yaml's images do not set`,
@@ -128,4 +134,38 @@ func TestK8sCheckFailsOnRenames(t *testing.T) {
 		_, errs := deploycheck.CheckK8s(k8sManifests(t, nil), df, b, deploycheck.Ports{Health: "--listen-address", Metrics: "--metrics-addr"})
 		require.ErrorContains(t, errors.Join(errs...), "Deployment/hookd-api/api: environment variable LISTEN_ADDR is not the twin of any api flag")
 	})
+}
+
+// TestK8sSecretKeyIsSharedFromTheSecret: what the api seals (endpoint
+// signing secrets, header values) every dispatcher must open, so the api
+// and dispatcher containers all read SECRET_KEY from one key of one
+// Secret, and that Secret holds it; the migrate Job opens nothing sealed
+// and is given none. The placeholder is not a key, so a pod started with
+// it stops rather than storing secrets in plain text.
+func TestK8sSecretKeyIsSharedFromTheSecret(t *testing.T) {
+	t.Parallel()
+	k := k8sManifests(t, nil)
+	type ref struct{ secret, key string }
+	refs := map[string]ref{}
+	for _, d := range k.Deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			secret, key, ok := deploycheck.SecretRef(c, "SECRET_KEY")
+			require.True(t, ok, "Deployment/%s/%s: SECRET_KEY must come from a Secret", d.Name, c.Name)
+			refs[d.Name+"/"+c.Name] = ref{secret, key}
+			env, errs := k.Env(c)
+			require.NoError(t, errors.Join(errs...))
+			require.NotEmpty(t, env["SECRET_KEY"], "Deployment/%s/%s: an empty key stores secrets in plain text", d.Name, c.Name)
+			_, err := secretbox.ParseKey(env["SECRET_KEY"])
+			require.Error(t, err, "the placeholder must not pass for a key")
+		}
+	}
+	require.Contains(t, refs, "hookd-api/api")
+	require.Contains(t, refs, "hookd-dispatcher/dispatcher")
+	require.Len(t, slices.Compact(slices.Collect(maps.Values(refs))), 1, "one Secret key for every process: %v", refs)
+	for _, j := range k.Jobs {
+		for _, c := range j.Spec.Template.Spec.Containers {
+			_, _, ok := deploycheck.SecretRef(c, "SECRET_KEY")
+			require.False(t, ok, "Job/%s/%s: migrations open no sealed value", j.Name, c.Name)
+		}
+	}
 }

@@ -11,12 +11,13 @@ import (
 
 const secretsSynopsis = `usage: api secrets rotate-key --secret-key NEW --secret-key-previous OLD[,OLDER] [--batch 500]
 
-Reseals every stored endpoint signing secret (deleted endpoints' too) under
---secret-key, opening those sealed under a --secret-key-previous key, and
-seals those still in plain text. It runs while the service runs: first give
-every api and dispatcher process the new key with the old one as previous,
-then run this, then drop the previous key. Each batch is one transaction;
-a secret rotated meanwhile is left as the rotation wrote it.`
+Reseals every stored endpoint signing secret and header value (deleted
+endpoints' too) under --secret-key, opening those sealed under a
+--secret-key-previous key, and seals those still in plain text. It runs
+while the service runs: first give every api and dispatcher process the new
+key with the old one as previous, then run this, then drop the previous key.
+Each batch is one transaction; a secret rotated or headers replaced
+meanwhile are left as that write left them.`
 
 // runSecrets runs "api secrets rotate-key".
 func runSecrets(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {

@@ -68,6 +68,10 @@ func TestK8sCheckFailsOnRenames(t *testing.T) {
 			edit: replace("config.yaml", `METRICS_ADDR: "0.0.0.0:9090"`, `METRICS_ADDR: "0.0.0.0:9100"`),
 			want: "readinessProbe probes port 9090, but dispatcher serves /readyz on port 9100",
 		},
+		"a Secret without SECRET_KEY": {
+			edit: replace("secret.yaml", "  SECRET_KEY:", "  SECRET:"),
+			want: "Deployment/hookd-dispatcher/dispatcher: env SECRET_KEY: Secret hookd has no key SECRET_KEY",
+		},
 		"a ConfigMap that is not there": {
 			edit: replace("dispatcher.yaml", "name: hookd-dispatcher\n          env:", "name: hookd-dispatch\n          env:"),
 			want: "ConfigMap hookd-dispatch is not among the manifests",

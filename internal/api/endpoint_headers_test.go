@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/secretbox"
 )
 
 // TestEndpointHeadersStoredAndReplaced: headers given on create are
@@ -86,6 +88,13 @@ func TestEndpointHeadersRefused(t *testing.T) {
 		r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/h",
 			"headers": map[string]string{"X-Key": "a", "x-key": "b"}}, docBlind("JSON Schema cannot compare names case-insensitively"))
 		requireFieldError(t, http.StatusBadRequest, r, "headers.x-key")
+	})
+	t.Run("sealed-value prefix", func(t *testing.T) {
+		headers := map[string]string{"X-Key": secretbox.Prefix + "0123456789ab.AAAA"}
+		r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/h", "headers": headers})
+		requireFieldError(t, http.StatusBadRequest, r, "headers.X-Key")
+		r = b.do(t, "PATCH", "/v1/endpoints/"+target.ID, map[string]any{"headers": headers})
+		requireFieldError(t, http.StatusBadRequest, r, "headers.X-Key")
 	})
 	t.Run("too many", func(t *testing.T) {
 		headers := map[string]string{}

@@ -57,6 +57,8 @@ type plan struct {
 	lowRate        float64 // S1 latency run's first stage: messages/s offered
 	lowRateDur     time.Duration
 	s2Measure      time.Duration
+	traceMeasure   time.Duration // S1 trace: each run's measured time
+	tracePairs     int           // S1 trace: off/on pairs
 	s3Measure      time.Duration
 	s3HotRate      float64
 	s4Measure      time.Duration
@@ -83,7 +85,8 @@ var fullPlan = plan{
 	s0Jobs:     200_000,
 	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
 	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute, lowRate: 1000, lowRateDur: time.Minute,
-	s2Measure: 10 * time.Second,
+	s2Measure:    10 * time.Second,
+	traceMeasure: 10 * time.Second, tracePairs: 3,
 	s3Measure: 2 * time.Minute, s3HotRate: 400,
 	s4Measure: 20 * time.Second,
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
@@ -99,7 +102,8 @@ var smokePlan = plan{
 	s0Jobs:     10_000,
 	fanTenants: 10, warmup: 400 * time.Millisecond, s1Measure: 1500 * time.Millisecond,
 	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second, lowRate: 150, lowRateDur: time.Second,
-	s2Measure: time.Second,
+	s2Measure:    time.Second,
+	traceMeasure: time.Second, tracePairs: 1,
 	s3Measure: 2 * time.Second, s3HotRate: 100,
 	s4Measure: 2500 * time.Millisecond,
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,

@@ -31,7 +31,7 @@ func printReport(w io.Writer, r *results) {
 		case s.Name == "s0" || s.Name == "s0i":
 			rate += " jobs/s"
 			p50, p99, rss = "-", "-", "-"
-		case s.Name == "s2":
+		case alternated(s.Name):
 			rate += " (on, median)"
 			rt = fmt.Sprintf("%.2f (on, median)", s.Roundtrips)
 			cpu = "see runs"
@@ -48,7 +48,7 @@ func printReport(w io.Writer, r *results) {
 	fmt.Fprintln(w, "| scenario | CPU core-ms per delivery: pg / api / disp / bench = total | commits per delivery | WAL KB per delivery | api statements per message | attempts | snoozed at the cap | refused by a breaker | longest lock wait ms (waits > 10 ms) | duplicates |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
 	costs := func(s *scenarioResult, label string) {
-		if s.Error != "" || s.Name == "s2" {
+		if s.Error != "" || alternated(s.Name) {
 			return
 		}
 		c := s.CPUMsPerDelivery
@@ -57,7 +57,7 @@ func printReport(w io.Writer, r *results) {
 			s.APIStatementsPerMessage, s.Attempts, s.SnoozedAtCap, s.RejectedByBreaker, s.MaxLockWaitMs, s.LockWaitsLogged, s.Duplicates)
 	}
 	for _, s := range r.Scenarios {
-		if s.Name == "s2" {
+		if alternated(s.Name) {
 			for _, run := range s.Runs {
 				costs(run, run.Name)
 			}
@@ -81,6 +81,10 @@ func printReport(w io.Writer, r *results) {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", t.Goal, t.Measured, status)
 	}
 }
+
+// alternated reports whether a scenario alternates a setting on and off:
+// its own row is the "on" medians, its costs are its runs'.
+func alternated(name string) bool { return name == "s2" || name == "s1trace" }
 
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")

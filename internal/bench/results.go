@@ -32,6 +32,8 @@ type results struct {
 	S9ScaleOut            float64 `json:"s9_four_over_one_dispatchers"`
 	S2BreakerOnPerS       float64 `json:"s2_breaker_on_per_s"`
 	S2BreakerOffPerS      float64 `json:"s2_breaker_off_per_s"`
+	S1TracingOnPerS       float64 `json:"s1_tracing_on_per_s"`
+	S1TracingOffPerS      float64 `json:"s1_tracing_off_per_s"`
 	RoundtripsPerDelivery float64 `json:"roundtrips_per_delivery"`
 	S3MaxLockWaitMs       float64 `json:"s3_max_lock_wait_ms"`
 	S4HealthyP99Ms        float64 `json:"s4_healthy_p99_ms"`

@@ -47,7 +47,7 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 		return nil, err
 	}
 	b.receivers = append(b.receivers, s.rcv)
-	if s.api, err = s.startAPI(ctx, name+"-api"); err != nil {
+	if s.api, err = s.startAPI(ctx, name+"-api", nil); err != nil {
 		return nil, err
 	}
 	s.client = newAPIClient(s.api.match(apiListeningRE)[1], 256)
@@ -55,10 +55,11 @@ func (b *bench) newStage(ctx context.Context, name string, respond func(*deliver
 	return s, nil
 }
 
-// startAPI starts an api process on the stage's database.
-func (s *stage) startAPI(ctx context.Context, name string) (*proc, error) {
+// startAPI starts an api process on the stage's database, with env on top
+// of the bench's settings.
+func (s *stage) startAPI(ctx context.Context, name string, env map[string]string) (*proc, error) {
 	b := s.b
-	return startProc(ctx, name, b.apiBin, filepath.Join(b.scratch, name+".log"), map[string]string{
+	e := map[string]string{
 		"DATABASE_URL": b.pg.url(roleAPI, s.db),
 		"API_TOKEN":    apiToken,
 		"LISTEN_ADDR":  "127.0.0.1:0",
@@ -70,13 +71,34 @@ func (s *stage) startAPI(ctx context.Context, name string) (*proc, error) {
 		"ALLOW_PRIVATE_TARGETS": "true",
 		"RATE_LIMIT":            "0",
 		"PPROF":                 fmt.Sprint(b.opts.profile != ""),
-	}, apiListeningRE, apiMetricsRE)
+	}
+	for k, v := range env {
+		e[k] = v
+	}
+	return startProc(ctx, name, b.apiBin, filepath.Join(b.scratch, name+".log"), e, apiListeningRE, apiMetricsRE)
+}
+
+// restartAPI replaces the stage's api process by one started with env on
+// top of the bench's settings; the load generator then posts to the new
+// one. Call it between runs, with no load running.
+func (s *stage) restartAPI(ctx context.Context, name string, env map[string]string) error {
+	if err := s.stopAPI(); err != nil {
+		return err
+	}
+	p, err := s.startAPI(ctx, name, env)
+	if err != nil {
+		return err
+	}
+	s.api = p
+	s.client = newAPIClient(p.match(apiListeningRE)[1], 256)
+	s.tracker.api = s.client
+	return nil
 }
 
 // addAPI starts one more api process; the load generator posts to every
 // api process in turn.
 func (s *stage) addAPI(ctx context.Context) error {
-	p, err := s.startAPI(ctx, fmt.Sprintf("%s-api-%d", s.name, len(s.moreAPIs)+2))
+	p, err := s.startAPI(ctx, fmt.Sprintf("%s-api-%d", s.name, len(s.moreAPIs)+2), nil)
 	if err != nil {
 		return err
 	}
@@ -105,6 +127,21 @@ func (s *stage) startDispatcher(ctx context.Context, env map[string]string) (*pr
 	}
 	s.dispatchers = append(s.dispatchers, p)
 	return p, nil
+}
+
+// stopAPI stops the stage's (first) api process, if it runs; restartAPI
+// starts another.
+func (s *stage) stopAPI() error {
+	if s.api == nil {
+		return nil
+	}
+	err := s.api.stop(10 * time.Second)
+	name := s.api.name
+	s.api = nil
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	return nil
 }
 
 // stopDispatchers stops every dispatcher of the stage.

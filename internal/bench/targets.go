@@ -71,6 +71,20 @@ func evaluate(r *results) {
 	} else {
 		add(na("s2", "S2 breaker on >= 0.9 x breaker off"))
 	}
+	const traceGoal = "S1 tracing on >= 0.95 x tracing off"
+	if st := r.find("s1trace"); st != nil && st.Extra != nil {
+		on, off := toFloat(st.Extra["tracing_on_median_per_s"]), toFloat(st.Extra["tracing_off_median_per_s"])
+		r.S1TracingOnPerS, r.S1TracingOffPerS = on, off
+		if off > 0 {
+			add(atLeast("s1trace", traceGoal, on/off, 0.95, fmt.Sprintf("%.2f x (%.0f / %.0f, medians; %.0f export requests)", on/off, on, off, toFloat(st.Extra["trace_export_requests"]))))
+		} else {
+			add(target{Scenario: "s1trace", Goal: traceGoal, Measured: "no delivery with tracing off", Status: "missed"})
+		}
+	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s1trace" }) {
+		add(target{Scenario: "s1trace", Goal: traceGoal, Measured: "the scenario failed", Status: "missed"})
+	} else {
+		add(na("s1trace", traceGoal))
+	}
 	if worst >= 0 {
 		add(atMost("s1", "Postgres round trips per delivery <= 3 in S1/S2", worst, 3, strings.Join(rts, ", ")))
 	} else {

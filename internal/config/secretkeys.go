@@ -15,9 +15,9 @@ type SecretKeys struct {
 func BindSecretKeys(f *FlagSet) *SecretKeys {
 	return &SecretKeys{
 		primary: f.String("secret-key", "SECRET_KEY", "",
-			"key sealing endpoint signing secrets at rest (AES-256-GCM): 32 bytes in base64 (openssl rand -base64 32); empty stores them in plain text (and warns)"),
+			"key sealing endpoint signing secrets and header values at rest (AES-256-GCM): 32 bytes in base64 (openssl rand -base64 32); empty stores them in plain text (and warns)"),
 		previous: f.String("secret-key-previous", "SECRET_KEY_PREVIOUS", "",
-			"earlier secret keys, comma-separated base64, that still open secrets sealed before a key rotation (api secrets rotate-key)"),
+			"earlier secret keys, comma-separated base64, that still open values sealed before a key rotation (api secrets rotate-key)"),
 	}
 }
 

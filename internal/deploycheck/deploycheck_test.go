@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hookd/hookd/internal/deploycheck"
 )
@@ -157,4 +158,20 @@ func TestSelectors(t *testing.T) {
 	require.ErrorContains(t, errs, "a_total has no label outcome")
 	require.ErrorContains(t, errs, "b is not a series hookd exports")
 	require.NotContains(t, errs.Error(), "no label job", "job is a target label")
+}
+
+func TestSecretRef(t *testing.T) {
+	t.Parallel()
+	c := corev1.Container{Env: []corev1.EnvVar{
+		{Name: "PLAIN", Value: "x"},
+		{Name: "FROM_MAP", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "m"}, Key: "k"}}},
+		{Name: "KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "K"}}},
+	}}
+	secret, key, ok := deploycheck.SecretRef(c, "KEY")
+	require.True(t, ok)
+	require.Equal(t, []string{"s", "K"}, []string{secret, key})
+	for _, name := range []string{"PLAIN", "FROM_MAP", "MISSING"} {
+		_, _, ok := deploycheck.SecretRef(c, name)
+		require.False(t, ok, name)
+	}
 }

@@ -240,6 +240,17 @@ func FromSecret(c corev1.Container, name string) bool {
 	return false
 }
 
+// SecretRef returns the Secret and key the container's variable name is
+// read from, or ok false when it is not read from a Secret.
+func SecretRef(c corev1.Container, name string) (secret, key string, ok bool) {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			return e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key, true
+		}
+	}
+	return "", "", false
+}
+
 func (k *K8s) values(kind, name string) (map[string]string, error) {
 	out := map[string]string{}
 	switch kind {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
@@ -206,4 +207,61 @@ func (h *headless) requireNoErrorsBut(expected string) {
 		}
 	}
 	require.Empty(h.t, others, "the pages logged errors")
+}
+
+// TestPortalSaysARecoveryIsStillReleasing: with no dispatcher running, a
+// recovery's deliveries stay parked, so the recovery is still releasing
+// when the tenant asks for another one: the portal queues the first
+// recovery, and answers the second (the API's 409) in words, queuing
+// nothing more.
+func TestPortalSaysARecoveryIsStillReleasing(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	api := StartAPI(t, db.URL, nil)
+	ctx := context.Background()
+	ep := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook", "secret": testSecret})
+	st := store.New(db.Pool, nil)
+	fail := func() {
+		t.Helper()
+		m := api.SendMessage(t, "acme", "order.created", map[string]any{"n": 1})
+		require.Len(t, m.Deliveries, 1)
+		now, code, msg := time.Now(), 503, "HTTP 503"
+		// The worker's last word on an exhausted retry schedule.
+		require.NoError(t, st.RecordLedger(ctx, nil, []store.StatusUpdate{{DeliveryID: m.Deliveries[0].ID, Series: 1, Status: store.DeliveryFailed,
+			AttemptCount: 8, LastAttemptAt: &now, LastStatusCode: &code, LastError: &msg}}))
+	}
+	fail()
+	fail()
+
+	h := startHeadless(t)
+	card := portalCard(ep.ID)
+	recoverAll := func(what string, n string) {
+		t.Helper()
+		h.do(what, 30*time.Second,
+			chromedp.WaitVisible(chromedp.CSS(card+` button[data-action="recover"]`)),
+			chromedp.Click(chromedp.CSS(card+` button[data-action="recover"]`)),
+			chromedp.WaitVisible(chromedp.CSS(card+` button[data-action="recover-confirm"]`)),
+		)
+		require.Contains(t, h.text(card+" [data-confirm]"), n+" since")
+		h.do("confirm: "+what, 10*time.Second, chromedp.Click(chromedp.CSS(card+` button[data-action="recover-confirm"]`)))
+	}
+	h.do("log in", 30*time.Second,
+		chromedp.Navigate(openPortal(t, api, "acme", map[string]any{})),
+		chromedp.WaitVisible(chromedp.CSS(card)),
+	)
+	recoverAll("recover the failed deliveries", "2 failed deliveries")
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "the page says they were queued", func() bool {
+		return h.text("#status") == "Queued 2 deliveries; they are sent at a pace the endpoint takes"
+	})
+
+	fail()
+	recoverAll("recover again while the first is releasing", "1 failed delivery")
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "the page says why it was refused", func() bool {
+		return h.text("#status") == "A recovery of this endpoint is still releasing its deliveries: try again once it has released them all"
+	})
+	var waiting, failed int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'failed')
+		FROM deliveries WHERE endpoint_id = $1`, ep.ID).Scan(&waiting, &failed))
+	require.Equal(t, []int{2, 1}, []int{waiting, failed}, "the refused recovery queued nothing")
+	h.requireNoErrorsBut("409")
 }

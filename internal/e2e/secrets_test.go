@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,28 +23,46 @@ func secretKey(b byte) string {
 	return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, secretbox.KeyBytes))
 }
 
-// TestSecretKeyRotationWhileDelivering: endpoints sealed under key A; the
-// processes restart with B as the key and A as previous; messages flow
-// while `api secrets rotate-key` reseals in small batches; then a
-// dispatcher with B alone still signs. No delivery is lost and the
-// receiver verifies every signature.
+// TestSecretKeyRotationWhileDelivering: endpoints (secrets and header
+// values) sealed under key A; the processes restart with B as the key and
+// A as previous; messages flow while `api secrets rotate-key` reseals in
+// small batches; then a dispatcher with B alone still signs. No delivery
+// is lost, the receiver verifies every signature and sees each endpoint's
+// header value on every delivery.
 func TestSecretKeyRotationWhileDelivering(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
 	keyA, keyB := secretKey(0xa1), secretKey(0xb2)
-	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}})
+	apiKey := func(path string) string { return "rcv-key-for" + path }
+	var withHeader, withoutHeader atomic.Int64
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
+		if r.Header.Get("X-Api-Key") == apiKey(r.Path) {
+			withHeader.Add(1)
+		} else {
+			withoutHeader.Add(1)
+		}
+		return deliverytest.Response{Status: http.StatusOK}
+	}})
 
 	first := StartAPI(t, db.URL, map[string]string{"SECRET_KEY": keyA})
 	const receivers, idle = 3, 60
 	for i := range receivers {
-		first.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL(fmt.Sprintf("/r%d", i)), "secret": testSecret})
+		path := fmt.Sprintf("/r%d", i)
+		first.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL(path), "secret": testSecret,
+			"headers": map[string]string{"X-Api-Key": apiKey(path)}})
 	}
 	// Endpoints of another tenant, so the rotation has batches to go
 	// through while acme's deliveries flow.
 	for i := range idle {
-		first.CreateEndpoint(t, map[string]any{"tenant_id": "bulk", "url": rc.URL(fmt.Sprintf("/idle%d", i)), "secret": testSecret})
+		path := fmt.Sprintf("/idle%d", i)
+		first.CreateEndpoint(t, map[string]any{"tenant_id": "bulk", "url": rc.URL(path), "secret": testSecret,
+			"headers": map[string]string{"X-Api-Key": apiKey(path)}})
 	}
+	var sealedA int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM endpoints e, jsonb_each_text(e.headers) h WHERE h.value LIKE $1`,
+		secretbox.Prefix+secretbox.KeyID(bytes.Repeat([]byte{0xa1}, 32))+".%").Scan(&sealedA))
+	require.Equal(t, receivers+idle, sealedA, "every header value sealed under key A")
 	require.NoError(t, first.Stop(30*time.Second))
 
 	both := map[string]string{"SECRET_KEY": keyB, "SECRET_KEY_PREVIOUS": keyA}
@@ -82,10 +101,15 @@ func TestSecretKeyRotationWhileDelivering(t *testing.T) {
 		require.Equal(t, sent, st.DistinctDelivered)
 		require.Zero(t, st.BadSignatures, "every signature verifies")
 	}
-	var stale int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM endpoints WHERE secret NOT LIKE $1`,
-		secretbox.Prefix+secretbox.KeyID(bytes.Repeat([]byte{0xb2}, 32))+".%").Scan(&stale))
+	require.Zero(t, withoutHeader.Load(), "every delivery carried its endpoint's header value")
+	require.GreaterOrEqual(t, withHeader.Load(), int64(sent*receivers))
+	var stale, staleHeaders int
+	keyBPattern := secretbox.Prefix + secretbox.KeyID(bytes.Repeat([]byte{0xb2}, 32)) + ".%"
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM endpoints WHERE secret NOT LIKE $1`, keyBPattern).Scan(&stale))
 	require.Zero(t, stale, "every secret sealed under the new key")
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM endpoints e, jsonb_each_text(e.headers) h WHERE h.value NOT LIKE $1`,
+		keyBPattern).Scan(&staleHeaders))
+	require.Zero(t, staleHeaders, "every header value sealed under the new key")
 
 	// The previous key is no longer needed.
 	StartDispatcher(t, "dispatcher-b", db.URL, map[string]string{"SECRET_KEY": keyB})
@@ -96,6 +120,7 @@ func TestSecretKeyRotationWhileDelivering(t *testing.T) {
 	for i := range receivers {
 		require.Zero(t, rc.Stats(fmt.Sprintf("/r%d", i)).BadSignatures)
 	}
+	require.Zero(t, withoutHeader.Load(), "the dispatcher with the new key alone opens the header values")
 }
 
 // TestWrongSecretKeyFailsStartup: with secrets sealed under one key, an api

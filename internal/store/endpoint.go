@@ -38,7 +38,8 @@ type Endpoint struct {
 	TrafficClass            string
 	AssignedClass           *string
 	Metadata                map[string]string
-	// Headers are sent with every delivery to the endpoint.
+	// Headers are sent with every delivery to the endpoint. Their values
+	// are stored sealed like Secret (see secrets.go).
 	Headers map[string]string
 	// Signing is SigningHMAC or SigningEd25519.
 	Signing        string
@@ -110,6 +111,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
 	}
+	headers, err := s.sealEndpointHeaders(id, e.Headers)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
+	}
 	var out Endpoint
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := lockClassForUse(ctx, tx, e.TrafficClass); err != nil {
@@ -120,7 +125,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing, rate_limit)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, e.Headers, e.Signing, e.RateLimit))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, headers, e.Signing, e.RateLimit))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -226,6 +231,10 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 		headers = *p.Headers
 		if headers == nil {
 			headers = map[string]string{}
+		}
+		var err error
+		if headers, err = s.sealEndpointHeaders(id, headers); err != nil {
+			return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
 		}
 	}
 	if p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto {

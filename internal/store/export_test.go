@@ -59,3 +59,11 @@ func SearchBounds(prefix string, since, until *time.Time, after string) (lo, hi 
 
 // StoredStatuses is the stored statuses a search of statuses reads.
 func StoredStatuses(statuses []string) []string { return storedStatuses(statuses) }
+
+// ResealAfterRead runs s.ResealSecrets in batches of 500 with read called
+// between each batch's read and its writes.
+func ResealAfterRead(ctx context.Context, s *Store, read func()) (int, error) {
+	s.resealRead = read
+	defer func() { s.resealRead = nil }()
+	return s.ResealSecrets(ctx, 500, nil)
+}

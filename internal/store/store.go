@@ -28,16 +28,21 @@ var ErrConflict = errors.New("conflict")
 type Store struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
-	// secrets seals endpoint signing secrets before they are written and
-	// opens them as they are read; nil stores them in plain text.
+	// secrets seals endpoint signing secrets and header values before they
+	// are written and opens them as they are read; nil stores them in
+	// plain text.
 	secrets *secretbox.Keyring
+	// resealRead, set by tests only, runs in resealBatch between its read
+	// and its writes, so a test can change a row in between.
+	resealRead func()
 }
 
 // Option configures a Store.
 type Option func(*Store)
 
-// WithKeyring has the store keep endpoint signing secrets sealed under k
-// (see secrets.go); without it they are stored in plain text.
+// WithKeyring has the store keep endpoint signing secrets and header
+// values sealed under k (see secrets.go); without it they are stored in
+// plain text.
 func WithKeyring(k *secretbox.Keyring) Option {
 	return func(s *Store) { s.secrets = k }
 }
