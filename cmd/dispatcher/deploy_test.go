@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -26,22 +23,8 @@ func binary() deploycheck.Binary {
 // The dispatcher's metrics address serves /healthz and /readyz too.
 var dispatcherPorts = deploycheck.Ports{Health: "--metrics-addr", Metrics: "--metrics-addr"}
 
-// checkArgs runs run on args with --help appended, so it parses the
-// subcommand, the flags and the environment and stops there.
-func checkArgs(args []string, getenv func(string) string) error {
-	// Cancelled up front: were run ever to get past parsing, it stops at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var out bytes.Buffer
-	err := run(ctx, append(slices.Clone(args), "--help"), getenv, strings.NewReader(""), &out, io.Discard)
-	switch {
-	case errors.Is(err, config.ErrHelp):
-		return nil
-	case err == nil:
-		return errors.New("run did not stop at --help")
-	}
-	return err
-}
+// checkArgs parses args and an environment as run does, and stops there.
+var checkArgs = deploycheck.ParseWithHelp(run, func(err error) bool { return errors.Is(err, config.ErrHelp) })
 
 func loadDockerfile(t *testing.T) *deploycheck.Dockerfile {
 	t.Helper()

@@ -7,8 +7,10 @@
 package deploycheck
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"slices"
@@ -106,4 +108,27 @@ func Argv(imageEntrypoint, imageCmd, entrypoint, command []string) []string {
 		imageCmd = command
 	}
 	return slices.Concat(imageEntrypoint, imageCmd)
+}
+
+// RunFunc is a binary's run: main's whole work, with its inputs injected.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error
+
+// ParseWithHelp makes a Binary.Parse of run: it runs run on args with
+// --help appended, so run parses the subcommand, the flags and the
+// environment and stops there, and isHelp tells that stop from a failure.
+// The context is cancelled up front: were run ever to get past parsing, it
+// would stop at once.
+func ParseWithHelp(run RunFunc, isHelp func(error) bool) func(args []string, getenv func(string) string) error {
+	return func(args []string, getenv func(string) string) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := run(ctx, append(slices.Clone(args), "--help"), getenv, strings.NewReader(""), io.Discard, io.Discard)
+		switch {
+		case isHelp(err):
+			return nil
+		case err == nil:
+			return errors.New("run did not stop at --help")
+		}
+		return err
+	}
 }
