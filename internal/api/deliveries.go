@@ -119,11 +119,11 @@ func listAttempts(w http.ResponseWriter, r *http.Request, d Deps, f store.Attemp
 	var fe fieldErrors
 	page := parsePage(&fe, q)
 	if page.After != "" {
-		n, err := strconv.ParseInt(page.After, 10, 64)
-		if err != nil || n <= 0 {
+		k, ok := store.ParseAttemptCursor(page.After)
+		if !ok {
 			fe.add("after", "must be a cursor from a previous page")
 		}
-		f.After = n
+		f.After = k
 	}
 	f.Limit = page.Limit + 1
 	if o := q.Get("outcome"); o != "" {
@@ -146,7 +146,7 @@ func listAttempts(w http.ResponseWriter, r *http.Request, d Deps, f store.Attemp
 	out := listResponse[attemptResponse]{Data: []attemptResponse{}}
 	for i, a := range list {
 		if i == page.Limit {
-			c := store.AttemptCursor(list[i-1].ID)
+			c := store.AttemptKey{At: list[i-1].AttemptedAt, ID: list[i-1].ID}.Cursor()
 			out.NextCursor = &c
 			break
 		}

@@ -206,7 +206,8 @@ func (b *testBundle) pageAttempts(t *testing.T, path string, query url.Values, l
 		if page.NextCursor == nil {
 			return out, pages
 		}
-		require.Equal(t, fmt.Sprint(page.Data[len(page.Data)-1].ID), *page.NextCursor)
+		last := page.Data[len(page.Data)-1]
+		require.Equal(t, fmt.Sprintf("%d_%d", last.AttemptedAt.UnixMicro(), last.ID), *page.NextCursor, "the cursor is the last attempt's time and id")
 		after = *page.NextCursor
 		require.Less(t, pages, 1000, "pagination does not end")
 	}

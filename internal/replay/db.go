@@ -26,7 +26,7 @@ func LoadAttempts(ctx context.Context, st *store.Store, endpointID string, since
 	}
 	var (
 		all   []logged
-		after int64
+		after store.AttemptKey
 	)
 	for {
 		page, err := st.ListAttempts(ctx, store.AttemptFilter{
@@ -48,7 +48,8 @@ func LoadAttempts(ctx context.Context, st *store.Store, endpointID string, since
 		if len(page) < attemptPage {
 			break
 		}
-		after = page[len(page)-1].ID
+		last := page[len(page)-1]
+		after = store.AttemptKey{At: last.AttemptedAt, ID: last.ID}
 	}
 	slices.SortFunc(all, func(a, b logged) int {
 		if c := cmp.Compare(a.row.TS, b.row.TS); c != 0 {

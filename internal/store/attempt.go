@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,15 +24,43 @@ type Attempt struct {
 	Trial           bool
 }
 
-// AttemptFilter narrows a list of attempts. After is the id of the last
-// attempt of the previous page (lists run newest first).
+// AttemptFilter narrows a list of attempts. After is where the previous
+// page ended (lists run newest first); its zero value starts at the newest.
 type AttemptFilter struct {
 	DeliveryID     string
 	EndpointID     string
 	Classification string
 	Since, Until   *time.Time
-	After          int64
+	After          AttemptKey
 	Limit          int
+}
+
+// AttemptKey is an attempt's place in a newest-first list: attempts are
+// ordered by when they were made (the partition key, so a page reads the
+// newest partitions' indexes in order and stops), ties broken by id.
+type AttemptKey struct {
+	At time.Time
+	ID int64
+}
+
+// Cursor renders the key as a page cursor: the time in Unix microseconds
+// (the column's precision) and the id.
+func (k AttemptKey) Cursor() string {
+	return strconv.FormatInt(k.At.UnixMicro(), 10) + "_" + strconv.FormatInt(k.ID, 10)
+}
+
+// ParseAttemptCursor reads a cursor made by AttemptKey.Cursor.
+func ParseAttemptCursor(c string) (AttemptKey, bool) {
+	at, id, ok := strings.Cut(c, "_")
+	if !ok {
+		return AttemptKey{}, false
+	}
+	us, err1 := strconv.ParseInt(at, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if err1 != nil || err2 != nil || us <= 0 || n <= 0 {
+		return AttemptKey{}, false
+	}
+	return AttemptKey{At: time.UnixMicro(us).UTC(), ID: n}, true
 }
 
 // clockSkewMargin is how far before its delivery's id time an attempt may
@@ -41,7 +70,10 @@ const clockSkewMargin = time.Minute
 
 // listAttemptsSQL lists attempts newest first (see AttemptFilter). It is
 // planned for its parameters (customPlan): the optional time bounds then
-// select the attempt partitions to read.
+// select the attempt partitions to read, and the order by attempted_at
+// lets an endpoint's page read its (endpoint_id, attempted_at) index
+// backwards and stop at the limit, where an order by id alone sorted every
+// attempt the endpoint ever had.
 const listAttemptsSQL = `
 		SELECT id, delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
 			status_code, coalesce(error_class, ''), classification, response_excerpt, trial
@@ -50,15 +82,15 @@ const listAttemptsSQL = `
 			AND ($3 = '' OR classification = $3)
 			AND ($4::timestamptz IS NULL OR attempted_at >= $4)
 			AND ($5::timestamptz IS NULL OR attempted_at < $5)
-			AND id < $6
-		ORDER BY id DESC LIMIT $7`
+			AND ($6::timestamptz IS NULL OR (attempted_at, id) < ($6, $7))
+		ORDER BY attempted_at DESC, id DESC LIMIT $8`
 
 // ListAttempts returns attempts newest first. A delivery's attempts are
 // read from the partitions since its creation only.
 func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, error) {
-	after := f.After
-	if after <= 0 {
-		after = 1<<63 - 1
+	var afterAt *time.Time
+	if !f.After.At.IsZero() {
+		afterAt = &f.After.At
 	}
 	if f.DeliveryID != "" {
 		if created, ok := IDTime(f.DeliveryID); ok {
@@ -68,7 +100,7 @@ func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, e
 		}
 	}
 	rows, err := s.pool.Query(ctx, listAttemptsSQL, customPlan,
-		f.DeliveryID, f.EndpointID, f.Classification, f.Since, f.Until, after, f.Limit)
+		f.DeliveryID, f.EndpointID, f.Classification, f.Since, f.Until, afterAt, f.After.ID, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
 	}
@@ -86,6 +118,3 @@ func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, e
 	}
 	return out, rows.Err()
 }
-
-// AttemptCursor renders an attempt id as a page cursor.
-func AttemptCursor(id int64) string { return strconv.FormatInt(id, 10) }
