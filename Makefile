@@ -77,7 +77,7 @@ fuzz:
 bench:
 	$(GO) run ./internal/bench
 
-## bench-month: S1 on an empty database, then S8: 30 days of history (50 million attempts, 10-15 GB, about 30 minutes) under S1's load; writes bench-month-results.json
+## bench-month: S1 on an empty database, then S8: 30 days of history (50 million attempts, about 24 GiB, about 30 minutes) under S1's load; writes bench-month-results.json
 bench-month:
 	$(GO) run ./internal/bench -only s1,s8 -out $(CURDIR)/bench-month-results.json
 
