@@ -31,6 +31,8 @@ type Store struct {
 	// secrets seals endpoint signing secrets before they are written and
 	// opens them as they are read; nil stores them in plain text.
 	secrets *secretbox.Keyring
+	// ops, when set, emits operational events (operational.go).
+	ops *opsCache
 }
 
 // Option configures a Store.
