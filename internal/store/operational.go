@@ -384,12 +384,13 @@ func (s *Store) UpdateOperationalEndpoint(ctx context.Context, id string, p Oper
 // endpoint's id is ErrNotFound.
 func (s *Store) DeleteOperationalEndpoint(ctx context.Context, id string) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM endpoints WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, OperationalTenant).Scan(&n); err != nil {
-			return fmt.Errorf("load operational endpoint: %w", err)
-		}
-		if n == 0 {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM endpoints WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, OperationalTenant).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("load operational endpoint: %w", err)
 		}
 		return s.deleteEndpointTx(ctx, tx, id)
 	})
