@@ -1,8 +1,8 @@
 package delivery
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"

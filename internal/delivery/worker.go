@@ -112,8 +112,8 @@ type WorkerDeps struct {
 	// operator's own services, often internal, so it may skip the SSRF
 	// guard Sender applies. Nil sends them with Sender.
 	OperationalSender *Sender
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	Metrics           *Metrics
+	Logger            *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
 	// LocalNow is this process's clock, the one River schedules by.
