@@ -138,13 +138,14 @@ func (s *Store) CommitTransition(ctx context.Context, endpointID string, prev in
 }
 
 // breakerEventType is the operational event of transition t: breaker.opened
-// or breaker.closed, or none (another state, a shadow breaker, no change).
+// (open, or isolated by an operator) or breaker.closed, or none (half-open,
+// a shadow breaker, no change).
 func breakerEventType(t *breaker.Transition, meta TransitionMeta) string {
 	if t == nil || meta.Shadow || t.From == t.To {
 		return ""
 	}
 	switch t.To {
-	case breaker.StateOpen:
+	case breaker.StateOpen, breaker.StateIsolated:
 		return OpBreakerOpened
 	case breaker.StateClosed:
 		return OpBreakerClosed
@@ -163,7 +164,7 @@ func (s *Store) saveBreakerTx(ctx context.Context, tx pgx.Tx, id string, prev in
 	if typ == "" {
 		return true, nil
 	}
-	data := map[string]any{"reason": t.Reason, "from": t.From.String(), "generation": t.Generation}
+	data := map[string]any{"reason": t.Reason, "from": t.From.String(), "to": t.To.String(), "generation": t.Generation}
 	if typ == OpBreakerOpened {
 		data["failure_rate"], data["requests"], data["failures"], data["consecutive_failures"] = t.FailureRate, t.Observations, t.Failures, t.Consecutive
 		data["open_until"] = t.OpenUntil.UTC()
