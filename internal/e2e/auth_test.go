@@ -101,7 +101,7 @@ func TestAuthWallDisablesAndEnableReleasesHeld(t *testing.T) {
 	require.Equal(t, "enabled", e.Status)
 	Eventually(t, time.Minute, 100*time.Millisecond, "every message delivered to both endpoints", func() bool {
 		var n int
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered'`).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND tenant_id = 'acme'`).Scan(&n))
 		return n == 2*sent
 	})
 	st := rc.Stats("/locked")
