@@ -89,6 +89,8 @@ func (l *opsLog) maxTries() int {
 func TestOperationalEventsEndToEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	start := time.Now()
+	phase := func(name string) { t.Logf("%s at %s", name, time.Since(start).Round(time.Millisecond)) }
 	db := storetest.New(t)
 	log := &opsLog{seen: map[string]bool{}, tries: map[string]int{}}
 	ops := deliverytest.Start(t, deliverytest.Options{Secrets: []string{opsSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
@@ -163,6 +165,8 @@ func TestOperationalEventsEndToEnd(t *testing.T) {
 		return log.find(typ, endpoint)[0]
 	}
 
+	phase("started")
+
 	// CRUD on an endpoint.
 	crud := create("crudco", "/crud", "")
 	code, err = api.Do(ctx, "PATCH", "/v1/endpoints/"+crud.ID, map[string]any{"description": "renamed"}, nil)
@@ -174,6 +178,8 @@ func TestOperationalEventsEndToEnd(t *testing.T) {
 	require.Equal(t, rc.URL("/crud"), waitFor("endpoint.created", crud.ID).Data["url"])
 	require.Equal(t, "renamed", waitFor("endpoint.updated", crud.ID).Data["description"])
 	require.Equal(t, "crudco", waitFor("endpoint.deleted", crud.ID).Data["tenant_id"])
+
+	phase("crud done")
 
 	// An auth wall: 401 until the endpoint is disabled, then enabled again.
 	locked := create("authco", "/locked", "authfast")
@@ -190,6 +196,8 @@ func TestOperationalEventsEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
 	waitFor("endpoint.enabled", locked.ID)
+
+	phase("auth wall done")
 
 	// A breaker that opens on 500s and closes once they stop.
 	brk := create("brkco", "/brk", "fast")
@@ -217,6 +225,8 @@ func TestOperationalEventsEndToEnd(t *testing.T) {
 		return false
 	})
 
+	phase("breaker done")
+
 	// A delivery that exhausts its retries, then a retry that delivers it.
 	flaky := create("flakyco", "/flaky", "")
 	m := api.SendMessage(t, "flakyco", "invoice.paid", map[string]any{"n": 1})
@@ -236,12 +246,16 @@ func TestOperationalEventsEndToEnd(t *testing.T) {
 	require.Equal(t, dlv, recovered.Data["delivery_id"])
 	require.Len(t, log.find("delivery.failed", flaky.ID), 1)
 
+	phase("failed/recovered done")
+
 	// Every request to /ops was signed with the operational secret; the
 	// failing operational endpoint was retried under one webhook-id.
 	require.Zero(t, ops.Stats("/ops").BadSignatures)
 	require.Zero(t, ops.Stats("/broken").BadSignatures)
 	require.Zero(t, ops.Stats("/ops").Duplicates)
 	Eventually(t, 30*time.Second, 50*time.Millisecond, "an event retried to the failing operational endpoint", func() bool { return log.maxTries() >= 2 })
+
+	phase("retries seen")
 
 	// No event is about an operational endpoint, and none is produced once
 	// the customer side is quiet (however the failing one fares).
