@@ -133,3 +133,34 @@ func TestOperationalEventsFollowTheCache(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// recordLedgerBefore0023 writes attempts and status updates as the ledger
+// did before migration 0023 (whose UPDATE sets failed_at and
+// recovered_at): upgrade tests from an older schema populate it with this.
+func recordLedgerBefore0023(t *testing.T, db *storetest.DB, attempts []store.Attempt, updates []store.StatusUpdate) {
+	t.Helper()
+	ctx := context.Background()
+	for _, a := range attempts {
+		var ec *string
+		if a.ErrorClass != "" {
+			ec = &a.ErrorClass
+		}
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
+				status_code, error_class, classification, response_excerpt, trial)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			a.DeliveryID, a.MessageID, a.EndpointID, a.AttemptNumber, a.AttemptedAt, float64(a.Duration)/float64(time.Millisecond),
+			a.StatusCode, ec, a.Classification, a.ResponseExcerpt, a.Trial)
+		require.NoError(t, err)
+	}
+	for _, u := range updates {
+		_, err := db.Pool.Exec(ctx, `
+			UPDATE deliveries SET status = $2, attempt_count = $3, last_attempt_at = coalesce($4, last_attempt_at),
+				last_status_code = $5, last_error = $6,
+				delivered_at = CASE WHEN $2 = 'delivered' THEN coalesce($4, now()) ELSE delivered_at END,
+				job_id = CASE WHEN $7 THEN NULL ELSE job_id END, updated_at = now()
+			WHERE id = $1 AND series = $8`,
+			u.DeliveryID, u.Status, u.AttemptCount, u.LastAttemptAt, u.LastStatusCode, u.LastError, u.Park && u.Status == store.DeliveryWaiting, u.Series)
+		require.NoError(t, err)
+	}
+}
