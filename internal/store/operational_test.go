@@ -3,9 +3,12 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/store"
@@ -163,4 +166,58 @@ func recordLedgerBefore0023(t *testing.T, db *storetest.DB, attempts []store.Att
 			u.DeliveryID, u.Status, u.AttemptCount, u.LastAttemptAt, u.LastStatusCode, u.LastError, u.Park && u.Status == store.DeliveryWaiting, u.Series)
 		require.NoError(t, err)
 	}
+}
+
+// statementCounter counts the statements a pool sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestLedgerFlushAddsNoStatementWithoutOperationalEndpoints: once a
+// dispatcher's store knows no operational endpoint exists, a ledger flush
+// that fails deliveries (an event each, were anyone listening) sends
+// exactly the statements it sends with operational events off.
+func TestLedgerFlushAddsNoStatementWithoutOperationalEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	statements := func(ops bool) int64 {
+		db := storetest.New(t)
+		counter := &statementCounter{}
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		cfg.ConnConfig.Tracer = counter
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		enq := &fakeEnqueuer{next: 1}
+		var opts []store.Option
+		if ops {
+			opts = append(opts, store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: enq, CacheTTL: time.Hour}))
+		}
+		s := store.New(pool, nil, opts...)
+		_, err = s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/a", Secret: testSecret})
+		require.NoError(t, err)
+		var ids []string
+		for range 6 {
+			m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(`{}`)}, enq)
+			require.NoError(t, err)
+			ids = append(ids, m.Deliveries[0].ID)
+		}
+		// The first flush with an event loads the (empty) list.
+		require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{attempted(ids[0], 1, store.DeliveryFailed, 3)}))
+		before := counter.n.Load()
+		for _, id := range ids[1:] {
+			require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{attempted(id, 1, store.DeliveryFailed, 3)}))
+		}
+		require.Empty(t, opsTypes(t, db))
+		return counter.n.Load() - before
+	}
+	off, on := statements(false), statements(true)
+	require.Positive(t, off)
+	require.Equal(t, off, on)
 }
