@@ -161,7 +161,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	defer shutdownTracing(tracing, logger)
-	st := store.New(pool, logger, store.WithKeyring(keyring))
+	enq := &delivery.Enqueuer{Client: riverClient}
+	// The api hears no endpoint notifications: the endpoint writes that
+	// emit operational events read the operational endpoints in their
+	// transaction (CacheTTL 0).
+	st := store.New(pool, logger, store.WithKeyring(keyring), store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: enq}))
 	if err := st.CheckSecretsAtStart(ctx); err != nil {
 		return err
 	}
@@ -178,7 +182,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	handler := api.NewServer(api.Deps{
 		Tracing:              tracing,
 		Store:                st,
-		Enqueuer:             &delivery.Enqueuer{Client: riverClient},
+		Enqueuer:             enq,
 		Logger:               logger,
 		Token:                *set.apiToken,
 		SessionKey:           []byte(*set.sessionKey),

@@ -22,7 +22,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		if !strings.HasPrefix(path, "/v1/") {
 			continue
 		}
-		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv", "/v1/tokens/": "tok"} {
+		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/operational-endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv", "/v1/tokens/": "tok"} {
 			if strings.HasPrefix(path, prefix) {
 				path = strings.Replace(path, "{id}", missingID(kind), 1)
 			}
@@ -32,7 +32,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 41)
+	require.Len(t, out, 47)
 	return out
 }
 
@@ -41,6 +41,8 @@ func bodyFor(method, path string) any {
 	switch {
 	case method == "POST" && path == "/v1/endpoints":
 		return map[string]any{"tenant_id": "acme", "url": "https://acme.example/hook"}
+	case method == "POST" && path == "/v1/operational-endpoints":
+		return map[string]any{"url": "https://ops.example/hook"}
 	case method == "POST" && path == "/v1/messages":
 		return map[string]any{"tenant_id": "acme", "event_type": "a", "payload": 1}
 	case method == "PATCH":

@@ -53,12 +53,13 @@ type testBundle struct {
 func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle) {
 	t.Helper()
 	db := storetest.New(t)
-	s := store.New(db.Pool, nil)
 	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
 	require.NoError(t, err)
+	enq := &delivery.Enqueuer{Client: rc}
+	s := store.New(db.Pool, nil, store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: enq}))
 	deps := api.Deps{
 		Store:    s,
-		Enqueuer: &delivery.Enqueuer{Client: rc},
+		Enqueuer: enq,
 		Token:    testToken,
 		Rand:     rand.Reader,
 		// No test depends on the machine's DNS: names resolve only when

@@ -221,7 +221,10 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 		for name, ex := range op.RequestBody.Value.Content["application/json"].Examples {
 			t.Run(key+" "+name, func(t *testing.T) {
 				p := path
-				if strings.Contains(p, "{id}") {
+				switch {
+				case strings.HasPrefix(p, "/v1/operational-endpoints/{id}"):
+					p = strings.ReplaceAll(p, "{id}", b.createOpsEndpoint(t, map[string]any{"url": "https://ops.example/hook"}).ID)
+				case strings.Contains(p, "{id}"):
 					require.True(t, strings.HasPrefix(p, "/v1/endpoints/"), "no fixture for %s", p)
 					p = strings.ReplaceAll(p, "{id}", b.createEndpoint(t, "acme").ID)
 				}
@@ -316,6 +319,11 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 		requireStatus(t, http.StatusCreated, ok.do(t, "POST", "/v1/event-types", map[string]any{"name": name}))
 	}
 	typePatch := map[string]any{"description": "paid in full"}
+	// Operational endpoints: one to read and change, one to delete.
+	newOps := map[string]any{"url": "https://ops.example/hook", "event_types": []string{"breaker.*"}}
+	opsEp := "/v1/operational-endpoints/" + ok.createOpsEndpoint(t, newOps).ID
+	opsGone := "/v1/operational-endpoints/" + ok.createOpsEndpoint(t, newOps).ID
+	noOps := "/v1/operational-endpoints/" + missingID("ep")
 	bigType := map[string]any{"name": "big.type", "description": strings.Repeat("x", 70<<10)}
 
 	type req struct {
@@ -533,6 +541,36 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "DELETE", noTok, nil, asGlobex),
 			plain(404, "DELETE", "/v1/tokens/"+doomedTok.ID, nil),
 
+			plain(201, "POST", "/v1/operational-endpoints", newOps),
+			plain(400, "POST", "/v1/operational-endpoints", map[string]any{"url": "https://ops.example/x", "event_types": []string{"invoice.paid"}}),
+			plain(401, "POST", "/v1/operational-endpoints", newOps, withoutAuth()),
+			plain(403, "POST", "/v1/operational-endpoints", newOps, asGlobex),
+			plain(413, "POST", "/v1/operational-endpoints", map[string]any{"url": "https://ops.example/x", "description": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/operational-endpoints", newOps, withContentType("text/plain")),
+			plain(200, "GET", "/v1/operational-endpoints?limit=1", nil),
+			plain(400, "GET", "/v1/operational-endpoints?limit=0", nil),
+			plain(401, "GET", "/v1/operational-endpoints", nil, withoutAuth()),
+			plain(403, "GET", "/v1/operational-endpoints", nil, asGlobex),
+			plain(200, "GET", opsEp, nil),
+			plain(401, "GET", opsEp, nil, withoutAuth()),
+			plain(403, "GET", opsEp, nil, asGlobex),
+			plain(404, "GET", noOps, nil),
+			plain(200, "PATCH", opsEp, map[string]any{"event_types": []string{}}),
+			plain(400, "PATCH", opsEp, map[string]any{"event_types": []string{"delivery.lost"}}),
+			plain(401, "PATCH", opsEp, patch, withoutAuth()),
+			plain(403, "PATCH", opsEp, patch, asGlobex),
+			plain(404, "PATCH", noOps, patch),
+			plain(413, "PATCH", opsEp, map[string]any{"description": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
+			plain(415, "PATCH", opsEp, patch, withContentType("text/plain")),
+			plain(204, "DELETE", opsGone, nil),
+			plain(401, "DELETE", opsGone, nil, withoutAuth()),
+			plain(403, "DELETE", opsEp, nil, asGlobex),
+			plain(404, "DELETE", opsGone, nil),
+			plain(200, "GET", opsEp+"/secret", nil),
+			plain(401, "GET", opsEp+"/secret", nil, withoutAuth()),
+			plain(403, "GET", opsEp+"/secret", nil, asGlobex),
+			plain(404, "GET", noOps+"/secret", nil),
+
 			// What tenant tokens are refused: admin-only routes, changes
 			// with a read-only token, and naming another tenant.
 			plain(403, "POST", "/v1/endpoints", newEndpoint, asGlobex),
@@ -612,6 +650,12 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/tokens", nil),
 			plain(bad.want, "DELETE", noTok, nil),
 			plain(bad.want, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}),
+			plain(bad.want, "POST", "/v1/operational-endpoints", newOps),
+			plain(bad.want, "GET", "/v1/operational-endpoints", nil),
+			plain(bad.want, "GET", noOps, nil),
+			plain(bad.want, "PATCH", noOps, patch),
+			plain(bad.want, "DELETE", noOps, nil),
+			plain(bad.want, "GET", noOps+"/secret", nil),
 		}...)
 	}
 	calls[broken] = append(calls[broken], plain(500, "POST", "/v1/endpoints", newEndpoint))

@@ -106,6 +106,15 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
 
+		// Operational endpoints receive events about the service itself
+		// (operational.go): the operator's, never a tenant's.
+		v.Method("POST", "/operational-endpoints", adminOnly, handleCreateOperationalEndpoint(d))
+		v.Method("GET", "/operational-endpoints", adminOnly, handleListOperationalEndpoints(d))
+		v.Method("GET", "/operational-endpoints/{id}", adminOnly, handleGetOperationalEndpoint(d))
+		v.Method("PATCH", "/operational-endpoints/{id}", adminOnly, handleUpdateOperationalEndpoint(d))
+		v.Method("DELETE", "/operational-endpoints/{id}", adminOnly, handleDeleteOperationalEndpoint(d))
+		v.Method("GET", "/operational-endpoints/{id}/secret", adminOnly, handleGetOperationalSecret(d))
+
 		v.Method("POST", "/tenants/{tenant_id}/portal-sessions", adminOnly, handleCreatePortalSession(d))
 
 		v.Method("POST", "/tokens", adminOnly, handleCreateToken(d))

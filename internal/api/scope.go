@@ -142,6 +142,18 @@ func checkScope(r *http.Request, d Deps, rule scopeRule, p Principal) error {
 		return errReadOnly
 	}
 	if p.Admin() {
+		if rule.owner == store.OwnerEndpoint {
+			// The customer endpoint routes never reach an operational
+			// endpoint, whoever asks: its own routes are
+			// /v1/operational-endpoints.
+			tenant, err := d.Store.OwnerTenant(r.Context(), rule.owner, chi.URLParam(r, "id"))
+			if err != nil {
+				return err
+			}
+			if tenant == store.OperationalTenant {
+				return store.ErrNotFound
+			}
+		}
 		return nil
 	}
 	if rule.tenantQuery {

@@ -32,6 +32,8 @@ type isolation struct {
 	// globex's own endpoint and message.
 	globexEndpoint endpointJSON
 	globexMessage  messageJSON
+	// opsEndpoint is the admin's operational endpoint.
+	opsEndpoint opsEndpointJSON
 	// globex and globexRO are tokens of tenant globex, read-write and
 	// read-only.
 	globex, globexRO string
@@ -58,6 +60,7 @@ func setupIsolation(t *testing.T) *isolation {
 	in.globexMessage = b.sendMessage(t, "globex", "invoice.paid")
 	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-app", TenantID: "globex"})
 	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-ro", TenantID: "globex", ReadOnly: true})
+	in.opsEndpoint = b.createOpsEndpoint(t, map[string]any{"url": "https://ops.example/hook"})
 	return in
 }
 
@@ -103,6 +106,11 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 		if missing {
 			id = missingID("ep")
 		}
+	case strings.HasPrefix(p, "/v1/operational-endpoints/{id}"):
+		id = in.opsEndpoint.ID
+		if missing {
+			id = missingID("ep")
+		}
 	case strings.HasPrefix(p, "/v1/messages/{id}"):
 		id = in.initechMessage.ID
 		if missing {
@@ -135,6 +143,8 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 // sent no body.
 var walkBodies = map[string]any{
 	"POST /v1/endpoints":                      map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
+	"POST /v1/operational-endpoints":          map[string]any{"url": "https://initech.example/ops"},
+	"PATCH /v1/operational-endpoints/{id}":    map[string]any{"url": "https://initech.example/ops"},
 	"PATCH /v1/endpoints/{id}":                map[string]any{"description": "taken over"},
 	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
 	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
@@ -361,6 +371,12 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 		{"POST", "/v1/tokens", map[string]any{"name": "mine"}},
 		{"GET", "/v1/tokens", nil},
 		{"DELETE", "/v1/tokens/" + in.initechToken.ID, nil},
+		{"POST", "/v1/operational-endpoints", map[string]any{"url": "https://globex.example/ops"}},
+		{"GET", "/v1/operational-endpoints", nil},
+		{"GET", "/v1/operational-endpoints/" + in.opsEndpoint.ID, nil},
+		{"PATCH", "/v1/operational-endpoints/" + in.opsEndpoint.ID, map[string]any{"description": "mine"}},
+		{"DELETE", "/v1/operational-endpoints/" + in.opsEndpoint.ID, nil},
+		{"GET", "/v1/operational-endpoints/" + in.opsEndpoint.ID + "/secret", nil},
 	} {
 		a := b.raw(t, c.method, c.path, "Bearer "+in.globex, c.body)
 		require.Equal(t, http.StatusForbidden, a.status, "%s %s: %s", c.method, c.path, a.body)

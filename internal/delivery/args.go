@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,9 @@ var _ store.Enqueuer = (*Enqueuer)(nil)
 
 // EnqueueTx inserts one job per delivery and returns their ids in order.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.QueuedDelivery) ([]int64, error) {
+	if e.Client == nil {
+		return nil, errors.New("insert jobs: no River client yet")
+	}
 	params := make([]river.InsertManyParams, len(deliveries))
 	for i, d := range deliveries {
 		args := DeliverArgs{

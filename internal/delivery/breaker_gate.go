@@ -607,7 +607,7 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 			slog.Int("observations", res.Transition.Observations), slog.Float64("failure_rate", res.Transition.FailureRate))
 		return
 	}
-	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor, Shadow: shadow})
+	won, err := g.store.CommitTransition(ctx, ev.EndpointID, prev, b, *res.Transition, store.TransitionMeta{Actor: g.cfg.Actor, Shadow: shadow, Config: &cfg})
 	if err != nil {
 		g.logger.Error("breaker_transition_not_saved", slog.String("endpoint", ev.EndpointID), slog.String("error", err.Error()))
 		return

@@ -8,15 +8,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
 	"github.com/hookd/hookd/internal/store"
 )
 
-// OperationalArgs is a job sending one operational webhook (an event about
-// an endpoint, such as endpoint.disabled) to the operator's URL.
+// OperationalArgs is a job of the earlier operational webhook path, which
+// sent endpoint.disabled straight to --operational-webhook-url. Operational
+// events now travel as messages of store.OperationalTenant; the worker
+// stays registered so jobs of this kind still queued in a database finish.
 type OperationalArgs struct {
 	// EventID is the endpoint_events row; it makes the webhook-id stable
 	// across retries.
@@ -34,8 +35,9 @@ func (OperationalArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{MaxAttempts: 12}
 }
 
-// OperationalWorker POSTs operational webhooks in the Standard Webhooks
-// format, signed with the operator's secret.
+// OperationalWorker finishes queued jobs of the earlier kind: it POSTs each
+// in the Standard Webhooks format to URL, signed with Secret; with no URL
+// configured it drops them (nowhere to send them).
 type OperationalWorker struct {
 	river.WorkerDefaults[OperationalArgs]
 	URL    string
@@ -46,6 +48,9 @@ type OperationalWorker struct {
 
 // Work sends one event; a non-2xx answer is retried by River.
 func (w *OperationalWorker) Work(ctx context.Context, job *river.Job[OperationalArgs]) error {
+	if w.URL == "" {
+		return nil
+	}
 	body, err := json.Marshal(map[string]any{"type": job.Args.Type, "timestamp": job.Args.At, "data": job.Args.Data})
 	if err != nil {
 		return fmt.Errorf("encode operational event: %w", err)
@@ -60,13 +65,10 @@ func (w *OperationalWorker) Work(ctx context.Context, job *river.Job[Operational
 	return nil
 }
 
-// AutoDisables handles endpoints the ledger disabled for auth failures:
-// inside the ledger's transaction it queues their endpoint.disabled
-// operational webhooks (when a URL is configured); after the commit it logs
-// and counts them.
+// AutoDisables logs and counts, after the commit, the endpoints the ledger
+// disabled for auth failures (the store emits their endpoint.disabled
+// events inside the ledger's transaction).
 type AutoDisables struct {
-	// Client inserts the operational webhook jobs; nil sends none.
-	Client   *river.Client[pgx.Tx]
 	Logger   *slog.Logger
 	Disabled *prometheus.CounterVec
 }
@@ -87,28 +89,6 @@ func NewAutoDisabledCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		reg.MustRegister(c)
 	}
 	return c
-}
-
-// InTx queues the operational webhooks (a store.AfterDisable).
-func (a *AutoDisables) InTx(ctx context.Context, tx pgx.Tx, disabled []store.AutoDisable) error {
-	if a.Client == nil {
-		return nil
-	}
-	params := make([]river.InsertManyParams, len(disabled))
-	for i, d := range disabled {
-		data, err := json.Marshal(map[string]any{
-			"endpoint_id": d.EndpointID, "tenant_id": d.TenantID, "url": d.URL, "reason": "auth_failures",
-			"failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
-		})
-		if err != nil {
-			return fmt.Errorf("encode operational event: %w", err)
-		}
-		params[i] = river.InsertManyParams{Args: OperationalArgs{EventID: d.EventID, Type: "endpoint.disabled", At: d.LastAt, Data: data}}
-	}
-	if _, err := a.Client.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("queue operational webhooks: %w", err)
-	}
-	return nil
 }
 
 // After logs and counts the disabled endpoints.

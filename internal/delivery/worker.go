@@ -108,8 +108,12 @@ type WorkerDeps struct {
 	AuthRules AuthRules
 	Ledger    *Ledger
 	Sender    *Sender
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	// OperationalSender, when set, sends to operational endpoints: the
+	// operator's own services, often internal, so it may skip the SSRF
+	// guard Sender applies. Nil sends them with Sender.
+	OperationalSender *Sender
+	Metrics           *Metrics
+	Logger            *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
 	// LocalNow is this process's clock, the one River schedules by.
@@ -350,7 +354,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	}
 
 	start := w.deps.Now()
-	resp := w.deps.Sender.Send(ctx, Request{
+	sender := w.deps.Sender
+	if t.TenantID == store.OperationalTenant && w.deps.OperationalSender != nil {
+		sender = w.deps.OperationalSender
+	}
+	resp := sender.Send(ctx, Request{
 		URL:       t.URL,
 		MessageID: args.MessageID,
 		Timestamp: start,

@@ -56,11 +56,13 @@ type Config struct {
 	// ReclassifyInterval is how often auto endpoints' traffic classes are
 	// re-evaluated.
 	ReclassifyInterval time.Duration
-	// OperationalWebhookURL receives endpoint.disabled events; empty sends
-	// none.
+	// OperationalWebhookURL, when set, is registered at start as an
+	// operational endpoint receiving every operational event (once, by
+	// URL); empty registers none. More operational endpoints are managed
+	// through the api's /v1/operational-endpoints.
 	OperationalWebhookURL string
-	// OperationalWebhookSecret is the whsec_ secret signing operational
-	// webhooks, required with the URL.
+	// OperationalWebhookSecret is that operational endpoint's whsec_
+	// secret, required with the URL.
 	OperationalWebhookSecret string
 	// AllowPrivateTargets turns the SSRF guard off: deliveries may dial
 	// loopback and private addresses (development and tests).

@@ -129,6 +129,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if cfg.Actor == "" {
 		cfg.Actor = hostActor()
 	}
+	clock := store.NewDBClock(deps.Pool)
+	enq := &delivery.Enqueuer{}
 	d := &Dispatcher{
 		cfg:     cfg,
 		r:       r,
@@ -137,16 +139,24 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		stdout:  deps.Stdout,
 		tracing: deps.Tracing,
 		reg:     prometheus.NewRegistry(),
-		store:   store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring)),
-		clock:   store.NewDBClock(deps.Pool),
-		enq:     &delivery.Enqueuer{},
+		// The ledger, the breaker gate and the trial pool emit operational
+		// events through the store; its list of operational endpoints is
+		// dropped on every endpoint notification.
+		store: store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring),
+			store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: enq, CacheTTL: endpointCacheTTL, Now: clock.Now})),
+		clock: clock,
+		enq:   enq,
 	}
 	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
 
 	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
 	d.listener = store.NewListener(d.url, d.logger)
-	d.listener.Handle(store.EndpointChannel, d.cache.Invalidate)
+	d.listener.Handle(store.EndpointChannel, func(id string) {
+		d.cache.Invalidate(id)
+		d.store.InvalidateOperational()
+	})
 	d.listener.OnReconnect(d.cache.InvalidateAll)
+	d.listener.OnReconnect(d.store.InvalidateOperational)
 
 	d.classes = delivery.NewClassBook(d.store, d.logger)
 	d.classes.OpenDurations = d.metrics.Breaker.ClassOpenDuration
@@ -155,7 +165,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.OnReconnect(func() { d.classes.HandleNotice("") })
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
-	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{AfterDisable: d.autoDisables.InTx, OnDisabled: d.autoDisables.After})
+	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After})
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
@@ -192,6 +202,15 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	}
 	if err := d.classes.Load(ctx); err != nil {
 		return err
+	}
+	if u := d.cfg.OperationalWebhookURL; u != "" {
+		// The flag is a shortcut for one operational endpoint receiving
+		// every event; each start makes sure it exists with this secret.
+		e, created, err := d.store.EnsureOperationalEndpoint(ctx, u, d.cfg.OperationalWebhookSecret)
+		if err != nil {
+			return fmt.Errorf("register operational endpoint: %w", err)
+		}
+		d.logger.Info("operational_endpoint_registered", slog.String("endpoint", e.ID), slog.Bool("created", created))
 	}
 	var trials *store.TrialPool
 	if d.cfg.Breakers {
@@ -321,9 +340,9 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		d.logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: deliveries may reach loopback and private addresses"))
 	}
 	sender := delivery.NewSender(senderCfg)
-	// The operational webhook URL is the operator's own setting, often an
-	// internal service, so its sender is not guarded.
-	opsSender := delivery.NewSender(delivery.SenderConfig{Timeout: d.cfg.RequestTimeout})
+	// Operational endpoints are the operator's own services, often
+	// internal ones, so their sender is not guarded.
+	opsSender := delivery.NewSender(delivery.SenderConfig{Timeout: d.cfg.RequestTimeout, Propagator: senderCfg.Propagator})
 	d.senders = []*delivery.Sender{sender, opsSender}
 	worker := delivery.NewWorker(delivery.WorkerConfig{
 		Schedule:         d.r.schedule,
@@ -331,23 +350,25 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Park:             d.cfg.Breakers,
 		PayloadRetention: d.r.retention.PayloadRetention,
 	}, delivery.WorkerDeps{
-		Endpoints:  d.cache,
-		Deliveries: d.store,
-		Ledger:     d.ledger,
-		Gate:       gate,
-		AuthRules:  d.classes,
-		Sender:     sender,
-		Metrics:    d.metrics.Delivery,
-		Logger:     d.logger,
-		Now:        d.clock.Now,
-		Rand:       rand.Float64,
-		Fleet:      d.fleet,
-		Tracer:     tracer,
-		Propagator: propagator,
+		Endpoints:         d.cache,
+		Deliveries:        d.store,
+		Ledger:            d.ledger,
+		Gate:              gate,
+		AuthRules:         d.classes,
+		Sender:            sender,
+		OperationalSender: opsSender,
+		Metrics:           d.metrics.Delivery,
+		Logger:            d.logger,
+		Now:               d.clock.Now,
+		Rand:              rand.Float64,
+		Fleet:             d.fleet,
+		Tracer:            tracer,
+		Propagator:        propagator,
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	river.AddWorker(workers, &delivery.ReclassifyWorker{Store: d.store, Logger: d.logger})
+	// Jobs of the earlier operational webhook kind still queued finish.
 	river.AddWorker(workers, &delivery.OperationalWorker{
 		URL: d.cfg.OperationalWebhookURL, Secret: d.r.opsSecret, Now: d.clock.Now, Sender: opsSender,
 	})
@@ -366,9 +387,6 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
-	}
-	if d.cfg.OperationalWebhookURL != "" {
-		d.autoDisables.Client = client
 	}
 	d.enq.Client = client
 	return client, nil

@@ -25,7 +25,14 @@ func TestAuthWallDisablesAndEnableReleasesHeld(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	var fixed atomic.Bool
+	log := &opsLog{seen: map[string]bool{}, tries: map[string]int{}}
 	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret, opsSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
+		if r.Path == "/ops" {
+			if err := log.record(r); err != nil {
+				return deliverytest.Response{Status: http.StatusBadRequest}
+			}
+			return deliverytest.Response{Status: http.StatusOK}
+		}
 		if r.Path == "/locked" && !fixed.Load() {
 			return deliverytest.Response{Status: http.StatusUnauthorized, Body: []byte(`{"error":"bad token"}`)}
 		}
@@ -81,8 +88,9 @@ func TestAuthWallDisablesAndEnableReleasesHeld(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM endpoint_events WHERE endpoint_id = $1 AND kind = 'disabled' AND reason = 'auth_failures'`, locked.ID).Scan(&events))
 	require.Equal(t, 1, events)
 	Eventually(t, 30*time.Second, 50*time.Millisecond, "the operational endpoint.disabled webhook", func() bool {
-		return rc.Stats("/ops").Delivered == 1
+		return len(log.find("endpoint.disabled", locked.ID)) == 1
 	})
+	require.Equal(t, "auth_failures", log.find("endpoint.disabled", locked.ID)[0].Data["reason"])
 	require.Zero(t, rc.Stats("/ops").BadSignatures)
 
 	// Fix the receiver and enable: every held delivery arrives, once.
@@ -93,7 +101,7 @@ func TestAuthWallDisablesAndEnableReleasesHeld(t *testing.T) {
 	require.Equal(t, "enabled", e.Status)
 	Eventually(t, time.Minute, 100*time.Millisecond, "every message delivered to both endpoints", func() bool {
 		var n int
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered'`).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND tenant_id = 'acme'`).Scan(&n))
 		return n == 2*sent
 	})
 	st := rc.Stats("/locked")

@@ -71,6 +71,9 @@ type TransitionMeta struct {
 	Note string
 	// Shadow marks a would-be transition of a class in shadow mode.
 	Shadow bool
+	// Config, when known, is the breaker config the transition was
+	// decided under: its thresholds go into the breaker.opened event.
+	Config *breaker.Config
 }
 
 // saveBreakerSQL writes a breaker's stored fields versioned on the
@@ -113,8 +116,64 @@ func saveBreakerArgs(id string, prev int64, b breaker.Breaker, t *breaker.Transi
 // CommitTransition stores b, which made transition t from a breaker stored
 // at generation prev, with its history row and notification. It returns
 // false, writing nothing, when another process changed the breaker first.
+// With operational events on and a receiver for its event, the breaker
+// and the event are written in one transaction.
 func (s *Store) CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta TransitionMeta) (bool, error) {
+	if typ := breakerEventType(&t, meta); typ != "" {
+		wanted, err := s.operationalWanted(ctx, s.pool, typ)
+		if err != nil {
+			return false, err
+		}
+		if wanted {
+			var won bool
+			err := s.inTx(ctx, func(tx pgx.Tx) error {
+				var err error
+				won, err = s.saveBreakerTx(ctx, tx, endpointID, prev, b, &t, meta)
+				return err
+			})
+			return won, err
+		}
+	}
 	return saveBreaker(ctx, s.pool, endpointID, prev, b, &t, meta)
+}
+
+// breakerEventType is the operational event of transition t: breaker.opened
+// (open, or isolated by an operator) or breaker.closed, or none (half-open,
+// a shadow breaker, no change).
+func breakerEventType(t *breaker.Transition, meta TransitionMeta) string {
+	if t == nil || meta.Shadow || t.From == t.To {
+		return ""
+	}
+	switch t.To {
+	case breaker.StateOpen, breaker.StateIsolated:
+		return OpBreakerOpened
+	case breaker.StateClosed:
+		return OpBreakerClosed
+	}
+	return ""
+}
+
+// saveBreakerTx is saveBreaker in tx, emitting the transition's
+// operational event when it won.
+func (s *Store) saveBreakerTx(ctx context.Context, tx pgx.Tx, id string, prev int64, b breaker.Breaker, t *breaker.Transition, meta TransitionMeta) (bool, error) {
+	won, err := saveBreaker(ctx, tx, id, prev, b, t, meta)
+	if err != nil || !won {
+		return won, err
+	}
+	typ := breakerEventType(t, meta)
+	if typ == "" {
+		return true, nil
+	}
+	data := map[string]any{"reason": t.Reason, "from": t.From.String(), "to": t.To.String(), "generation": t.Generation}
+	if typ == OpBreakerOpened {
+		data["failure_rate"], data["requests"], data["failures"], data["consecutive_failures"] = t.FailureRate, t.Observations, t.Failures, t.Consecutive
+		data["open_until"] = t.OpenUntil.UTC()
+		if c := meta.Config; c != nil {
+			data["trip"], data["threshold"], data["min_requests"], data["window_seconds"] = string(c.Trip), c.FailureRateThreshold, c.MinThroughput, c.Window.Seconds()
+			data["consecutive_threshold"] = c.ConsecutiveFailures
+		}
+	}
+	return true, s.emitOperational(ctx, tx, []OperationalEvent{{Type: typ, At: t.At, EndpointID: id, Data: data}})
 }
 
 type queryRower interface {

@@ -43,7 +43,7 @@ func (s *Store) OperateBreaker(ctx context.Context, endpointID, action string, c
 		default:
 			return fmt.Errorf("breaker action %q: want reset or isolate", action)
 		}
-		_, err = saveBreaker(ctx, tx, endpointID, prev, b, &t, meta)
+		_, err = s.saveBreakerTx(ctx, tx, endpointID, prev, b, &t, withConfig(meta, c))
 		return err
 	})
 	return t, err

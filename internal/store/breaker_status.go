@@ -161,19 +161,19 @@ type BreakerFilter struct {
 	Page     Page
 }
 
-// ListBreakers returns a page of live endpoints in id order with their
-// breakers. configFor gives each endpoint's breaker config (its class).
+// ListBreakers returns a page of live customer endpoints (never
+// operational ones) in id order with their breakers. configFor gives each endpoint's breaker config (its class).
 func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor func(Endpoint) breaker.Config) ([]BreakerSummary, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+endpointColumnsQualified+`, `+breakerColumns+`, clock_timestamp(), s.updated_at
 		FROM endpoints e JOIN breaker_states s ON s.endpoint_id = e.id
-		WHERE e.deleted_at IS NULL AND ($1 = '' OR e.tenant_id = $1) AND e.id > $2
+		WHERE e.deleted_at IS NULL AND ($1 = '' OR e.tenant_id = $1) AND e.tenant_id <> $5 AND e.id > $2
 			AND CASE $3
 				WHEN '' THEN true
 				WHEN 'open' THEN s.state = 'open' AND s.open_until > clock_timestamp()
 				WHEN 'half_open' THEN s.state = 'half_open' OR (s.state = 'open' AND s.open_until <= clock_timestamp())
 				ELSE s.state = $3 END
-		ORDER BY e.id LIMIT $4`, f.TenantID, f.Page.After, f.State, f.Page.Limit)
+		ORDER BY e.id LIMIT $4`, f.TenantID, f.Page.After, f.State, f.Page.Limit, OperationalTenant)
 	if err != nil {
 		return nil, fmt.Errorf("list breakers: %w", err)
 	}

@@ -129,7 +129,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
-		return s.afterEndpointCreate(ctx, tx, out)
+		if err := s.afterEndpointCreate(ctx, tx, out); err != nil {
+			return err
+		}
+		return s.emitOperational(ctx, tx, []OperationalEvent{endpointEvent(OpEndpointCreated, out)})
 	})
 	return out, err
 }
@@ -177,12 +180,13 @@ type Page struct {
 	Limit int
 }
 
-// ListEndpoints returns live endpoints in id order, optionally of one tenant.
+// ListEndpoints returns live customer endpoints (never operational ones)
+// in id order, optionally of one tenant.
 func (s *Store) ListEndpoints(ctx context.Context, tenantID string, p Page) ([]Endpoint, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+endpointColumns+` FROM endpoints
-		WHERE deleted_at IS NULL AND ($1 = '' OR tenant_id = $1) AND id > $2
-		ORDER BY id LIMIT $3`, tenantID, p.After, p.Limit)
+		WHERE deleted_at IS NULL AND ($1 = '' OR tenant_id = $1) AND tenant_id <> $4 AND id > $2
+		ORDER BY id LIMIT $3`, tenantID, p.After, p.Limit, OperationalTenant)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
@@ -237,19 +241,24 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 			return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
 		}
 	}
-	if p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto {
-		var out Endpoint
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+	lockClass := p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto
+	if !lockClass && s.ops == nil {
+		return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
+	}
+	var out Endpoint
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if lockClass {
 			if err := lockClassForUse(ctx, tx, *p.TrafficClass); err != nil {
 				return err
 			}
-			var err error
-			out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
+		}
+		var err error
+		if out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit); err != nil {
 			return err
-		})
-		return out, err
-	}
-	return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
+		}
+		return s.emitOperational(ctx, tx, []OperationalEvent{endpointEvent(OpEndpointUpdated, out)})
+	})
+	return out, err
 }
 
 const endpointPatchSet = `
@@ -293,18 +302,21 @@ const LastErrorEndpointDeleted = "endpoint deleted"
 // left behind finds the endpoint gone and sends nothing; an attempt in
 // flight at the delete still records what the endpoint answered.
 func (s *Store) DeleteEndpoint(ctx context.Context, id string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := s.updateEndpointTx(ctx, tx, id, `deleted_at = now()`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE deliveries SET status = 'failed', last_error = $2, next_attempt_at = NULL,
-				breaker_open_until = NULL, updated_at = now()
-			WHERE endpoint_id = $1 AND status IN ('pending', 'waiting', 'held')`, id, LastErrorEndpointDeleted); err != nil {
-			return fmt.Errorf("settle deleted endpoint's deliveries: %w", err)
-		}
-		return nil
-	})
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.deleteEndpointTx(ctx, tx, id) })
+}
+
+func (s *Store) deleteEndpointTx(ctx context.Context, tx pgx.Tx, id string) error {
+	e, err := s.updateEndpointTx(ctx, tx, id, `deleted_at = now()`)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE deliveries SET status = 'failed', last_error = $2, next_attempt_at = NULL,
+			breaker_open_until = NULL, updated_at = now()
+		WHERE endpoint_id = $1 AND status IN ('pending', 'waiting', 'held')`, id, LastErrorEndpointDeleted); err != nil {
+		return fmt.Errorf("settle deleted endpoint's deliveries: %w", err)
+	}
+	return s.emitOperational(ctx, tx, []OperationalEvent{endpointEvent(OpEndpointDeleted, e)})
 }
 
 // SetEndpointStatus enables or disables an endpoint. reason is stored with a
@@ -313,7 +325,23 @@ func (s *Store) SetEndpointStatus(ctx context.Context, id, status string, reason
 	if status == EndpointEnabled {
 		reason = nil
 	}
-	return s.updateEndpoint(ctx, id, `status = $2, disabled_reason = $3`, status, reason)
+	if s.ops == nil {
+		return s.updateEndpoint(ctx, id, `status = $2, disabled_reason = $3`, status, reason)
+	}
+	var out Endpoint
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if out, err = s.updateEndpointTx(ctx, tx, id, `status = $2, disabled_reason = $3`, status, reason); err != nil {
+			return err
+		}
+		ev := endpointEvent(OpEndpointEnabled, out)
+		if status == EndpointDisabled {
+			ev.Type = OpEndpointDisabled
+			ev.Data["reason"] = reason
+		}
+		return s.emitOperational(ctx, tx, []OperationalEvent{ev})
+	})
+	return out, err
 }
 
 // RotateSecret makes secret the endpoint's signing secret (a private key of

@@ -65,7 +65,10 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 // streaks of the batch's endpoints; an endpoint whose streak reaches its
 // rule is disabled with reason auth_failures in the same transaction, so
 // each attempt counts exactly once. after (may be nil) runs in the
-// transaction for the endpoints disabled.
+// transaction for the endpoints disabled. With operational events on, the
+// same transaction emits endpoint.disabled for those endpoints,
+// delivery.failed for deliveries whose retries this batch exhausted and
+// delivery.recovered for failed ones it delivered.
 func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
 	attempts, updates := b.Attempts, b.Updates
 	var res LedgerResult
@@ -98,9 +101,17 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				return err
 			}
 		}
+		// The operational events of the batch go out with it, in this
+		// transaction: no event for a change that rolled back, none lost.
+		var events []OperationalEvent
+		for _, d := range res.Disabled {
+			events = append(events, OperationalEvent{Type: OpEndpointDisabled, At: d.LastAt, EndpointID: d.EndpointID, TenantID: d.TenantID, Data: map[string]any{
+				"url": d.URL, "reason": "auth_failures", "failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
+			}})
+		}
 		updates = mergeUpdates(updates)
 		if len(updates) == 0 {
-			return nil
+			return s.emitOperational(ctx, tx, events)
 		}
 		n := len(updates)
 		var (
@@ -138,13 +149,28 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		}
 		held := map[string]bool{}
 		for rows.Next() {
-			var id, status string
-			if err := rows.Scan(&id, &status); err != nil {
+			var (
+				id, status, messageID, endpointID, tenantID string
+				failed, recovered                           bool
+				attempts                                    int
+				lastError                                   *string
+				at                                          time.Time
+			)
+			if err := rows.Scan(&id, &status, &failed, &recovered, &messageID, &endpointID, &tenantID, &attempts, &lastError, &at); err != nil {
 				rows.Close()
 				return fmt.Errorf("update delivery statuses: %w", err)
 			}
 			if status == DeliveryHeld {
 				held[id] = true
+			}
+			if failed || recovered {
+				typ := OpDeliveryFailed
+				if recovered {
+					typ = OpDeliveryRecovered
+				}
+				events = append(events, OperationalEvent{Type: typ, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
+					"delivery_id": id, "message_id": messageID, "attempts": attempts, "last_error": lastError,
+				}})
 			}
 		}
 		rows.Close()
@@ -159,7 +185,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				res.HoldRefused[u.DeliveryID] = true
 			}
 		}
-		return nil
+		return s.emitOperational(ctx, tx, events)
 	})
 	if err != nil {
 		return LedgerResult{}, err
@@ -220,6 +246,9 @@ const ledgerUpdateSQL = `
 		breaker_open_until = CASE WHEN u.status = 'waiting' THEN u.breaker_open_until ELSE NULL END,
 		delivered_at = CASE WHEN u.status = 'delivered' THEN coalesce(u.last_attempt_at, now()) ELSE d.delivered_at END,
 		job_id = CASE WHEN u.park THEN NULL ELSE d.job_id END,
+		failed_at = CASE WHEN u.status = 'failed' AND d.status <> 'failed' AND u.last_attempt_at IS NOT NULL
+			THEN now() ELSE d.failed_at END,
+		recovered_at = CASE WHEN u.status = 'delivered' AND d.failed_at IS NOT NULL THEN now() ELSE d.recovered_at END,
 		updated_at = now()
 	FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
 		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[])
@@ -230,4 +259,5 @@ const ledgerUpdateSQL = `
 		AND (NOT u.park OR u.job_id IS NULL OR d.job_id = u.job_id)
 		AND (u.status <> 'held' OR EXISTS (
 			SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
-	RETURNING d.id, u.status`
+	RETURNING d.id, u.status, coalesce(d.failed_at = now(), false), coalesce(d.recovered_at = now(), false),
+		d.message_id, d.endpoint_id, d.tenant_id, d.attempt_count, d.last_error, d.updated_at`

@@ -103,6 +103,44 @@ type CreatedMessage struct {
 // same idempotency key are one message: the first creates it, the others
 // replay it. Either every message is stored or none is.
 func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueuer) ([]CreatedMessage, error) {
+	var (
+		out      []CreatedMessage
+		replayOf map[int]string
+		sameKey  []int
+	)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, replayOf, sameKey, err = s.createMessagesTx(ctx, tx, ins, enq)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	firsts := make(map[string]Message, len(replayOf))
+	for i, id := range replayOf {
+		first, ok := firsts[id]
+		if !ok {
+			var err error
+			if first, err = s.GetMessage(ctx, id); err != nil {
+				return nil, fmt.Errorf("load idempotent message: %w", err)
+			}
+			firsts[id] = first
+		}
+		out[i] = CreatedMessage{Message: first}
+	}
+	for i, j := range sameKey {
+		if j >= 0 {
+			out[i] = CreatedMessage{Message: out[j].Message}
+		}
+	}
+	return out, nil
+}
+
+// createMessagesTx runs CreateMessages' statements in tx. It returns the
+// messages, the first message id of each replayed idempotency key (by
+// index in ins; the caller loads them after the commit) and, for each
+// message, the index of an earlier one of the batch with its key, or -1.
+func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessage, enq Enqueuer) ([]CreatedMessage, map[int]string, []int, error) {
 	now := time.Now()
 	out := make([]CreatedMessage, len(ins))
 	// sameKeyAs[i] is the index of an earlier message with i's tenant and
@@ -148,7 +186,7 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 	}
 	// replayOf maps a message not created to the first message of its key.
 	replayOf := make(map[int]string)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := func() error {
 		// One statement claims the idempotency keys, inserts the messages
 		// whose claim succeeded (or that have no key), and lists each new
 		// message's subscribed endpoints, one row per endpoint.
@@ -301,28 +339,11 @@ func (s *Store) CreateMessages(ctx context.Context, ins []NewMessage, enq Enqueu
 			m.Deliveries = append(m.Deliveries, d)
 		}
 		return nil
-	})
+	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	firsts := make(map[string]Message, len(replayOf))
-	for i, id := range replayOf {
-		first, ok := firsts[id]
-		if !ok {
-			var err error
-			if first, err = s.GetMessage(ctx, id); err != nil {
-				return nil, fmt.Errorf("load idempotent message: %w", err)
-			}
-			firsts[id] = first
-		}
-		out[i] = CreatedMessage{Message: first}
-	}
-	for i, j := range sameKeyAs {
-		if j >= 0 {
-			out[i] = CreatedMessage{Message: out[j].Message}
-		}
-	}
-	return out, nil
+	return out, replayOf, sameKeyAs, nil
 }
 
 func insertDeliveries(ctx context.Context, tx pgx.Tx, ds []Delivery) error {

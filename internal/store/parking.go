@@ -41,7 +41,9 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueu
 		if err != nil {
 			return fmt.Errorf("record enable: %w", err)
 		}
-		return nil
+		ev := endpointEvent(OpEndpointEnabled, e)
+		ev.Data["released"] = released
+		return s.emitOperational(ctx, tx, []OperationalEvent{ev})
 	})
 	if err != nil {
 		return Endpoint{}, 0, err

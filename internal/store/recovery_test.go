@@ -184,10 +184,10 @@ func TestUpgradeAddsParkReason(t *testing.T) {
 		ids = append(ids, m.Deliveries[0].ID)
 	}
 	failed, parked := ids[0], ids[1]
-	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+	recordLedgerBefore0023(t, db, nil, []store.StatusUpdate{
 		{DeliveryID: failed, Series: 1, Status: store.DeliveryFailed, AttemptCount: 3},
 		{DeliveryID: parked, Series: 1, Status: store.DeliveryWaiting, AttemptCount: 1, Park: true},
-	}))
+	})
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
 	var reason *string

@@ -35,6 +35,8 @@ type Store struct {
 	// resealRead, set by tests only, runs in resealBatch between its read
 	// and its writes, so a test can change a row in between.
 	resealRead func()
+	// ops, when set, emits operational events (operational.go).
+	ops *opsCache
 }
 
 // Option configures a Store.

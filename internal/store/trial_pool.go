@@ -159,7 +159,7 @@ func (p *TrialPool) Acquire(ctx context.Context, endpointID string, c breaker.Co
 		dec = b.Allow(c, now.UTC())
 		after = b
 		if dec.Transition != nil {
-			if _, err := saveBreaker(ctx, tx, endpointID, prev, b, dec.Transition, meta); err != nil {
+			if _, err := p.store.saveBreakerTx(ctx, tx, endpointID, prev, b, dec.Transition, withConfig(meta, c)); err != nil {
 				return err
 			}
 		}
@@ -198,7 +198,7 @@ func (t *Trial) Finish(ctx context.Context, c breaker.Config, o breaker.Outcome,
 		if !res.Applied {
 			return nil
 		}
-		_, err = saveBreaker(ctx, tx, t.endpointID, prev, b, res.Transition, meta)
+		_, err = t.pool.store.saveBreakerTx(ctx, tx, t.endpointID, prev, b, res.Transition, withConfig(meta, c))
 		return err
 	})
 	return res, after, err
@@ -221,4 +221,10 @@ func (t *Trial) release(ctx context.Context) {
 	t.conn.Release()
 	t.conn = nil
 	<-t.pool.tokens
+}
+
+// withConfig is meta with c as its Config.
+func withConfig(meta TransitionMeta, c breaker.Config) TransitionMeta {
+	meta.Config = &c
+	return meta
 }

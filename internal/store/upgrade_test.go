@@ -147,7 +147,7 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 			updates = append(updates, store.StatusUpdate{DeliveryID: x.id, Series: 1, Status: x.status, AttemptCount: 1,
 				LastAttemptAt: &at, LastStatusCode: &code, Park: x.status == store.DeliveryWaiting})
 		}
-		require.NoError(t, s.RecordLedger(ctx, attempts, updates))
+		recordLedgerBefore0023(t, db, attempts, updates)
 		msgs[id] = w
 	}
 	counts := func(tables ...string) map[string]int {
