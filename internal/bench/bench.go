@@ -137,6 +137,12 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	if opts.smoke {
 		b.plan = smokePlan
 	}
+	if opts.soakDuration > 0 {
+		b.plan.soakDuration = opts.soakDuration
+	}
+	if opts.soakRate > 0 {
+		b.plan.soakRate = opts.soakRate
+	}
 	if b.root, err = moduleRoot(); err != nil {
 		return nil, err
 	}

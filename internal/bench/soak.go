@@ -40,6 +40,9 @@ type soakMinute struct {
 	// P99Ms is the p99 of the messages accepted in the minute before AtS.
 	P99Ms float64 `json:"p99_ms"`
 	N     int     `json:"deliveries"`
+	// RiverJob breaks river_job down (heap, indexes, rows by state,
+	// vacuum), the one table whose size depends on River's cleaner.
+	RiverJob *riverJobSample `json:"river_job,omitempty"`
 }
 
 // soakVerdict is one series' flatness over the last third.
@@ -110,6 +113,9 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 				return
 			}
 			m.Tables = sz.Bytes
+			if m.RiverJob, err = s.riverJob(lctx, p.soakRetention); err != nil {
+				return
+			}
 			samples = append(samples, m)
 		})
 	})
