@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -198,10 +199,11 @@ func TestSoakVerdicts(t *testing.T) {
 	t.Parallel()
 	minute := func(rss float64, table int64, p99 float64) soakMinute {
 		return soakMinute{
-			Dispatcher: map[string]float64{"go_goroutines": 100, "process_resident_memory_bytes": rss},
-			API:        map[string]float64{"go_goroutines": 50, "process_resident_memory_bytes": 30 << 20},
-			Tables:     map[string]int64{"deliveries": table, "tiny": 16 << 10},
-			P99Ms:      p99,
+			Dispatcher:     map[string]float64{"go_goroutines": 100, "process_resident_memory_bytes": rss},
+			API:            map[string]float64{"go_goroutines": 50, "process_resident_memory_bytes": 30 << 20},
+			GoroutineFloor: map[string]float64{"dispatcher": 90, "api": 20},
+			Tables:         map[string]int64{"deliveries": table, "tiny": 16 << 10},
+			P99Ms:          p99,
 		}
 	}
 	status := func(vs []soakVerdict) map[string]string {
@@ -217,21 +219,45 @@ func TestSoakVerdicts(t *testing.T) {
 		flat = append(flat, minute(float64(20+min(i, 6))*(1<<20), int64(min(i, 6))*(100<<20)+(100<<20), 100))
 	}
 	got := status(soakVerdicts(flat, []string{"deliveries", "tiny"}))
-	for _, s := range []string{"dispatcher process_resident_memory_bytes", "table deliveries", "table tiny", "p99 latency", "api go_goroutines"} {
+	for _, s := range []string{"dispatcher process_resident_memory_bytes", "table deliveries", "table tiny", "p99 latency trend", "api go_goroutines floor", "dispatcher go_goroutines floor"} {
 		require.Equal(t, "met", got[s], s)
 	}
 
-	// RSS climbing 20% over the last third, a table doubling, p99 spiking.
+	// RSS climbing 20% over the last third, a table doubling, p99 rising
+	// minute after minute.
 	grow := append([]soakMinute(nil), flat[:6]...)
-	grow = append(grow, minute(26<<20, 700<<20, 100), minute(29<<20, 1000<<20, 100), minute(32<<20, 1400<<20, 400))
+	grow = append(grow, minute(26<<20, 700<<20, 130), minute(29<<20, 1000<<20, 160), minute(32<<20, 1400<<20, 400))
 	got = status(soakVerdicts(grow, []string{"deliveries", "tiny"}))
 	require.Equal(t, "missed", got["dispatcher process_resident_memory_bytes"])
 	require.Equal(t, "missed", got["table deliveries"])
-	require.Equal(t, "missed", got["p99 latency"])
+	require.Equal(t, "missed", got["p99 latency trend"])
 	require.Equal(t, "met", got["table tiny"])
+
+	// One slow minute is no trend; a snapshot of goroutines catching work
+	// in flight is no leak while the floor stays.
+	noisy := slices.Clone(flat)
+	noisy[7] = minute(26<<20, 700<<20, 900)
+	noisy[7].Dispatcher["go_goroutines"] = 330
+	noisy[8].API["go_goroutines"] = 90
+	noisy[6].GoroutineFloor = map[string]float64{"dispatcher": 93, "api": 18}
+	got = status(soakVerdicts(noisy, nil))
+	require.Equal(t, "met", got["p99 latency trend"])
+	require.Equal(t, "met", got["dispatcher go_goroutines floor"])
+	require.Equal(t, "met", got["api go_goroutines floor"])
+
+	// A floor that climbs is a leak, small as the process is.
+	leak := slices.Clone(flat)
+	for i := 6; i < 9; i++ {
+		leak[i] = minute(26<<20, 700<<20, 100)
+		leak[i].GoroutineFloor = map[string]float64{"dispatcher": 90 + float64(i-5)*20, "api": 20 + float64(i-5)*4}
+	}
+	got = status(soakVerdicts(leak, nil))
+	require.Equal(t, "missed", got["dispatcher go_goroutines floor"])
+	require.Equal(t, "missed", got["api go_goroutines floor"])
 
 	// A table of a few pages moving by a page is flat (the absolute slack).
 	pages := []soakMinute{minute(1, 8<<10, 1), minute(1, 16<<10, 1), minute(1, 24<<10, 1)}
 	require.Equal(t, "met", status(soakVerdicts(pages, []string{"deliveries"}))["table deliveries"])
-	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency"], "no samples is no evidence")
+	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency trend"], "no samples is no evidence")
+	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["api go_goroutines floor"], "no samples is no evidence")
 }

@@ -103,16 +103,16 @@ func printSoak(w io.Writer, s *scenarioResult) {
 	minutes, _ := s.Extra["minutes"].([]soakMinute)
 	verdicts, _ := s.Extra["verdicts"].([]soakVerdict)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| at s | dispatcher RSS MB | dispatcher goroutines | api RSS MB | api goroutines | tables MB (all) | largest tables MB | deliveries | p99 ms |")
+	fmt.Fprintln(w, "| at s | dispatcher RSS MB | dispatcher goroutines (floor) | api RSS MB | api goroutines (floor) | tables MB (all) | largest tables MB | deliveries | p99 ms |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for _, m := range minutes {
 		var total int64
 		for _, b := range m.Tables {
 			total += b
 		}
-		fmt.Fprintf(w, "| %.0f | %.1f | %.0f | %.1f | %.0f | %.1f | %s | %d | %.1f |\n", m.AtS,
-			m.Dispatcher["process_resident_memory_bytes"]/(1<<20), m.Dispatcher["go_goroutines"],
-			m.API["process_resident_memory_bytes"]/(1<<20), m.API["go_goroutines"],
+		fmt.Fprintf(w, "| %.0f | %.1f | %.0f (%.0f) | %.1f | %.0f (%.0f) | %.1f | %s | %d | %.1f |\n", m.AtS,
+			m.Dispatcher["process_resident_memory_bytes"]/(1<<20), m.Dispatcher["go_goroutines"], m.GoroutineFloor["dispatcher"],
+			m.API["process_resident_memory_bytes"]/(1<<20), m.API["go_goroutines"], m.GoroutineFloor["api"],
 			float64(total)/(1<<20), largestTables(m.Tables, 4), m.N, m.P99Ms)
 	}
 	printRiverJob(w, minutes)

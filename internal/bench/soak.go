@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,17 +14,37 @@ import (
 // minute: the dispatcher's and the api's goroutines and RSS (their own
 // /metrics: go_goroutines, process_resident_memory_bytes), every table's
 // size (partitions summed into their table), and the p99 latency of the
-// messages accepted in that minute. Each series must be flat over the last
-// third of the run: within 10% ((max - min) / max).
+// messages accepted in that minute. Each must hold over the last third of
+// the run:
+//
+//   - RSS and every table's size flat: within 10% ((max - min) / max).
+//   - Goroutines: their floor flat, the fewest of soakScrapes scrapes in
+//     the minute, within 10% or soakGoroutineSlack. A leaked goroutine
+//     never exits, so it raises the floor; work in flight comes and goes
+//     above it, and a snapshot catches whatever was in flight.
+//   - p99: no upward trend, the median minute of the last third within 10%
+//     of the median minute of the middle third. One slow minute on a
+//     shared machine moves neither median; latency that grows with the
+//     run moves both.
 
 // soakSeries are the per-minute series of the process metrics.
 var soakSeries = []string{"go_goroutines", "process_resident_memory_bytes"}
 
 // soakGoal is the soak's target.
-const soakGoal = "Soak: RSS, goroutines, every table's size and the p99 each flat over the last third (within 10%)"
+const soakGoal = "Soak: RSS, goroutine floors and every table's size flat over the last third, p99 not rising (within 10%)"
 
 // soakFlat is how far a series may move over the last third.
 const soakFlat = 0.10
+
+// soakScrapes is how many times a minute the soak scrapes goroutines for
+// their floor.
+const soakScrapes = 12
+
+// soakGoroutineSlack is how many goroutines a floor may move and still be
+// flat: a floor of 20 moves by 2 with one timer or connection more, while
+// a leak of one goroutine every two minutes exceeds it over a 10-minute
+// last third.
+const soakGoroutineSlack = 5
 
 // soakTableSlack is how many bytes a table may move and still be flat
 // whatever its size: a table of a few pages moves by a page at a time.
@@ -36,7 +57,10 @@ type soakMinute struct {
 	// process_resident_memory_bytes.
 	Dispatcher map[string]float64 `json:"dispatcher"`
 	API        map[string]float64 `json:"api"`
-	Tables     map[string]int64   `json:"table_bytes"`
+	// GoroutineFloor is the fewest go_goroutines of each process
+	// ("dispatcher", "api") over the minute's scrapes.
+	GoroutineFloor map[string]float64 `json:"goroutine_floor"`
+	Tables         map[string]int64   `json:"table_bytes"`
 	// P99Ms is the p99 of the messages accepted in the minute before AtS.
 	P99Ms float64 `json:"p99_ms"`
 	N     int     `json:"deliveries"`
@@ -97,10 +121,24 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 	var (
 		samples []soakMinute
 		wg      sync.WaitGroup
+		floors  = newFloors()
 	)
 	wg.Go(func() {
+		everyTick(lctx, p.soakSample/soakScrapes, func(int) {
+			d, err := s.metrics(lctx, "go_goroutines")
+			if err != nil {
+				return
+			}
+			a, err := scrape(lctx, s.api.match(apiMetricsRE)[1]+"/metrics", []string{"go_goroutines"})
+			if err != nil {
+				return
+			}
+			floors.observe(map[string]float64{"dispatcher": d["go_goroutines"], "api": a["go_goroutines"]})
+		})
+	})
+	wg.Go(func() {
 		everyTick(lctx, p.soakSample, func(i int) {
-			m := soakMinute{AtS: float64(i) * p.soakSample.Seconds()}
+			m := soakMinute{AtS: float64(i) * p.soakSample.Seconds(), GoroutineFloor: floors.take()}
 			var err error
 			if m.Dispatcher, err = s.metrics(lctx, soakSeries...); err != nil {
 				return
@@ -155,8 +193,10 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"verdicts":           verdicts,
 		"flat_met":           met,
 		"flat_series":        len(verdicts),
-		"flat_rule": fmt.Sprintf("per series, (max - min) / max over the last third of the samples <= %.0f%% (a table also when it moved by at most %d KiB)",
-			soakFlat*100, soakTableSlack>>10),
+		"flat_rule": fmt.Sprintf("over the last third of the samples: RSS and each table (max - min) / max <= %.0f%% (a table also when it moved by at most %d KiB); "+
+			"each process's goroutine floor (fewest of %d scrapes a sample) likewise, or moved by at most %d; "+
+			"the median sample's p99 at most %.0f%% above the middle third's",
+			soakFlat*100, soakTableSlack>>10, soakScrapes, soakGoroutineSlack, soakFlat*100),
 	}
 	return res, s.loadErrors(res, m)
 }
@@ -197,12 +237,14 @@ func (s *stage) userTables(ctx context.Context) ([]string, error) {
 }
 
 // soakVerdicts checks every series over the last third of the samples:
-// each process metric of the dispatcher and the api, each table's size,
-// and the per-minute p99.
+// each process's RSS and goroutine floor, each table's size, and the
+// per-minute p99 against the middle third.
 func soakVerdicts(samples []soakMinute, tables []string) []soakVerdict {
-	last := samples[len(samples)-len(samples)/3:]
+	third := len(samples) / 3
+	last := samples[len(samples)-third:]
+	middle := samples[len(samples)-2*third : len(samples)-third]
 	if len(samples) < 3 {
-		last = samples
+		last, middle = samples, samples
 	}
 	var out []soakVerdict
 	check := func(name string, slack float64, value func(soakMinute) float64) {
@@ -221,18 +263,69 @@ func soakVerdicts(samples []soakMinute, tables []string) []soakVerdict {
 		out = append(out, v)
 	}
 	for _, proc := range []string{"dispatcher", "api"} {
-		for _, series := range soakSeries {
-			check(proc+" "+series, 0, func(sm soakMinute) float64 {
-				if proc == "api" {
-					return sm.API[series]
-				}
-				return sm.Dispatcher[series]
-			})
-		}
+		check(proc+" process_resident_memory_bytes", 0, func(sm soakMinute) float64 {
+			if proc == "api" {
+				return sm.API["process_resident_memory_bytes"]
+			}
+			return sm.Dispatcher["process_resident_memory_bytes"]
+		})
+		check(proc+" go_goroutines floor", soakGoroutineSlack, func(sm soakMinute) float64 { return sm.GoroutineFloor[proc] })
 	}
 	for _, t := range tables {
 		check("table "+t, soakTableSlack, func(sm soakMinute) float64 { return float64(sm.Tables[t]) })
 	}
-	check("p99 latency", 0, func(sm soakMinute) float64 { return sm.P99Ms })
+	// The p99's spread is how far the last third's median minute is above
+	// the middle third's.
+	v := soakVerdict{Series: "p99 latency trend", Status: "missed"}
+	if len(last) > 0 {
+		before, after := medianP99(middle), medianP99(last)
+		if after > 0 {
+			v.Spread = round3(max(after-before, 0) / after)
+		}
+		if after <= before*(1+soakFlat) {
+			v.Status = "met"
+		}
+	}
+	return append(out, v)
+}
+
+// medianP99 is the median of the samples' p99s.
+func medianP99(samples []soakMinute) float64 {
+	p := make([]float64, len(samples))
+	for i, sm := range samples {
+		p[i] = sm.P99Ms
+	}
+	slices.Sort(p)
+	if len(p)%2 == 1 {
+		return p[len(p)/2]
+	}
+	return (p[len(p)/2-1] + p[len(p)/2]) / 2
+}
+
+// floors keeps the fewest of each series seen since the last take.
+type floors struct {
+	mu  sync.Mutex
+	min map[string]float64
+}
+
+func newFloors() *floors { return &floors{min: map[string]float64{}} }
+
+// observe lowers each series' floor to v where v is lower.
+func (f *floors) observe(vs map[string]float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, v := range vs {
+		if old, ok := f.min[k]; !ok || v < old {
+			f.min[k] = v
+		}
+	}
+}
+
+// take returns the floors and starts over.
+func (f *floors) take() map[string]float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.min
+	f.min = map[string]float64{}
 	return out
 }
