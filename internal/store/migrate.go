@@ -69,6 +69,9 @@ func Migrations() ([]Migration, error) {
 // cleaner and nothing reads it).
 var droppedRiverIndexes = []string{"river_job_args_index"}
 
+// DroppedRiverIndexes returns the River indexes hookd's migrations drop.
+func DroppedRiverIndexes() []string { return slices.Clone(droppedRiverIndexes) }
+
 // RiverReindexIndexes are the indexes River's reindexer rebuilds: River's
 // own list without those hookd's migrations drop, so the reindexer does
 // not look for them on every run and warn that they are missing.

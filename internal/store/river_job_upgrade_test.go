@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/store"
@@ -58,4 +61,30 @@ func argsGINIndexes(t *testing.T, db *storetest.DB) int {
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
 		WHERE i.indrelid = 'river_job'::regclass AND am.amname = 'gin' AND a.attname = 'args'`).Scan(&n))
 	return n
+}
+
+// TestRiverMigrationsLeaveTheDroppedIndexAlone: hookd drops an index River
+// created, so a River migration after the one creating it that named it
+// (to alter or drop it without IF EXISTS) would fail on a hookd database.
+// A River upgrade that does so fails here first.
+func TestRiverMigrationsLeaveTheDroppedIndexAlone(t *testing.T) {
+	t.Parallel()
+	migrator, err := rivermigrate.New(riverpgxv5.New(nil), nil)
+	require.NoError(t, err)
+	created := map[string]int{}
+	for _, m := range migrator.AllVersions() {
+		for _, name := range store.DroppedRiverIndexes() {
+			if !strings.Contains(m.SQLUp, name) {
+				continue
+			}
+			if _, ok := created[name]; !ok {
+				created[name] = m.Version
+				continue
+			}
+			t.Errorf("River migration %d names %s, which migration 0025 dropped", m.Version, name)
+		}
+	}
+	for _, name := range store.DroppedRiverIndexes() {
+		require.Contains(t, created, name, "no River migration creates %s", name)
+	}
 }
