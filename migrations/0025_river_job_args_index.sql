@@ -6,9 +6,10 @@
 -- its page stay. Every delivery job's args carry keys no later job has
 -- (its delivery_id, and its message_id shared by the message's fan-out),
 -- so while the cleaner keeps the rows to COMPLETED_JOB_RETENTION this
--- index grows by every job ever inserted: about 1.6 MB a minute at 200
--- deliveries/s, four times the rest of the table's growth, until River's
--- reindexer rebuilds it at midnight (docs/reliability.md, Soak).
+-- index grows by every job ever inserted: 1.6 MB a minute at 200
+-- deliveries/s, most of the table's growth once the cleaner keeps the rows
+-- level, until River's reindexer rebuilds it at midnight
+-- (docs/reliability.md, Soak).
 --
 -- Nothing reads it. It serves only jsonb containment and key tests on
 -- args (@>, ?); hookd finds jobs by id, state and queue, and River's
