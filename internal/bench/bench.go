@@ -110,6 +110,18 @@ var smokePlan = plan{
 	s9Measure: time.Second,
 }
 
+// withSoak returns the plan with the soak's duration and rate from the
+// command line where given.
+func (p plan) withSoak(o options) plan {
+	if o.soakDuration > 0 {
+		p.soakDuration = o.soakDuration
+	}
+	if o.soakRate > 0 {
+		p.soakRate = o.soakRate
+	}
+	return p
+}
+
 // bench is one run of the suite.
 type bench struct {
 	opts    options
@@ -137,12 +149,7 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	if opts.smoke {
 		b.plan = smokePlan
 	}
-	if opts.soakDuration > 0 {
-		b.plan.soakDuration = opts.soakDuration
-	}
-	if opts.soakRate > 0 {
-		b.plan.soakRate = opts.soakRate
-	}
+	b.plan = b.plan.withSoak(opts)
 	if b.root, err = moduleRoot(); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -191,6 +192,36 @@ func TestNoDuplicatesTarget(t *testing.T) {
 			require.Equal(t, tc.status, got.Status, got.Measured)
 			require.InDelta(t, tc.value, got.Value, 1e-9)
 			require.Equal(t, duplicatesGoal, got.Goal)
+		})
+	}
+}
+
+func TestSoakOptions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		duration time.Duration
+		rate     float64
+		err      string
+	}{
+		{name: "defaults", duration: 30 * time.Minute, rate: 20},
+		{name: "shorter", args: []string{"-soak-duration", "10m"}, duration: 10 * time.Minute, rate: 20},
+		{name: "rate", args: []string{"-soak-rate", "5"}, duration: 30 * time.Minute, rate: 5},
+		{name: "negative", args: []string{"-soak-duration", "-1m"}, err: "must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := parseOptions(tc.args, io.Discard)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			p := fullPlan.withSoak(o)
+			require.Equal(t, tc.duration, p.soakDuration)
+			require.InDelta(t, tc.rate, p.soakRate, 1e-9)
 		})
 	}
 }
