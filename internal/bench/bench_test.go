@@ -265,10 +265,11 @@ func TestSoakVerdicts(t *testing.T) {
 	require.Equal(t, "met", got["table tiny"])
 
 	// One slow minute is no trend; a snapshot of goroutines catching work
-	// in flight is no leak while the floor stays.
+	// in flight, or a minute whose backlog raised its floor, is no leak.
 	noisy := slices.Clone(flat)
 	noisy[7] = minute(26<<20, 700<<20, 900)
 	noisy[7].Dispatcher["go_goroutines"] = 330
+	noisy[7].GoroutineFloor = map[string]float64{"dispatcher": 177, "api": 20}
 	noisy[8].API["go_goroutines"] = 90
 	noisy[6].GoroutineFloor = map[string]float64{"dispatcher": 93, "api": 18}
 	got = status(soakVerdicts(noisy, nil))
@@ -280,11 +281,22 @@ func TestSoakVerdicts(t *testing.T) {
 	leak := slices.Clone(flat)
 	for i := 6; i < 9; i++ {
 		leak[i] = minute(26<<20, 700<<20, 100)
-		leak[i].GoroutineFloor = map[string]float64{"dispatcher": 90 + float64(i-5)*20, "api": 20 + float64(i-5)*4}
+		leak[i].GoroutineFloor = map[string]float64{"dispatcher": 90 + float64(i-5)*20, "api": 20 + float64(i-5)*8}
 	}
 	got = status(soakVerdicts(leak, nil))
 	require.Equal(t, "missed", got["dispatcher go_goroutines floor"])
 	require.Equal(t, "missed", got["api go_goroutines floor"])
+
+	// A partitioned table read on either side of a drop is flat while its
+	// peak is; a peak that grows is not.
+	drops := slices.Clone(flat)
+	for i := 6; i < 9; i++ {
+		drops[i] = minute(26<<20, int64(600-100*(i%2))<<20, 100)
+		drops[i].TablePeaks = map[string]int64{"deliveries": 600 << 20}
+	}
+	require.Equal(t, "met", status(soakVerdicts(drops, []string{"deliveries"}))["table deliveries"])
+	drops[8].TablePeaks = map[string]int64{"deliveries": 700 << 20}
+	require.Equal(t, "missed", status(soakVerdicts(drops, []string{"deliveries"}))["table deliveries"])
 
 	// A table of a few pages moving by a page is flat (the absolute slack).
 	pages := []soakMinute{minute(1, 8<<10, 1), minute(1, 16<<10, 1), minute(1, 24<<10, 1)}

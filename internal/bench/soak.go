@@ -18,10 +18,15 @@ import (
 // the run:
 //
 //   - RSS and every table's size flat: within 10% ((max - min) / max).
-//   - Goroutines: their floor flat, the fewest of soakScrapes scrapes in
-//     the minute, within 10% or soakGoroutineSlack. A leaked goroutine
-//     never exits, so it raises the floor; work in flight comes and goes
-//     above it, and a snapshot catches whatever was in flight.
+//     A table's size is its peak over soakScrapes reads in the minute: a
+//     partitioned table holds one partition fewer just after each drop,
+//     and a single read lands on either side of it.
+//   - Goroutines: no growth of their floor, the fewest of soakScrapes
+//     scrapes in a minute. A leaked goroutine never exits, so it raises
+//     every floor after it; work in flight comes and goes above it (and a
+//     minute-long backlog raises one minute's floor). The last third's
+//     lowest floor must stay within 10% or soakGoroutineSlack of the
+//     middle third's.
 //   - p99: no upward trend, the median minute of the last third within 10%
 //     of the median minute of the middle third. One slow minute on a
 //     shared machine moves neither median; latency that grows with the
@@ -40,10 +45,10 @@ const soakFlat = 0.10
 // their floor.
 const soakScrapes = 12
 
-// soakGoroutineSlack is how many goroutines a floor may move and still be
-// flat: a floor of 20 moves by 2 with one timer or connection more, while
-// a leak of one goroutine every two minutes exceeds it over a 10-minute
-// last third.
+// soakGoroutineSlack is how many goroutines the floor may rise between
+// thirds: a floor of 20 moves by 2 with one timer or connection more,
+// while a leak of one goroutine every two minutes exceeds it between
+// 10-minute thirds.
 const soakGoroutineSlack = 5
 
 // soakTableSlack is how many bytes a table may move and still be flat
@@ -60,7 +65,10 @@ type soakMinute struct {
 	// GoroutineFloor is the fewest go_goroutines of each process
 	// ("dispatcher", "api") over the minute's scrapes.
 	GoroutineFloor map[string]float64 `json:"goroutine_floor"`
-	Tables         map[string]int64   `json:"table_bytes"`
+	// Tables are the sizes at the sample; TablePeaks the largest of the
+	// minute's reads.
+	Tables     map[string]int64 `json:"table_bytes"`
+	TablePeaks map[string]int64 `json:"table_peak_bytes"`
 	// P99Ms is the p99 of the messages accepted in the minute before AtS.
 	P99Ms float64 `json:"p99_ms"`
 	N     int     `json:"deliveries"`
@@ -121,7 +129,8 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 	var (
 		samples []soakMinute
 		wg      sync.WaitGroup
-		floors  = newFloors()
+		floors  = newExtremes(true)
+		peaks   = newExtremes(false)
 	)
 	wg.Go(func() {
 		everyTick(lctx, p.soakSample/soakScrapes, func(int) {
@@ -134,6 +143,15 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 				return
 			}
 			floors.observe(map[string]float64{"dispatcher": d["go_goroutines"], "api": a["go_goroutines"]})
+			sz, err := s.tableSizes(lctx, 0, tables)
+			if err != nil {
+				return
+			}
+			vs := make(map[string]float64, len(sz.Bytes))
+			for t, n := range sz.Bytes {
+				vs[t] = float64(n)
+			}
+			peaks.observe(vs)
 		})
 	})
 	wg.Go(func() {
@@ -151,6 +169,13 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 				return
 			}
 			m.Tables = sz.Bytes
+			m.TablePeaks = map[string]int64{}
+			for t, n := range sz.Bytes {
+				m.TablePeaks[t] = n
+			}
+			for t, n := range peaks.take() {
+				m.TablePeaks[t] = max(m.TablePeaks[t], int64(n))
+			}
 			if m.RiverJob, err = s.riverJob(lctx, p.soakRetention); err != nil {
 				return
 			}
@@ -193,8 +218,8 @@ func runSoak(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"verdicts":           verdicts,
 		"flat_met":           met,
 		"flat_series":        len(verdicts),
-		"flat_rule": fmt.Sprintf("over the last third of the samples: RSS and each table (max - min) / max <= %.0f%% (a table also when it moved by at most %d KiB); "+
-			"each process's goroutine floor (fewest of %d scrapes a sample) likewise, or moved by at most %d; "+
+		"flat_rule": fmt.Sprintf("over the last third of the samples: RSS and each table's peak (largest of the minute's reads) (max - min) / max <= %.0f%% (a table also when it moved by at most %d KiB); "+
+			"each process's lowest goroutine floor (fewest of %d scrapes a sample) at most 10%% or %d above the middle third's; "+
 			"the median sample's p99 at most %.0f%% above the middle third's",
 			soakFlat*100, soakTableSlack>>10, soakScrapes, soakGoroutineSlack, soakFlat*100),
 	}
@@ -269,10 +294,16 @@ func soakVerdicts(samples []soakMinute, tables []string) []soakVerdict {
 			}
 			return sm.Dispatcher["process_resident_memory_bytes"]
 		})
-		check(proc+" go_goroutines floor", soakGoroutineSlack, func(sm soakMinute) float64 { return sm.GoroutineFloor[proc] })
+		out = append(out, notAbove(proc+" go_goroutines floor", middle, last, soakGoroutineSlack,
+			func(sm soakMinute) float64 { return sm.GoroutineFloor[proc] }))
 	}
 	for _, t := range tables {
-		check("table "+t, soakTableSlack, func(sm soakMinute) float64 { return float64(sm.Tables[t]) })
+		check("table "+t, soakTableSlack, func(sm soakMinute) float64 {
+			if n, ok := sm.TablePeaks[t]; ok {
+				return float64(n)
+			}
+			return float64(sm.Tables[t])
+		})
 	}
 	// The p99's spread is how far the last third's median minute is above
 	// the middle third's.
@@ -302,30 +333,57 @@ func medianP99(samples []soakMinute) float64 {
 	return (p[len(p)/2-1] + p[len(p)/2]) / 2
 }
 
-// floors keeps the fewest of each series seen since the last take.
-type floors struct {
-	mu  sync.Mutex
-	min map[string]float64
+// notAbove checks that the lowest value of the last third is at most 10%
+// or slack above the lowest of the middle third: what only grows (a leak)
+// raises every value after it, while one high minute moves neither low.
+func notAbove(name string, middle, last []soakMinute, slack float64, value func(soakMinute) float64) soakVerdict {
+	v := soakVerdict{Series: name, Status: "missed"}
+	if len(last) == 0 {
+		return v
+	}
+	low := func(ss []soakMinute) float64 {
+		lo := math.Inf(1)
+		for _, sm := range ss {
+			lo = min(lo, value(sm))
+		}
+		return lo
+	}
+	before, after := low(middle), low(last)
+	if after > 0 {
+		v.Spread = round3(max(after-before, 0) / after)
+	}
+	if after <= before*(1+soakFlat) || after-before <= slack {
+		v.Status = "met"
+	}
+	return v
 }
 
-func newFloors() *floors { return &floors{min: map[string]float64{}} }
+// extremes keeps the fewest (or the most) of each series seen since the
+// last take.
+type extremes struct {
+	mu    sync.Mutex
+	lower bool
+	v     map[string]float64
+}
 
-// observe lowers each series' floor to v where v is lower.
-func (f *floors) observe(vs map[string]float64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func newExtremes(lower bool) *extremes { return &extremes{lower: lower, v: map[string]float64{}} }
+
+// observe moves each series' extreme to v where v is beyond it.
+func (e *extremes) observe(vs map[string]float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for k, v := range vs {
-		if old, ok := f.min[k]; !ok || v < old {
-			f.min[k] = v
+		if old, ok := e.v[k]; !ok || (e.lower && v < old) || (!e.lower && v > old) {
+			e.v[k] = v
 		}
 	}
 }
 
-// take returns the floors and starts over.
-func (f *floors) take() map[string]float64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.min
-	f.min = map[string]float64{}
+// take returns the extremes and starts over.
+func (e *extremes) take() map[string]float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.v
+	e.v = map[string]float64{}
 	return out
 }
