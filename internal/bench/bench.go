@@ -114,6 +114,18 @@ var smokePlan = plan{
 	s9Measure: time.Second,
 }
 
+// withSoak returns the plan with the soak's duration and rate from the
+// command line where given.
+func (p plan) withSoak(o options) plan {
+	if o.soakDuration > 0 {
+		p.soakDuration = o.soakDuration
+	}
+	if o.soakRate > 0 {
+		p.soakRate = o.soakRate
+	}
+	return p
+}
+
 // bench is one run of the suite.
 type bench struct {
 	opts    options
@@ -141,6 +153,7 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	if opts.smoke {
 		b.plan = smokePlan
 	}
+	b.plan = b.plan.withSoak(opts)
 	if b.root, err = moduleRoot(); err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -194,14 +196,45 @@ func TestNoDuplicatesTarget(t *testing.T) {
 	}
 }
 
+func TestSoakOptions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		duration time.Duration
+		rate     float64
+		err      string
+	}{
+		{name: "defaults", duration: 30 * time.Minute, rate: 20},
+		{name: "shorter", args: []string{"-soak-duration", "10m"}, duration: 10 * time.Minute, rate: 20},
+		{name: "rate", args: []string{"-soak-rate", "5"}, duration: 30 * time.Minute, rate: 5},
+		{name: "negative", args: []string{"-soak-duration", "-1m"}, err: "must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := parseOptions(tc.args, io.Discard)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			p := fullPlan.withSoak(o)
+			require.Equal(t, tc.duration, p.soakDuration)
+			require.InDelta(t, tc.rate, p.soakRate, 1e-9)
+		})
+	}
+}
+
 func TestSoakVerdicts(t *testing.T) {
 	t.Parallel()
 	minute := func(rss float64, table int64, p99 float64) soakMinute {
 		return soakMinute{
-			Dispatcher: map[string]float64{"go_goroutines": 100, "process_resident_memory_bytes": rss},
-			API:        map[string]float64{"go_goroutines": 50, "process_resident_memory_bytes": 30 << 20},
-			Tables:     map[string]int64{"deliveries": table, "tiny": 16 << 10},
-			P99Ms:      p99,
+			Dispatcher:     map[string]float64{"go_goroutines": 100, "process_resident_memory_bytes": rss},
+			API:            map[string]float64{"go_goroutines": 50, "process_resident_memory_bytes": 30 << 20},
+			GoroutineFloor: map[string]float64{"dispatcher": 90, "api": 20},
+			Tables:         map[string]int64{"deliveries": table, "tiny": 16 << 10},
+			P99Ms:          p99,
 		}
 	}
 	status := func(vs []soakVerdict) map[string]string {
@@ -217,21 +250,57 @@ func TestSoakVerdicts(t *testing.T) {
 		flat = append(flat, minute(float64(20+min(i, 6))*(1<<20), int64(min(i, 6))*(100<<20)+(100<<20), 100))
 	}
 	got := status(soakVerdicts(flat, []string{"deliveries", "tiny"}))
-	for _, s := range []string{"dispatcher process_resident_memory_bytes", "table deliveries", "table tiny", "p99 latency", "api go_goroutines"} {
+	for _, s := range []string{"dispatcher process_resident_memory_bytes", "table deliveries", "table tiny", "p99 latency trend", "api go_goroutines floor", "dispatcher go_goroutines floor"} {
 		require.Equal(t, "met", got[s], s)
 	}
 
-	// RSS climbing 20% over the last third, a table doubling, p99 spiking.
+	// RSS climbing 20% over the last third, a table doubling, p99 rising
+	// minute after minute.
 	grow := append([]soakMinute(nil), flat[:6]...)
-	grow = append(grow, minute(26<<20, 700<<20, 100), minute(29<<20, 1000<<20, 100), minute(32<<20, 1400<<20, 400))
+	grow = append(grow, minute(26<<20, 700<<20, 130), minute(29<<20, 1000<<20, 160), minute(32<<20, 1400<<20, 400))
 	got = status(soakVerdicts(grow, []string{"deliveries", "tiny"}))
 	require.Equal(t, "missed", got["dispatcher process_resident_memory_bytes"])
 	require.Equal(t, "missed", got["table deliveries"])
-	require.Equal(t, "missed", got["p99 latency"])
+	require.Equal(t, "missed", got["p99 latency trend"])
 	require.Equal(t, "met", got["table tiny"])
+
+	// One slow minute is no trend; a snapshot of goroutines catching work
+	// in flight, or a minute whose backlog raised its floor, is no leak.
+	noisy := slices.Clone(flat)
+	noisy[7] = minute(26<<20, 700<<20, 900)
+	noisy[7].Dispatcher["go_goroutines"] = 330
+	noisy[7].GoroutineFloor = map[string]float64{"dispatcher": 177, "api": 20}
+	noisy[8].API["go_goroutines"] = 90
+	noisy[6].GoroutineFloor = map[string]float64{"dispatcher": 93, "api": 18}
+	got = status(soakVerdicts(noisy, nil))
+	require.Equal(t, "met", got["p99 latency trend"])
+	require.Equal(t, "met", got["dispatcher go_goroutines floor"])
+	require.Equal(t, "met", got["api go_goroutines floor"])
+
+	// A floor that climbs is a leak, small as the process is.
+	leak := slices.Clone(flat)
+	for i := 6; i < 9; i++ {
+		leak[i] = minute(26<<20, 700<<20, 100)
+		leak[i].GoroutineFloor = map[string]float64{"dispatcher": 90 + float64(i-5)*20, "api": 20 + float64(i-5)*8}
+	}
+	got = status(soakVerdicts(leak, nil))
+	require.Equal(t, "missed", got["dispatcher go_goroutines floor"])
+	require.Equal(t, "missed", got["api go_goroutines floor"])
+
+	// A partitioned table read on either side of a drop is flat while its
+	// peak is; a peak that grows is not.
+	drops := slices.Clone(flat)
+	for i := 6; i < 9; i++ {
+		drops[i] = minute(26<<20, int64(600-100*(i%2))<<20, 100)
+		drops[i].TablePeaks = map[string]int64{"deliveries": 600 << 20}
+	}
+	require.Equal(t, "met", status(soakVerdicts(drops, []string{"deliveries"}))["table deliveries"])
+	drops[8].TablePeaks = map[string]int64{"deliveries": 700 << 20}
+	require.Equal(t, "missed", status(soakVerdicts(drops, []string{"deliveries"}))["table deliveries"])
 
 	// A table of a few pages moving by a page is flat (the absolute slack).
 	pages := []soakMinute{minute(1, 8<<10, 1), minute(1, 16<<10, 1), minute(1, 24<<10, 1)}
 	require.Equal(t, "met", status(soakVerdicts(pages, []string{"deliveries"}))["table deliveries"])
-	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency"], "no samples is no evidence")
+	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency trend"], "no samples is no evidence")
+	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["api go_goroutines floor"], "no samples is no evidence")
 }

@@ -50,6 +50,10 @@ type options struct {
 	payloadBytes int
 	print        string
 	profile      string
+	// soakDuration and soakRate override the soak's 30 minutes and 20
+	// messages/s when set (shorter runs to diagnose one series).
+	soakDuration time.Duration
+	soakRate     float64
 	args         []string
 }
 
@@ -64,6 +68,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.print, "print", "", "print the tables of a results file (such as bench-results.json) and exit; runs nothing")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", defaultPayloadSize, "size of every message payload (the scenarios' targets are for 1 KB; other sizes are for experiments)")
 	fs.StringVar(&o.profile, "profile", "", "directory for a 20 s CPU profile of the api and the dispatcher under S1's closed loop and S1's top statements by total time with their WAL bytes (both processes then run with PPROF=true)")
+	fs.DurationVar(&o.soakDuration, "soak-duration", 0, "how long the soak offers load (default 30m; 4s with -smoke)")
+	fs.Float64Var(&o.soakRate, "soak-rate", 0, "messages/s the soak offers, each to 10 endpoints (default 20)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -73,6 +79,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.payloadBytes < 32 || o.payloadBytes > 1<<20 {
 		return options{}, errors.New("-payload-bytes: must be from 32 to 1048576")
+	}
+	if o.soakDuration < 0 || o.soakRate < 0 {
+		return options{}, errors.New("-soak-duration, -soak-rate: must not be negative")
 	}
 	if o.profile != "" {
 		if err := os.MkdirAll(o.profile, 0o755); err != nil {

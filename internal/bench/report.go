@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -106,18 +107,19 @@ func printSoak(w io.Writer, s *scenarioResult) {
 	minutes, _ := s.Extra["minutes"].([]soakMinute)
 	verdicts, _ := s.Extra["verdicts"].([]soakVerdict)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| at s | dispatcher RSS MB | dispatcher goroutines | api RSS MB | api goroutines | tables MB (all) | largest tables MB | deliveries | p99 ms |")
+	fmt.Fprintln(w, "| at s | dispatcher RSS MB | dispatcher goroutines (floor) | api RSS MB | api goroutines (floor) | tables MB (all) | largest tables MB | deliveries | p99 ms |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for _, m := range minutes {
 		var total int64
 		for _, b := range m.Tables {
 			total += b
 		}
-		fmt.Fprintf(w, "| %.0f | %.1f | %.0f | %.1f | %.0f | %.1f | %s | %d | %.1f |\n", m.AtS,
-			m.Dispatcher["process_resident_memory_bytes"]/(1<<20), m.Dispatcher["go_goroutines"],
-			m.API["process_resident_memory_bytes"]/(1<<20), m.API["go_goroutines"],
+		fmt.Fprintf(w, "| %.0f | %.1f | %.0f (%.0f) | %.1f | %.0f (%.0f) | %.1f | %s | %d | %.1f |\n", m.AtS,
+			m.Dispatcher["process_resident_memory_bytes"]/(1<<20), m.Dispatcher["go_goroutines"], m.GoroutineFloor["dispatcher"],
+			m.API["process_resident_memory_bytes"]/(1<<20), m.API["go_goroutines"], m.GoroutineFloor["api"],
 			float64(total)/(1<<20), largestTables(m.Tables, 4), m.N, m.P99Ms)
 	}
+	printRiverJob(w, minutes)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| series (last third) | spread | status |")
 	fmt.Fprintln(w, "|---|---:|---|")
@@ -138,4 +140,44 @@ func largestTables(sizes map[string]int64, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f", t, float64(sizes[t])/(1<<20)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printRiverJob writes river_job's breakdown per sample: heap, TOAST,
+// each index, live and dead tuples, autovacuums, and the rows by kind and
+// state with those past the completed-job retention.
+func printRiverJob(w io.Writer, minutes []soakMinute) {
+	var names []string
+	for _, m := range minutes {
+		if m.RiverJob != nil {
+			names = slices.Sorted(maps.Keys(m.RiverJob.IndexBytes))
+			break
+		}
+	}
+	if names == nil {
+		return
+	}
+	mb := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
+	fmt.Fprintln(w)
+	short := make([]string, len(names))
+	for i, n := range names {
+		short[i] = strings.TrimPrefix(n, "river_job_")
+	}
+	fmt.Fprintf(w, "| at s | river_job heap MB | toast MB | %s MB | live | dead | autovacuums | since last s | rows (past retention) |\n", strings.Join(short, " MB | "))
+	fmt.Fprintf(w, "|---:|---:|---:|%s---:|---:|---:|---:|---|\n", strings.Repeat("---:|", len(names)))
+	for _, m := range minutes {
+		r := m.RiverJob
+		if r == nil {
+			continue
+		}
+		idx := make([]string, len(names))
+		for i, n := range names {
+			idx[i] = mb(r.IndexBytes[n])
+		}
+		var rows []string
+		for _, k := range slices.Sorted(maps.Keys(r.Rows)) {
+			rows = append(rows, fmt.Sprintf("%s %d (%d)", k, r.Rows[k], r.PastRetention[k]))
+		}
+		fmt.Fprintf(w, "| %.0f | %s | %s | %s | %d | %d | %d | %.0f | %s |\n", m.AtS, mb(r.HeapBytes), mb(r.ToastBytes),
+			strings.Join(idx, " | "), r.LiveTuples, r.DeadTuples, r.Autovacuums, r.SinceAutovacuumS, strings.Join(rows, ", "))
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
@@ -60,6 +62,23 @@ func Migrations() ([]Migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// droppedRiverIndexes are River's indexes that hookd's migrations drop
+// (0025: the GIN index on river_job.args grows for ever under the job
+// cleaner and nothing reads it).
+var droppedRiverIndexes = []string{"river_job_args_index"}
+
+// DroppedRiverIndexes returns the River indexes hookd's migrations drop.
+func DroppedRiverIndexes() []string { return slices.Clone(droppedRiverIndexes) }
+
+// RiverReindexIndexes are the indexes River's reindexer rebuilds: River's
+// own list without those hookd's migrations drop, so the reindexer does
+// not look for them on every run and warn that they are missing.
+func RiverReindexIndexes() []string {
+	return slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(name string) bool {
+		return slices.Contains(droppedRiverIndexes, name)
+	})
 }
 
 // OpenMigrated opens a pool as OpenPool does and, when migrate is true,

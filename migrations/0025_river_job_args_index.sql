@@ -1,0 +1,22 @@
+-- River's job table loses its GIN index on args (River's migration 002
+-- creates it), so the table stays bounded under River's job cleaner.
+--
+-- A GIN index never removes a key from its entry tree: vacuum empties the
+-- key's posting list once every row holding it is gone, but the key and
+-- its page stay. Every delivery job's args carry keys no later job has
+-- (its delivery_id, and its message_id shared by the message's fan-out),
+-- so while the cleaner keeps the rows to COMPLETED_JOB_RETENTION this
+-- index grows by every job ever inserted: 1.6 MB a minute at 200
+-- deliveries/s, most of the table's growth once the cleaner keeps the rows
+-- level, until River's reindexer rebuilds it at midnight
+-- (docs/reliability.md, Soak).
+--
+-- Nothing reads it. It serves only jsonb containment and key tests on
+-- args (@>, ?); hookd finds jobs by id, state and queue, and River's
+-- client and River UI list them by id, kind, queue, priority, state,
+-- tags and metadata. The metadata index stays: its keys are few and
+-- repeat, so its entry tree stays small.
+--
+-- Dropping an index is a catalog change: it waits for the transactions
+-- already using river_job, then holds the table's lock for an instant.
+DROP INDEX IF EXISTS river_job_args_index;
