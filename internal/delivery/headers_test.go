@@ -21,20 +21,10 @@ import (
 // and the message id is one hookd made.
 func TestSenderSendsOnlyFixedHeaders(t *testing.T) {
 	t.Parallel()
-	got := make(chan http.Header, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got <- r.Header.Clone()
-	}))
-	t.Cleanup(srv.Close)
-	s := delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second})
-	t.Cleanup(s.CloseIdle)
-
 	start := time.Unix(1_700_000_000, 0)
-	resp := s.Send(context.Background(), delivery.Request{
-		URL: srv.URL + "/hook?x=1", MessageID: "msg_01M8QG", Timestamp: start, Body: []byte(`{"a":1}`), Signature: "v1,abc",
-	}, func(time.Time) time.Duration { return 0 }, start)
-	require.Equal(t, http.StatusOK, resp.Status, "%v", resp.Err)
-	h := <-got
+	h := sentHeaders(t, start, delivery.Request{
+		URL: "/hook?x=1", MessageID: "msg_01M8QG", Timestamp: start, Body: []byte(`{"a":1}`), Signature: "v1,abc",
+	})
 
 	var names []string
 	for k := range h {
@@ -62,6 +52,25 @@ func TestSenderSendsOnlyFixedHeaders(t *testing.T) {
 // written some other way) never replaces what hookd sends.
 func TestSenderSendsEndpointHeaders(t *testing.T) {
 	t.Parallel()
+	start := time.Unix(1_700_000_000, 0)
+	h := sentHeaders(t, start, delivery.Request{
+		MessageID: "msg_01M8QG", Timestamp: start, Body: []byte(`{}`), Signature: "v1,abc",
+		Headers: map[string]string{
+			"x-api-key": "k-1", "Authorization": "Bearer rcv", "User-Agent": "acme-relay",
+			"Webhook-Signature": "v1,forged", "Content-Type": "text/plain", "Host": "evil.example",
+		},
+	})
+	require.Equal(t, "k-1", h.Get("X-Api-Key"))
+	require.Equal(t, "Bearer rcv", h.Get("Authorization"))
+	require.Equal(t, "acme-relay", h.Get("User-Agent"), "an endpoint may name its own user agent")
+	require.Equal(t, []string{"v1,abc"}, h.Values("Webhook-Signature"))
+	require.Equal(t, []string{"application/json"}, h.Values("Content-Type"))
+}
+
+// sentHeaders sends req at start to a test server (its URL prefixed to
+// req.URL) and returns the headers the server received.
+func sentHeaders(t *testing.T, start time.Time, req delivery.Request) http.Header {
+	t.Helper()
 	got := make(chan http.Header, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Clone()
@@ -69,22 +78,10 @@ func TestSenderSendsEndpointHeaders(t *testing.T) {
 	t.Cleanup(srv.Close)
 	s := delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second})
 	t.Cleanup(s.CloseIdle)
-
-	start := time.Unix(1_700_000_000, 0)
-	resp := s.Send(context.Background(), delivery.Request{
-		URL: srv.URL, MessageID: "msg_01M8QG", Timestamp: start, Body: []byte(`{}`), Signature: "v1,abc",
-		Headers: map[string]string{
-			"x-api-key": "k-1", "Authorization": "Bearer rcv", "User-Agent": "acme-relay",
-			"Webhook-Signature": "v1,forged", "Content-Type": "text/plain", "Host": "evil.example",
-		},
-	}, func(time.Time) time.Duration { return 0 }, start)
+	req.URL = srv.URL + req.URL
+	resp := s.Send(context.Background(), req, func(time.Time) time.Duration { return 0 }, start)
 	require.Equal(t, http.StatusOK, resp.Status, "%v", resp.Err)
-	h := <-got
-	require.Equal(t, "k-1", h.Get("X-Api-Key"))
-	require.Equal(t, "Bearer rcv", h.Get("Authorization"))
-	require.Equal(t, "acme-relay", h.Get("User-Agent"), "an endpoint may name its own user agent")
-	require.Equal(t, []string{"v1,abc"}, h.Values("Webhook-Signature"))
-	require.Equal(t, []string{"application/json"}, h.Values("Content-Type"))
+	return <-got
 }
 
 func TestReservedHeader(t *testing.T) {
