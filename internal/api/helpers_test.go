@@ -304,7 +304,9 @@ func requireFieldError(t *testing.T, status int, r *response, field string) api.
 	return p
 }
 
-// Response shapes, mirrored from the handlers' JSON.
+// Response shapes, mirrored from the handlers' JSON on purpose: decoding
+// into the handlers' own types would let a renamed or retyped field pass
+// unnoticed, where these copies are the wire contract the tests hold.
 type (
 	endpointJSON struct {
 		ID             string            `json:"id"`
