@@ -68,8 +68,10 @@ func ParseEnvelope(v string) (Envelope, error) {
 	if !ok || !validKeyID(id) {
 		return Envelope{}, fmt.Errorf("%w: bad key id", ErrMalformed)
 	}
+	// Strict decoding still skips CR and LF; one stored form per envelope
+	// wants them refused too.
 	b, err := base64.RawURLEncoding.Strict().DecodeString(body)
-	if err != nil {
+	if err != nil || strings.ContainsAny(body, "\r\n") {
 		return Envelope{}, fmt.Errorf("%w: body is not base64url", ErrMalformed)
 	}
 	if len(b) < nonceBytes+tagBytes {

@@ -141,6 +141,7 @@ func TestParseEnvelope(t *testing.T) {
 		{"short id", secretbox.Prefix + "0123." + body, false},
 		{"no body", secretbox.Prefix + "0123456789ab", false},
 		{"padded body", secretbox.Prefix + "0123456789ab." + body + "==", false},
+		{"body with a line break", secretbox.Prefix + "0123456789ab." + body[:8] + "\r\n" + body[8:], false},
 		{"too short", secretbox.Prefix + "0123456789ab." + base64.RawURLEncoding.EncodeToString(make([]byte, 27)), false},
 	}
 	for _, tt := range tests {
