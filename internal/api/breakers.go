@@ -201,15 +201,8 @@ func handleListBreakers(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[breakerResponse]{Data: []breakerResponse{}}
-		for i, sum := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].Endpoint.ID
-				break
-			}
-			out.Data = append(out.Data, toBreaker(sum, classFor(sum.Endpoint)))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(sum store.BreakerSummary) string { return sum.Endpoint.ID },
+			func(sum store.BreakerSummary) breakerResponse { return toBreaker(sum, classFor(sum.Endpoint)) }))
 	})
 }
 

@@ -143,16 +143,8 @@ func listAttempts(w http.ResponseWriter, r *http.Request, d Deps, f store.Attemp
 		writeProblem(w, r, d.Logger, err)
 		return
 	}
-	out := listResponse[attemptResponse]{Data: []attemptResponse{}}
-	for i, a := range list {
-		if i == page.Limit {
-			c := store.AttemptKey{At: list[i-1].AttemptedAt, ID: list[i-1].ID}.Cursor()
-			out.NextCursor = &c
-			break
-		}
-		out.Data = append(out.Data, toAttempt(a))
-	}
-	encode(w, http.StatusOK, out)
+	encode(w, http.StatusOK, pageOf(list, page.Limit, func(a store.Attempt) string { return store.AttemptKey{At: a.AttemptedAt, ID: a.ID}.Cursor() },
+		toAttempt))
 }
 
 // parsePage reads limit and after.

@@ -161,15 +161,8 @@ func handleListEndpoints(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[endpointResponse]{Data: []endpointResponse{}}
-		for i, e := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].ID
-				break
-			}
-			out.Data = append(out.Data, toEndpoint(e))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(e store.Endpoint) string { return e.ID },
+			toEndpoint))
 	})
 }
 
@@ -352,4 +345,19 @@ func verificationKey(signing, stored string) (string, error) {
 		return "", fmt.Errorf("endpoint key: %w", err)
 	}
 	return pub, nil
+}
+
+// pageOf renders a page of list, fetched with one row beyond limit: when
+// that row is there, the cursor of the page's last row starts the next.
+func pageOf[T, R any](list []T, limit int, cursor func(T) string, render func(T) R) listResponse[R] {
+	out := listResponse[R]{Data: make([]R, 0, min(len(list), limit))}
+	for i, v := range list {
+		if i == limit {
+			c := cursor(list[i-1])
+			out.NextCursor = &c
+			break
+		}
+		out.Data = append(out.Data, render(v))
+	}
+	return out
 }

@@ -127,15 +127,8 @@ func handleListEventTypes(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[eventTypeResponse]{Data: []eventTypeResponse{}}
-		for i, e := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].Name
-				break
-			}
-			out.Data = append(out.Data, toEventType(e))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(e store.EventType) string { return e.Name },
+			toEventType))
 	})
 }
 

@@ -115,15 +115,8 @@ func handleListOperationalEndpoints(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[operationalEndpointResponse]{Data: []operationalEndpointResponse{}}
-		for i, e := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].ID
-				break
-			}
-			out.Data = append(out.Data, toOperationalEndpoint(e))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(e store.Endpoint) string { return e.ID },
+			toOperationalEndpoint))
 	})
 }
 

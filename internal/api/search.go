@@ -96,15 +96,8 @@ func handleSearchMessages(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[messageSummaryResponse]{Data: []messageSummaryResponse{}}
-		for i, m := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].ID
-				break
-			}
-			out.Data = append(out.Data, toMessageSummary(m, f.WithPayload))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(m store.Message) string { return m.ID },
+			func(m store.Message) messageSummaryResponse { return toMessageSummary(m, f.WithPayload) }))
 	})
 }
 
@@ -142,14 +135,7 @@ func handleSearchDeliveries(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[deliveryResponse]{Data: []deliveryResponse{}}
-		for i, del := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].ID
-				break
-			}
-			out.Data = append(out.Data, toDelivery(del))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(del store.Delivery) string { return del.ID },
+			toDelivery))
 	})
 }

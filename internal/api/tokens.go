@@ -140,15 +140,8 @@ func handleListTokens(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		out := listResponse[tokenResponse]{Data: []tokenResponse{}}
-		for i, t := range list {
-			if i == page.Limit {
-				out.NextCursor = &list[i-1].ID
-				break
-			}
-			out.Data = append(out.Data, toToken(t))
-		}
-		encode(w, http.StatusOK, out)
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(t store.APIToken) string { return t.ID },
+			toToken))
 	})
 }
 
