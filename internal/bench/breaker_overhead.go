@@ -44,18 +44,7 @@ func runS2(ctx context.Context, b *bench) (*scenarioResult, error) {
 		}
 	}
 	// The scenario's own figures are the breaker-on medians.
-	medianOf := func(rs []*scenarioResult, f func(*scenarioResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		return round2(median(v))
-	}
-	res.DeliveriesPerS = medianOf(on, func(r *scenarioResult) float64 { return r.DeliveriesPerS })
-	res.LatencyP50Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP50Ms })
-	res.LatencyP99Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP99Ms })
-	res.Roundtrips = medianOf(on, func(r *scenarioResult) float64 { return r.Roundtrips })
-	res.DispatcherRSSMB = medianOf(on, func(r *scenarioResult) float64 { return r.DispatcherRSSMB })
+	res.setMedians(on)
 	res.MeasuredS = round1(b.plan.s2Measure.Seconds() * 4)
 	res.Extra = map[string]any{
 		"breaker_on_median_per_s":             res.DeliveriesPerS,
@@ -77,4 +66,23 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// medianOf is the median of f over rs, rounded to two decimals.
+func medianOf(rs []*scenarioResult, f func(*scenarioResult) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return round2(median(v))
+}
+
+// setMedians gives res the medians of runs' throughput, latencies, round
+// trips and dispatcher RSS: an alternated scenario's own figures.
+func (res *scenarioResult) setMedians(runs []*scenarioResult) {
+	res.DeliveriesPerS = medianOf(runs, func(r *scenarioResult) float64 { return r.DeliveriesPerS })
+	res.LatencyP50Ms = medianOf(runs, func(r *scenarioResult) float64 { return r.LatencyP50Ms })
+	res.LatencyP99Ms = medianOf(runs, func(r *scenarioResult) float64 { return r.LatencyP99Ms })
+	res.Roundtrips = medianOf(runs, func(r *scenarioResult) float64 { return r.Roundtrips })
+	res.DispatcherRSSMB = medianOf(runs, func(r *scenarioResult) float64 { return r.DispatcherRSSMB })
 }

@@ -159,19 +159,8 @@ func runS1Trace(ctx context.Context, b *bench) (_ *scenarioResult, err error) {
 			off = append(off, r)
 		}
 	}
-	medianOf := func(rs []*scenarioResult, f func(*scenarioResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		return round2(median(v))
-	}
 	// The scenario's own figures are the tracing-on medians.
-	res.DeliveriesPerS = medianOf(on, func(r *scenarioResult) float64 { return r.DeliveriesPerS })
-	res.LatencyP50Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP50Ms })
-	res.LatencyP99Ms = medianOf(on, func(r *scenarioResult) float64 { return r.LatencyP99Ms })
-	res.Roundtrips = medianOf(on, func(r *scenarioResult) float64 { return r.Roundtrips })
-	res.DispatcherRSSMB = medianOf(on, func(r *scenarioResult) float64 { return r.DispatcherRSSMB })
+	res.setMedians(on)
 	res.MeasuredS = round1(b.plan.traceMeasure.Seconds() * float64(len(order)))
 	res.Extra = map[string]any{
 		"tracing_on_median_per_s":  res.DeliveriesPerS,
