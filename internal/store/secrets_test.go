@@ -164,28 +164,11 @@ func TestCheckSecrets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.SecretsReport{Plain: 1}, rep)
 
-	tests := []struct {
-		name string
-		ring *secretbox.Keyring
-		msg  string
-		want store.SecretsReport
-	}{
+	checkSecretsCases(t, b, []checkSecretsCase{
 		{"no key", nil, "no --secret-key (SECRET_KEY) is set", store.SecretsReport{}},
 		{"wrong key", keyring(t, 2), "no --secret-key-previous matches", store.SecretsReport{}},
 		{"new key with the old as previous", keyring(t, 2, 1), "", store.SecretsReport{Plain: 1, Stale: 1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rep, err := store.New(b.db.Pool, nil, store.WithKeyring(tt.ring)).CheckSecrets(ctx)
-			if tt.msg != "" {
-				require.ErrorIs(t, err, store.ErrSecretKey)
-				require.ErrorContains(t, err, tt.msg)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.want, rep)
-		})
-	}
+	})
 }
 
 // TestCheckSecretsOpensHeaderValues: header values are checked like
@@ -208,29 +191,12 @@ func TestCheckSecretsOpensHeaderValues(t *testing.T) {
 	_, err = store.New(b.db.Pool, nil, store.WithKeyring(keyring(t, 1))).UpdateEndpoint(ctx, e.ID, store.EndpointPatch{Headers: &headers})
 	require.NoError(t, err)
 
-	tests := []struct {
-		name string
-		ring *secretbox.Keyring
-		msg  string
-		want store.SecretsReport
-	}{
+	checkSecretsCases(t, b, []checkSecretsCase{
 		{"no key", nil, "2 secrets are sealed under key id " + keyring(t, 1).PrimaryID() + " and no --secret-key (SECRET_KEY) is set", store.SecretsReport{}},
 		{"wrong key", keyring(t, 2), "no --secret-key-previous matches", store.SecretsReport{}},
 		{"the key", keyring(t, 1), "", store.SecretsReport{Plain: 1}},
 		{"new key with the old as previous", keyring(t, 2, 1), "", store.SecretsReport{Plain: 1, Stale: 2}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rep, err := store.New(b.db.Pool, nil, store.WithKeyring(tt.ring)).CheckSecrets(ctx)
-			if tt.msg != "" {
-				require.ErrorIs(t, err, store.ErrSecretKey)
-				require.ErrorContains(t, err, tt.msg)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.want, rep)
-		})
-	}
+	})
 
 	// A header value that does not open under the right key (moved to
 	// another name) fails the check too.
@@ -327,4 +293,29 @@ func TestResealSecretsKeepsHeadersReplacedMeanwhile(t *testing.T) {
 	got, err = store.New(b.db.Pool, nil, store.WithKeyring(keyring(t, 2))).GetEndpoint(ctx, e.ID)
 	require.NoError(t, err)
 	require.Equal(t, after, got.Headers)
+}
+
+// checkSecretsCase is CheckSecrets under one keyring: the error it names
+// (msg), or the report it gives.
+type checkSecretsCase struct {
+	name string
+	ring *secretbox.Keyring
+	msg  string
+	want store.SecretsReport
+}
+
+func checkSecretsCases(t *testing.T, b *testBundle, tests []checkSecretsCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := store.New(b.db.Pool, nil, store.WithKeyring(tt.ring)).CheckSecrets(context.Background())
+			if tt.msg != "" {
+				require.ErrorIs(t, err, store.ErrSecretKey)
+				require.ErrorContains(t, err, tt.msg)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, rep)
+		})
+	}
 }
