@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -161,6 +162,16 @@ func parsePage(fe *fieldErrors, q url.Values) store.Page {
 		} else {
 			p.Limit = n
 		}
+	}
+	return p
+}
+
+// parsePageAfter reads limit and after, where after is the key of a list
+// ordered by keys that match pattern (an id or a name).
+func parsePageAfter(fe *fieldErrors, q url.Values, pattern *regexp.Regexp) store.Page {
+	p := parsePage(fe, q)
+	if p.After != "" && !pattern.MatchString(p.After) {
+		fe.add("after", "must be the next_cursor of a previous page")
 	}
 	return p
 }

@@ -148,10 +148,7 @@ func handleListEndpoints(d Deps) http.Handler {
 		if tenant != "" {
 			validateTenantID(&fe, "tenant_id", tenant)
 		}
-		page := parsePage(&fe, q)
-		if page.After != "" && !endpointIDPattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, q, endpointIDPattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -114,10 +114,7 @@ func handleCreateEventType(d Deps) http.Handler {
 func handleListEventTypes(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var fe fieldErrors
-		page := parsePage(&fe, r.URL.Query())
-		if page.After != "" && !eventTypePattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, r.URL.Query(), eventTypePattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

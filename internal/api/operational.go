@@ -102,10 +102,7 @@ func handleCreateOperationalEndpoint(d Deps) http.Handler {
 func handleListOperationalEndpoints(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var fe fieldErrors
-		page := parsePage(&fe, r.URL.Query())
-		if page.After != "" && !endpointIDPattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, r.URL.Query(), endpointIDPattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -82,10 +82,7 @@ func handleSearchMessages(d Deps) http.Handler {
 			fe.add("include", `must be "payload"`)
 		}
 		f.Since, f.Until = parseTimeRange(&fe, q)
-		page := parsePage(&fe, q)
-		if page.After != "" && !messageIDPattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, q, messageIDPattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -121,10 +118,7 @@ func handleSearchDeliveries(d Deps) http.Handler {
 		f.EndpointID = parseIDFilter(&fe, q, "endpoint_id", endpointIDPattern, "an endpoint id (ep_...)")
 		f.MessageID = parseIDFilter(&fe, q, "message_id", messageIDPattern, "a message id (msg_...)")
 		f.Since, f.Until = parseTimeRange(&fe, q)
-		page := parsePage(&fe, q)
-		if page.After != "" && !deliveryIDPattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, q, deliveryIDPattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -127,10 +127,7 @@ func handleCreateToken(d Deps) http.Handler {
 func handleListTokens(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var fe fieldErrors
-		page := parsePage(&fe, r.URL.Query())
-		if page.After != "" && !tokenIDPattern.MatchString(page.After) {
-			fe.add("after", "must be the next_cursor of a previous page")
-		}
+		page := parsePageAfter(&fe, r.URL.Query(), tokenIDPattern)
 		if err := fe.err(); err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
