@@ -184,12 +184,8 @@ func TestLedgerUpdatePrunesToItsDeliveries(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
-	b.db.DropPartitions(t, true)
-	var now time.Time
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 	// Ten days of daily partitions, then today's and two ahead.
-	_, err := s.EnsurePartitions(ctx, now.Add(-10*24*time.Hour), 24*time.Hour, 12)
-	require.NoError(t, err)
+	now := dailyPartitionsOnly(t, s, b, 10, 12)
 	parts, err := s.Partitions(ctx)
 	require.NoError(t, err)
 	var mine string
@@ -234,14 +230,10 @@ func TestEndpointAttemptsPageReadsOnlyItsRows(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
-	b.db.DropPartitions(t, true)
-	var now time.Time
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 	// Three daily partitions (and two ahead), 12,000 attempts spread over
 	// them on 20 endpoints: 600 for ep_a.
-	_, err := s.EnsurePartitions(ctx, now.Add(-2*24*time.Hour), 24*time.Hour, 4)
-	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `
+	now := dailyPartitionsOnly(t, s, b, 2, 4)
+	_, err := b.db.Pool.Exec(ctx, `
 		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
 		SELECT 'dlv_' || i, 'msg_' || i, 'ep_' || chr(97 + i % 20), 1, $1::timestamptz - (i * interval '20 seconds'), 1, 'success'
 		FROM generate_series(1, 12000) i`, now)
@@ -294,4 +286,18 @@ func TestEndpointAttemptsPageReadsOnlyItsRows(t *testing.T) {
 	require.Len(t, seen, 600)
 	slices.Sort(seen)
 	require.Len(t, slices.Compact(seen), 600)
+}
+
+// dailyPartitionsOnly replaces every partition with daily ones from
+// daysAgo days before the database's now, count of them, and returns that
+// now.
+func dailyPartitionsOnly(t *testing.T, s *store.Store, b *testBundle, daysAgo, count int) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	b.db.DropPartitions(t, true)
+	var now time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	_, err := s.EnsurePartitions(ctx, now.Add(-time.Duration(daysAgo)*24*time.Hour), 24*time.Hour, count)
+	require.NoError(t, err)
+	return now
 }
