@@ -174,8 +174,9 @@ func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench,
 	}
 	var extra []string
 	if slices.Contains(opts.only, "s8") {
-		extra = s8Settings
+		extra = slices.Clone(s8Settings)
 	}
+	extra = append(extra, opts.pgSettings...)
 	if b.pg, err = startCluster(ctx, opts.pgBin, logger, extra...); err != nil {
 		return nil, err
 	}

@@ -226,6 +226,35 @@ func TestSoakOptions(t *testing.T) {
 	}
 }
 
+func TestPGSettingOption(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want []string
+		err  string
+	}{
+		{name: "none"},
+		{name: "two", args: []string{"-pg-setting", "wal_compression=lz4", "-pg-setting", " checkpoint_timeout = 15min "},
+			want: []string{"wal_compression = 'lz4'", "checkpoint_timeout = '15min'"}},
+		{name: "no value", args: []string{"-pg-setting", "wal_compression="}, err: "want name=value"},
+		{name: "no equals", args: []string{"-pg-setting", "wal_compression"}, err: "want name=value"},
+		{name: "a quote", args: []string{"-pg-setting", "work_mem=1'; fsync = off"}, err: "no quotes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := parseOptions(tc.args, io.Discard)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, o.pgSettings)
+		})
+	}
+}
+
 func TestSoakVerdicts(t *testing.T) {
 	t.Parallel()
 	minute := func(rss float64, table int64, p99 float64) soakMinute {

@@ -57,7 +57,7 @@ func summarise(res, closed, half *scenarioResult) {
 	res.Roundtrips, res.RoundtripsAPI, res.RoundtripsDispatcher = closed.Roundtrips, closed.RoundtripsAPI, closed.RoundtripsDispatcher
 	res.RoundtripDeliveries, res.TopStatements = closed.RoundtripDeliveries, closed.TopStatements
 	res.APIStatementsPerMessage = closed.APIStatementsPerMessage
-	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.WALSyncsPerS = closed.CommitsPerDelivery, closed.WALBytesPerDelivery, closed.WALSyncsPerS
+	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.WALFPIPerDelivery, res.WALSyncsPerS = closed.CommitsPerDelivery, closed.WALBytesPerDelivery, closed.WALFPIPerDelivery, closed.WALSyncsPerS
 	res.CPUMsPerDelivery = closed.CPUMsPerDelivery
 	res.Attempts = closed.Attempts + half.Attempts
 	res.SnoozedAtCap = closed.SnoozedAtCap + half.SnoozedAtCap

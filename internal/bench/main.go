@@ -54,7 +54,10 @@ type options struct {
 	// messages/s when set (shorter runs to diagnose one series).
 	soakDuration time.Duration
 	soakRate     float64
-	args         []string
+	// pgSettings are extra postgresql.conf lines for the bench cluster
+	// (experiments: what a server setting changes).
+	pgSettings []string
+	args       []string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +73,15 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "directory for a 20 s CPU profile of the api and the dispatcher under S1's closed loop and S1's top statements by total time with their WAL bytes (both processes then run with PPROF=true)")
 	fs.DurationVar(&o.soakDuration, "soak-duration", 0, "how long the soak offers load (default 30m; 4s with -smoke)")
 	fs.Float64Var(&o.soakRate, "soak-rate", 0, "messages/s the soak offers, each to 10 endpoints (default 20)")
+	fs.Func("pg-setting", "a PostgreSQL setting for the bench cluster as name=value, after the bench's own (repeatable; for experiments such as wal_compression=lz4)", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || value == "" || strings.ContainsAny(name+value, "\n'") {
+			return fmt.Errorf("%q: want name=value (no quotes or newlines)", v)
+		}
+		o.pgSettings = append(o.pgSettings, fmt.Sprintf("%s = '%s'", name, value))
+		return nil
+	})
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("PG_BIN"), "directory of PostgreSQL's server programs (default: the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err

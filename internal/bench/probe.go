@@ -156,8 +156,8 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 	if err != nil {
 		return err
 	}
-	var walBytes, walSyncs int64
-	if err := p.s.b.pg.admin.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_sync FROM pg_stat_wal`).Scan(&walBytes, &walSyncs); err != nil {
+	var walBytes, walSyncs, walFPI int64
+	if err := p.s.b.pg.admin.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_sync, wal_fpi FROM pg_stat_wal`).Scan(&walBytes, &walSyncs, &walFPI); err != nil {
 		return fmt.Errorf("read pg_stat_wal: %w", err)
 	}
 	secs := cpu1.at.Sub(p.cpu0.at).Seconds()
@@ -165,6 +165,7 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 		d := float64(deliveries)
 		res.CommitsPerDelivery = round3(float64(commits-p.commits0) / d)
 		res.WALBytesPerDelivery = round1(float64(walBytes) / d)
+		res.WALFPIPerDelivery = round3(float64(walFPI) / d)
 		res.CPUMsPerDelivery = cpuPerDelivery(res.CPU, secs, d)
 	}
 	if secs > 0 {
@@ -258,8 +259,10 @@ type statement struct {
 	MeanMs  float64 `json:"mean_ms"`
 	TotalMs float64 `json:"total_ms"`
 	// WALBytes is the WAL the statement's calls generated.
-	WALBytes int64  `json:"wal_bytes"`
-	Query    string `json:"query"`
+	WALBytes int64 `json:"wal_bytes"`
+	// WALFPI counts the full-page images among them.
+	WALFPI int64  `json:"wal_fpi"`
+	Query  string `json:"query"`
 }
 
 // statementCalls is what pg_stat_statements counted in one database since
@@ -276,7 +279,7 @@ var spaceRE = regexp.MustCompile(`\s+`)
 // is on).
 func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, error) {
 	rows, err := b.pg.admin.Query(ctx, `
-		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.wal_bytes::bigint, s.query
+		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.wal_bytes::bigint, s.wal_fpi, s.query
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		WHERE s.dbid = $1 AND r.rolname IN ($2, $3)`, oid, roleAPI, roleDispatcher)
 	if err != nil {
@@ -286,7 +289,7 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 	var out statementCalls
 	for rows.Next() {
 		var st statement
-		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.WALBytes, &st.Query); err != nil {
+		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.WALBytes, &st.WALFPI, &st.Query); err != nil {
 			return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
 		}
 		if st.Role == roleAPI {

@@ -111,8 +111,8 @@ func (s *stage) writeStatements(name string, top []statement) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, "| role | calls | total ms | mean ms | WAL bytes | WAL bytes/call | statement |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(&b, "| role | calls | total ms | mean ms | WAL bytes | WAL bytes/call | full-page images | statement |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---|")
 	for i, st := range top {
 		if i == 10 {
 			break
@@ -121,7 +121,7 @@ func (s *stage) writeStatements(name string, top []statement) {
 		if st.Calls > 0 {
 			perCall = float64(st.WALBytes) / float64(st.Calls)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f | %.3f | %d | %.0f | `%s` |\n", st.Role, st.Calls, st.TotalMs, st.MeanMs, st.WALBytes, perCall, strings.ReplaceAll(st.Query, "|", "\\|"))
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.3f | %d | %.0f | %d | `%s` |\n", st.Role, st.Calls, st.TotalMs, st.MeanMs, st.WALBytes, perCall, st.WALFPI, strings.ReplaceAll(st.Query, "|", "\\|"))
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+"-statements.md"), []byte(b.String()), 0o644); err != nil {
 		s.b.logger.Warn("bench_statements", slog.String("error", err.Error()))

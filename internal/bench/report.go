@@ -46,15 +46,15 @@ func printReport(w io.Writer, r *results) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | CPU core-ms per delivery: pg / api / disp / bench = total | commits per delivery | WAL KB per delivery | api statements per message | attempts | snoozed at the cap | refused by a breaker | longest lock wait ms (waits > 10 ms) | duplicates |")
+	fmt.Fprintln(w, "| scenario | CPU core-ms per delivery: pg / api / disp / bench = total | commits per delivery | WAL KB per delivery (full-page images) | api statements per message | attempts | snoozed at the cap | refused by a breaker | longest lock wait ms (waits > 10 ms) | duplicates |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
 	costs := func(s *scenarioResult, label string) {
 		if s.Error != "" || alternated(s.Name) {
 			return
 		}
 		c := s.CPUMsPerDelivery
-		fmt.Fprintf(w, "| %s | %.3f / %.3f / %.3f / %.3f = %.3f | %.2f | %.1f | %.2f | %d | %d | %d | %.1f (%d) | %d |\n",
-			label, c.Postgres, c.API, c.Dispatcher, c.Bench, c.Total, s.CommitsPerDelivery, s.WALBytesPerDelivery/1024,
+		fmt.Fprintf(w, "| %s | %.3f / %.3f / %.3f / %.3f = %.3f | %.2f | %.1f (%.2f) | %.2f | %d | %d | %d | %.1f (%d) | %d |\n",
+			label, c.Postgres, c.API, c.Dispatcher, c.Bench, c.Total, s.CommitsPerDelivery, s.WALBytesPerDelivery/1024, s.WALFPIPerDelivery,
 			s.APIStatementsPerMessage, s.Attempts, s.SnoozedAtCap, s.RejectedByBreaker, s.MaxLockWaitMs, s.LockWaitsLogged, s.Duplicates)
 	}
 	for _, s := range r.Scenarios {

@@ -14,13 +14,15 @@ import (
 
 // results is bench-results.json.
 type results struct {
-	Mode         string    `json:"mode"`
-	Command      string    `json:"command"`
-	PayloadBytes int       `json:"payload_bytes"`
-	Commit       string    `json:"commit"`
-	StartedAt    time.Time `json:"started_at"`
-	DurationS    float64   `json:"duration_s"`
-	Machine      machine   `json:"machine"`
+	Mode         string `json:"mode"`
+	Command      string `json:"command"`
+	PayloadBytes int    `json:"payload_bytes"`
+	// PGSettings are the -pg-setting lines the run added to the cluster's.
+	PGSettings []string  `json:"pg_settings,omitempty"`
+	Commit     string    `json:"commit"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationS  float64   `json:"duration_s"`
+	Machine    machine   `json:"machine"`
 
 	S0NoopJobsPerS        float64 `json:"s0_noop_jobs_per_s"`
 	S1DeliveriesPerS      float64 `json:"s1_deliveries_per_s"`
@@ -95,8 +97,12 @@ type scenarioResult struct {
 	TopStatements           []statement `json:"top_statements,omitempty"`
 	CommitsPerDelivery      float64     `json:"commits_per_delivery"`
 	WALBytesPerDelivery     float64     `json:"wal_bytes_per_delivery"`
-	WALSyncsPerS            float64     `json:"wal_syncs_per_s"`
-	CPUMsPerDelivery        cpuMs       `json:"cpu_ms_per_delivery"`
+	// WALFPIPerDelivery counts full-page images (a page's first change
+	// after a checkpoint, up to 8 KB each) per delivery: the share of the
+	// WAL that depends on the checkpoint interval, not on the rows.
+	WALFPIPerDelivery float64 `json:"wal_fpi_per_delivery"`
+	WALSyncsPerS      float64 `json:"wal_syncs_per_s"`
+	CPUMsPerDelivery  cpuMs   `json:"cpu_ms_per_delivery"`
 
 	Attempts           int64                  `json:"attempts"`
 	SnoozedAtCap       int64                  `json:"snoozed_at_cap"`
@@ -133,6 +139,7 @@ func newResults(ctx context.Context, b *bench) *results {
 		Mode:         "full",
 		Command:      "make bench",
 		PayloadBytes: b.opts.payloadBytes,
+		PGSettings:   b.opts.pgSettings,
 		StartedAt:    time.Now().UTC().Truncate(time.Second),
 		Commit:       gitCommit(ctx, b.root),
 		Machine: machine{

@@ -40,7 +40,7 @@ func evaluate(r *results) {
 	const walGoal, pgCPUGoal = "S1 WAL per delivery <= 3.5 KB", "S1 Postgres CPU per delivery <= 2.5 x S0's per job"
 	if s1 != nil {
 		kb := s1.WALBytesPerDelivery / 1024
-		add(atMost("s1", walGoal, kb, 3.5, fmt.Sprintf("%.1f KB (S0 %s)", kb, s0WAL(s0))))
+		add(atMost("s1", walGoal, kb, 3.5, fmt.Sprintf("%.1f KB (S0 %s; %.2f full-page images per delivery)", kb, s0WAL(s0), s1.WALFPIPerDelivery)))
 	} else {
 		add(na("s1", walGoal))
 	}
