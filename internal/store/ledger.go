@@ -29,6 +29,13 @@ type StatusUpdate struct {
 	// applies only while that job owns the delivery (its job_id), so a
 	// stale job can never detach the job that owns it now.
 	JobID int64
+	// JobDone says the job JobID ends with this update (its worker
+	// completes it once the update commits): the ledger deletes the job's
+	// River row in the update's transaction. The delivery row is the
+	// record, so the completed job row River would write and later clean
+	// up is never written, and a process that dies after the commit leaves
+	// no running job to be rescued and run again.
+	JobDone bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -109,6 +116,12 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				"url": d.URL, "reason": "auth_failures", "failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
 			}})
 		}
+		var doneJobs []int64
+		for _, u := range updates {
+			if u.JobDone && u.JobID != 0 {
+				doneJobs = append(doneJobs, u.JobID)
+			}
+		}
 		updates = mergeUpdates(updates)
 		if len(updates) == 0 {
 			return s.emitOperational(ctx, tx, events)
@@ -176,6 +189,14 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		// After the deliveries, as every statement that writes both locks
+		// them (the retention sweep): no lock-order cycle. Only running
+		// rows: a job a rescuer or a cancel has moved on is River's again.
+		if len(doneJobs) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1) AND state = 'running'`, doneJobs); err != nil {
+				return fmt.Errorf("delete finished jobs: %w", err)
+			}
 		}
 		for _, u := range updates {
 			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
