@@ -200,4 +200,9 @@ func TestBadTrustedProxiesAreRefused(t *testing.T) {
 	env := map[string]string{"API_TOKEN": "t", "MAX_RECOVER_WINDOW": "0s"}
 	err := run(ctx, nil, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
 	require.EqualError(t, err, "--max-recover-window (MAX_RECOVER_WINDOW): must be positive")
+	for _, v := range []string{"0s", "900µs", "2m0s"} {
+		env := map[string]string{"API_TOKEN": "t", "QUEUE_NOTIFY_INTERVAL": v}
+		err := run(ctx, nil, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+		require.EqualError(t, err, "--queue-notify-interval (QUEUE_NOTIFY_INTERVAL): must be from 1ms to 1m, got "+v, v)
+	}
 }

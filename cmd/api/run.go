@@ -53,6 +53,7 @@ type settings struct {
 	maxRecover      *time.Duration
 	riverUI         *bool
 	strictTypes     *bool
+	notifyInterval  *time.Duration
 	logFormat       *string
 	logLevel        *string
 }
@@ -81,6 +82,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
 		riverUI:         fs.Bool("riverui", "RIVERUI", false, "serve River's own UI (riverqueue.com/riverui) under /riverui, to admin dashboard sessions only; off answers 404 there"),
 		strictTypes:     fs.Bool("strict-event-types", "STRICT_EVENT_TYPES", false, "refuse (422) messages whose event type is not registered in the catalogue (/v1/event-types) or is archived, and payloads that do not match their type's JSON Schema"),
+		notifyInterval:  fs.Duration("queue-notify-interval", "QUEUE_NOTIFY_INTERVAL", delivery.DefaultNotifyInterval, "least time between the notifications that tell dispatchers new deliveries are queued (one per interval at most, sent in a message's transaction); a dispatcher finds jobs queued meanwhile at the next notification or its --fetch-poll-interval, so this bounds the wait before a quiet queue's delivery starts"),
 		logFormat:       fs.String("log-format", "LOG_FORMAT", "text", "log format: text or json"),
 		logLevel:        fs.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error"),
 	}
@@ -119,6 +121,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("rate-limit", "RATE_LIMIT", "must not be negative (0 disables the limit)")
 	case *set.rateWindow < time.Second || *set.rateWindow > time.Hour:
 		return config.Invalid("rate-window", "RATE_WINDOW", "must be from 1s to 1h")
+	case *set.notifyInterval < time.Millisecond || *set.notifyInterval > time.Minute:
+		return config.Invalid("queue-notify-interval", "QUEUE_NOTIFY_INTERVAL", "must be from 1ms to 1m, got %s", *set.notifyInterval)
 	case *set.maxRecover <= 0:
 		return config.Invalid("max-recover-window", "MAX_RECOVER_WINDOW", "must be positive")
 	}
@@ -152,7 +156,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if *set.allowPrivate {
 		logger.Warn("ssrf_guard_off", slog.String("reason", "--allow-private-targets: endpoints may point at loopback and private addresses"))
 	}
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	// An insert-only client: FetchCooldown only spaces its insert
+	// notifications (River's default, 100 ms, made a quiet queue's
+	// deliveries wait up to that long for a dispatcher's fetch).
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger,
+		FetchCooldown: *set.notifyInterval, FetchPollInterval: max(*set.notifyInterval, time.Second)})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}

@@ -115,3 +115,58 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	}
 	require.Less(t, seqRead()-before, int64(50000), "the grown table was seq-scanned by the flush")
 }
+
+// TestJobDonePlansForTheTableAsItIs: the ledger's delete of finished jobs,
+// run many times on one connection while river_job is nearly empty, still
+// finds its rows by key once the queue has grown.
+func TestJobDonePlansForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "acme")
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: b.db.URL, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool, nil)
+
+	now := time.Now()
+	calls := 0
+	finish := func() {
+		t.Helper()
+		calls++
+		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`1`)}, b.enq)
+		require.NoError(t, err)
+		var job int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at)
+			VALUES ('{}', 'deliver', 100, 'deliver', 'running', 1, now()) RETURNING id`).Scan(&job))
+		require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{{
+			DeliveryID: m.Deliveries[0].ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &now, JobID: job, JobDone: true,
+		}}))
+	}
+	seqRead := func() int64 {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n, deleted int64
+		require.Eventually(t, func() bool {
+			require.NoError(t, b.db.Pool.QueryRow(ctx, `
+				SELECT coalesce(seq_tup_read, 0), n_tup_del FROM pg_stat_user_tables WHERE relname = 'river_job'`).Scan(&n, &deleted))
+			return deleted >= int64(calls)
+		}, 10*time.Second, 20*time.Millisecond, "statistics of %d deletes", calls)
+		return n
+	}
+
+	for range 10 {
+		finish()
+	}
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO river_job (args, kind, max_attempts, queue, state)
+		SELECT '{}', 'deliver', 100, 'deliver', 'available' FROM generate_series(1, 50000)`)
+	require.NoError(t, err)
+	before := seqRead()
+	for range 3 {
+		finish()
+	}
+	require.Less(t, seqRead()-before, int64(50000), "the grown queue was seq-scanned by the delete")
+}
