@@ -19,6 +19,7 @@ const (
 	MeasureTrafficSQL = measureTrafficSQL
 	ListAttemptsSQL   = listAttemptsSQL
 	LedgerUpdateSQL   = ledgerUpdateSQL
+	JobDoneSQL        = jobDoneSQL
 )
 
 // Waiting returns how many messages wait for a group, for tests that need

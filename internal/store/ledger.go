@@ -191,10 +191,9 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
 		// After the deliveries, as every statement that writes both locks
-		// them (the retention sweep): no lock-order cycle. Only running
-		// rows: a job a rescuer or a cancel has moved on is River's again.
+		// them (the retention sweep): no lock-order cycle.
 		if len(doneJobs) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1) AND state = 'running'`, doneJobs); err != nil {
+			if _, err := tx.Exec(ctx, jobDoneSQL, doneJobs); err != nil {
 				return fmt.Errorf("delete finished jobs: %w", err)
 			}
 		}
@@ -248,6 +247,16 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 	}
 	return out
 }
+
+// jobDoneSQL deletes the jobs a ledger batch finished ($1). Only running
+// rows: a job a rescuer or a cancel has moved on is River's again. state is
+// compared as text so that no index on it can serve the condition: River's
+// (state, queue, ...) index holds an entry for every dead version of every
+// job that ever ran, and a plan that found the few live running rows
+// through it (statistics say running rows are few) walked thousands of
+// dead entries per call (3.6-8.8 ms a call at 1,000 deliveries/s, against
+// 0.1 ms by the primary key).
+const jobDoneSQL = `DELETE FROM river_job WHERE id = ANY($1) AND state::text = 'running'`
 
 // ledgerUpdateSQL applies a batch of status updates ($1: the delivery
 // ids, the other arrays in step). "d.id = ANY($1)" repeats the join on the
