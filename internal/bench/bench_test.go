@@ -333,3 +333,21 @@ func TestSoakVerdicts(t *testing.T) {
 	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["p99 latency trend"], "no samples is no evidence")
 	require.Equal(t, "missed", status(soakVerdicts(nil, nil))["api go_goroutines floor"], "no samples is no evidence")
 }
+
+// TestScaleOutTargetNamesEachConfigurationsLockWait: S9's target reports
+// the longest lock wait of every configuration it ran, not only the worst.
+func TestScaleOutTargetNamesEachConfigurationsLockWait(t *testing.T) {
+	t.Parallel()
+	s9 := &scenarioResult{Name: "s9", MaxLockWaitMs: 40.5,
+		Extra: map[string]any{"four_over_one_dispatchers": 0.95, "deliveries_per_s_by_config": map[string]float64{"1a1d": 1000, "1a2d": 980, "1a4d": 950, "2a4d": 940}},
+		Runs: []*scenarioResult{
+			{Name: "s9 1 api x 1 dispatchers", MaxLockWaitMs: 3.2},
+			{Name: "s9 1 api x 4 dispatchers", MaxLockWaitMs: 40.5},
+		}}
+	r := &results{Scenarios: []*scenarioResult{s9}}
+	evaluate(r)
+	i := slices.IndexFunc(r.Targets, func(t target) bool { return t.Scenario == "s9" })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, "met", r.Targets[i].Status)
+	require.Contains(t, r.Targets[i].Measured, "1 api x 1 dispatchers 3.2, 1 api x 4 dispatchers 40.5")
+}

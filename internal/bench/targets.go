@@ -260,8 +260,16 @@ func evaluate(r *results) {
 			}
 		}
 		r.S9ScaleOut = v
-		add(atLeast("s9", s9Goal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f; 2 dispatchers %.0f, 2 api x 4 dispatchers %.0f; longest lock wait %.1f ms)",
-			v, by["1a4d"], by["1a1d"], by["1a2d"], by["2a4d"], s9.MaxLockWaitMs)))
+		var waits []string
+		for _, run := range s9.Runs {
+			waits = append(waits, fmt.Sprintf("%s %.1f", strings.TrimPrefix(run.Name, "s9 "), run.MaxLockWaitMs))
+		}
+		byConfig := ""
+		if len(waits) > 0 {
+			byConfig = " (" + strings.Join(waits, ", ") + ")"
+		}
+		add(atLeast("s9", s9Goal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f; 2 dispatchers %.0f, 2 api x 4 dispatchers %.0f; longest lock wait %.1f ms%s)",
+			v, by["1a4d"], by["1a1d"], by["1a2d"], by["2a4d"], s9.MaxLockWaitMs, byConfig)))
 	} else {
 		add(na("s9", s9Goal))
 	}
