@@ -22,6 +22,13 @@ const (
 	JobDoneSQL        = jobDoneSQL
 )
 
+// Lingering says whether a group's first message is lingering.
+func (c *MessageCommitter) Lingering() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lingering
+}
+
 // Waiting returns how many messages wait for a group, for tests that need
 // a group formed before it commits.
 func (c *MessageCommitter) Waiting() int {

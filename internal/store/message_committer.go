@@ -27,15 +27,22 @@ type MessageCommitter struct {
 	mu       sync.Mutex
 	waiting  []*messageRequest
 	inFlight int
-	groups   int64 // committed groups and the messages they held, for tests
-	messages int64
+	// lastGroup is the size of the last group committed.
+	lastGroup int
+	// lingering is set while a group's first message lingers; full wakes
+	// it when enough wait to fill the group.
+	lingering bool
+	full      chan struct{}
+	groups    int64 // committed groups and the messages they held, for tests
+	messages  int64
 }
 
 // MessageCommitterConfig tunes a MessageCommitter.
 type MessageCommitterConfig struct {
 	// MaxInFlight is how many groups are committed at once, each on its
-	// own connection; zero means 2. Fewer groups in flight make bigger
-	// groups.
+	// own connection; zero means 1. Fewer groups in flight make bigger
+	// groups: with one, every message that arrives during a commit joins
+	// the next group.
 	MaxInFlight int
 	// MaxBatch caps a group's messages; zero means 128.
 	MaxBatch int
@@ -43,6 +50,12 @@ type MessageCommitterConfig struct {
 	// the request that commits it is cancelled (the others in its group
 	// still wait for it); zero means 15s.
 	CommitTimeout time.Duration
+	// Linger is how long a message that finds no group committing waits
+	// for others to join it, when the last group held more than one
+	// message (a sign of concurrent traffic, as PostgreSQL's commit_delay
+	// waits only with commit_siblings active). Alone, a message never
+	// waits. Zero means 2ms; negative never lingers.
+	Linger time.Duration
 }
 
 type messageRequest struct {
@@ -58,7 +71,10 @@ type messageRequest struct {
 // jobs inserted by enq.
 func NewMessageCommitter(s *Store, enq Enqueuer, cfg MessageCommitterConfig) *MessageCommitter {
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 2
+		cfg.MaxInFlight = 1
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 2 * time.Millisecond
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 128
@@ -66,21 +82,33 @@ func NewMessageCommitter(s *Store, enq Enqueuer, cfg MessageCommitterConfig) *Me
 	if cfg.CommitTimeout <= 0 {
 		cfg.CommitTimeout = 15 * time.Second
 	}
-	return &MessageCommitter{store: s, enq: enq, cfg: cfg}
+	return &MessageCommitter{store: s, enq: enq, cfg: cfg, full: make(chan struct{}, 1)}
 }
 
 // CreateMessage stores in as Store.CreateMessage does, in a group with the
 // messages accepted at the same time.
 func (c *MessageCommitter) CreateMessage(ctx context.Context, in NewMessage) (Message, bool, error) {
 	r := &messageRequest{ctx: ctx, in: in, lead: make(chan []*messageRequest, 1), done: make(chan struct{})}
-	var group []*messageRequest
+	var (
+		group  []*messageRequest
+		linger bool
+	)
 	c.mu.Lock()
 	if c.inFlight < c.cfg.MaxInFlight {
-		// Nothing waits while a group could start: this request is one.
+		// Nothing waits while a group could start: this request is one,
+		// after its linger when traffic is concurrent.
 		c.inFlight++
 		group = []*messageRequest{r}
+		linger = c.cfg.Linger > 0 && c.lastGroup > 1 && c.cfg.MaxBatch > 1 && !c.lingering
+		c.lingering = c.lingering || linger
 	} else {
 		c.waiting = append(c.waiting, r)
+		if c.lingering && len(c.waiting) == c.cfg.MaxBatch-1 {
+			select {
+			case c.full <- struct{}{}:
+			default:
+			}
+		}
 	}
 	c.mu.Unlock()
 	if group == nil {
@@ -91,6 +119,23 @@ func (c *MessageCommitter) CreateMessage(ctx context.Context, in NewMessage) (Me
 			return r.res.Message, r.res.Created, r.err
 		case group = <-r.lead:
 		}
+	} else if linger {
+		t := time.NewTimer(c.cfg.Linger)
+		select {
+		case <-t.C:
+		case <-c.full:
+			t.Stop()
+		}
+		c.mu.Lock()
+		c.lingering = false
+		select {
+		case <-c.full: // a wake-up sent as the timer fired
+		default:
+		}
+		n := min(len(c.waiting), c.cfg.MaxBatch-1)
+		group = append(group, c.waiting[:n]...)
+		c.waiting = c.waiting[n:]
+		c.mu.Unlock()
 	}
 	c.commit(group)
 	c.mu.Lock()
@@ -124,6 +169,7 @@ func (c *MessageCommitter) commit(group []*messageRequest) {
 	c.mu.Lock()
 	c.groups++
 	c.messages += int64(len(live))
+	c.lastGroup = len(live)
 	c.mu.Unlock()
 
 	ins := make([]NewMessage, len(live))

@@ -269,3 +269,66 @@ func TestMessageCommitterSurvivesAPanicBelowIt(t *testing.T) {
 	require.True(t, created)
 	require.Equal(t, 1, b.count(t, "messages"))
 }
+
+// TestMessageCommitterLingersOnlyUnderConcurrentTraffic: a message that
+// finds the committer idle after a group of one is stored at once; after a
+// group of several it lingers for others, which join its group, and a full
+// group ends the linger.
+func TestMessageCommitterLingersOnlyUnderConcurrentTraffic(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	b.endpoint(t, "acme")
+	msg := store.NewMessage{TenantID: "acme", EventType: "a.b", Payload: json.RawMessage(`{}`)}
+	// A linger no test waits out: a message that lingered alone would
+	// hold the test for a minute, and the full group must end it.
+	const linger = time.Minute
+	g := &gatedEnqueuer{fakeEnqueuer: b.enq, entered: make(chan struct{}), release: make(chan struct{})}
+	c := store.NewMessageCommitter(s, g, store.MessageCommitterConfig{MaxInFlight: 1, MaxBatch: 3, Linger: linger})
+	send := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := c.CreateMessage(context.Background(), msg)
+			done <- err
+		}()
+		return done
+	}
+	wait := func(chs ...<-chan error) {
+		t.Helper()
+		for _, ch := range chs {
+			select {
+			case err := <-ch:
+				require.NoError(t, err)
+			case <-time.After(linger / 2):
+				t.Fatal("a message lingered")
+			}
+		}
+	}
+
+	// The first message holds in its insert while one more waits: two
+	// groups of one. The next message, alone, does not linger.
+	res := createAll(t, c, &committerBundle{testBundle: b, gate: g}, []store.NewMessage{msg, msg})
+	for _, r := range res {
+		require.NoError(t, r.err)
+	}
+	wait(send())
+	groups, _ := c.Stats()
+	require.Equal(t, int64(3), groups)
+
+	// A group of two (sent while a group of one commits), then a message
+	// that finds the committer idle lingers, and the two sent meanwhile
+	// fill its group.
+	g2 := &gatedEnqueuer{fakeEnqueuer: b.enq, entered: make(chan struct{}), release: make(chan struct{})}
+	c = store.NewMessageCommitter(s, g2, store.MessageCommitterConfig{MaxInFlight: 1, MaxBatch: 3, Linger: linger})
+	held := send()
+	<-g2.entered
+	pair := []<-chan error{send(), send()}
+	require.Eventually(t, func() bool { return c.Waiting() == 2 }, 10*time.Second, time.Millisecond)
+	close(g2.release)
+	wait(append(pair, held)...)
+	lead := send()
+	require.Eventually(t, c.Lingering, 10*time.Second, time.Millisecond)
+	wait(send(), send(), lead)
+	groups, messages := c.Stats()
+	require.Equal(t, int64(3), groups, "the held message, the pair, then the lingering message with the two that joined it")
+	require.Equal(t, int64(6), messages)
+}
