@@ -40,8 +40,9 @@ func (w *insertWorker) Work(context.Context, *river.Job[insertArgs]) error {
 }
 
 const (
-	// insertGroups is how many group transactions insert at once: the
-	// api's MessageCommitter default of 2 groups in flight.
+	// insertGroups is how many group transactions insert at once: two,
+	// one more than the api's MessageCommitter commits at once, so the
+	// ceiling is not held down by one transaction's commit latency.
 	insertGroups = 2
 	// insertGroupJobs is the jobs in one group: S1's groups of about 3
 	// messages fanned out to 10 endpoints each.
