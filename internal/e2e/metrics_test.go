@@ -99,7 +99,12 @@ func TestMetricsAfterARunWithOneFailingEndpoint(t *testing.T) {
 		}
 		return true
 	})
-	require.Positive(t, sum(`breaker_rejected_total{endpoint="`+failing.ID+`"}`), "deliveries refused while open")
+	// The failing deliveries' retries, a second after each failure, find
+	// the breaker open (first attempts may all have been made before it
+	// opened).
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "deliveries refused while open", func() bool {
+		return sum(`breaker_rejected_total{endpoint="`+failing.ID+`"}`) > 0
+	})
 	require.Zero(t, sum(`breaker_rejected_total{endpoint="`+healthy.ID+`"}`))
 	require.Zero(t, sum(`endpoint_auto_disabled_total{reason="auth_failures"}`))
 
