@@ -90,7 +90,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 30, "Postgres pool size"),
 		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches"),
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
-		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps the completed jobs River completes (reclassification, and deliveries that end without a final status); a delivery's job is deleted with its final status in the ledger's transaction"),
+		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
 		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", def.RescueStuckAfter, "when a running job of a dead process is retried; 0 = request timeout + 60s"),
 		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", def.MetricsEndpointCap, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
 		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", def.QueueMetricsInterval, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),

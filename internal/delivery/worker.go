@@ -260,7 +260,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return w.finish(ctx, args.EndpointID, store.StatusUpdate{
-			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed, JobID: job.ID, JobDone: true,
+			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed,
 			LastError: ptr(errEndpointGone.Error()),
 		})
 	case err != nil:
@@ -341,7 +341,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 			w.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", args.DeliveryID),
 				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
 			return w.finish(ctx, t.ID, store.StatusUpdate{
-				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired, JobID: job.ID, JobDone: true,
+				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
 				LastError: ptr(errPayloadGone.Error()),
 			})
 		}
@@ -434,7 +434,7 @@ func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm A
 		BreakerOpenUntil: &until, JobID: job.ID,
 	}
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
-		update.Park, update.JobDone = true, true
+		update.Park = true
 		err := w.record(ctx, nil, nil, update)
 		if err == nil {
 			if w.deps.Metrics != nil {
@@ -473,7 +473,6 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 // finishAttempt records the attempt and returns what River should do: nil to
 // complete the job, an attemptError (with next stored for NextRetry) to retry.
 func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
-	u.JobID, u.JobDone = job.ID, next.IsZero()
 	rule := store.DefaultAuthRule
 	if w.deps.AuthRules != nil {
 		rule = w.deps.AuthRules.AuthRule(t)
@@ -500,10 +499,9 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 	return &attemptError{status: status, class: ErrorClass(a.ErrorClass)}
 }
 
-// finish records a final status without an attempt and completes the job
-// (deleted with the update: JobDone); a hold keeps the job until it
-// commits. A hold refused because the endpoint was enabled meanwhile runs
-// the job again at once.
+// finish records a final status without an attempt and completes the job.
+// A hold refused because the endpoint was enabled meanwhile runs the job
+// again at once.
 func (w *Worker) finish(ctx context.Context, endpointID string, u store.StatusUpdate) error {
 	err := w.record(ctx, nil, nil, u)
 	if errors.Is(err, ErrHoldRefused) {

@@ -19,7 +19,6 @@ const (
 	MeasureTrafficSQL = measureTrafficSQL
 	ListAttemptsSQL   = listAttemptsSQL
 	LedgerUpdateSQL   = ledgerUpdateSQL
-	JobDoneSQL        = jobDoneSQL
 )
 
 // Lingering says whether a group's first message is lingering.

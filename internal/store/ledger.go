@@ -29,13 +29,6 @@ type StatusUpdate struct {
 	// applies only while that job owns the delivery (its job_id), so a
 	// stale job can never detach the job that owns it now.
 	JobID int64
-	// JobDone says the job JobID ends with this update (its worker
-	// completes it once the update commits): the ledger deletes the job's
-	// River row in the update's transaction. The delivery row is the
-	// record, so the completed job row River would write and later clean
-	// up is never written, and a process that dies after the commit leaves
-	// no running job to be rescued and run again.
-	JobDone bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -116,12 +109,6 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				"url": d.URL, "reason": "auth_failures", "failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
 			}})
 		}
-		var doneJobs []int64
-		for _, u := range updates {
-			if u.JobDone && u.JobID != 0 {
-				doneJobs = append(doneJobs, u.JobID)
-			}
-		}
 		updates = mergeUpdates(updates)
 		if len(updates) == 0 {
 			return s.emitOperational(ctx, tx, events)
@@ -190,13 +177,6 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
-		// After the deliveries, as every statement that writes both locks
-		// them (the retention sweep): no lock-order cycle.
-		if len(doneJobs) > 0 {
-			if _, err := tx.Exec(ctx, jobDoneSQL, doneJobs); err != nil {
-				return fmt.Errorf("delete finished jobs: %w", err)
-			}
-		}
 		for _, u := range updates {
 			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
 				if res.HoldRefused == nil {
@@ -247,16 +227,6 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 	}
 	return out
 }
-
-// jobDoneSQL deletes the jobs a ledger batch finished ($1). Only running
-// rows: a job a rescuer or a cancel has moved on is River's again. state is
-// compared as text so that no index on it can serve the condition: River's
-// (state, queue, ...) index holds an entry for every dead version of every
-// job that ever ran, and a plan that found the few live running rows
-// through it (statistics say running rows are few) walked thousands of
-// dead entries per call (3.6-8.8 ms a call at 1,000 deliveries/s, against
-// 0.1 ms by the primary key).
-const jobDoneSQL = `DELETE FROM river_job WHERE id = ANY($1) AND state::text = 'running'`
 
 // ledgerUpdateSQL applies a batch of status updates ($1: the delivery
 // ids, the other arrays in step). "d.id = ANY($1)" repeats the join on the

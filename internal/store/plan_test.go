@@ -115,35 +115,3 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	}
 	require.Less(t, seqRead()-before, int64(50000), "the grown table was seq-scanned by the flush")
 }
-
-// TestJobDoneFindsItsJobsByKey: the ledger's delete of finished jobs reads
-// river_job by its primary key, in a generic plan and in a custom one, even
-// when statistics say running jobs are few: River's index on state would
-// then look cheaper, and it walks every dead version's entry.
-func TestJobDoneFindsItsJobsByKey(t *testing.T) {
-	t.Parallel()
-	_, b := setup(t)
-	ctx := context.Background()
-	_, err := b.db.Pool.Exec(ctx, `
-		INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, finalized_at)
-		SELECT '{}', 'deliver', 100, 'deliver',
-			CASE WHEN g % 5000 = 0 THEN 'running' WHEN g % 2 = 0 THEN 'available' ELSE 'completed' END::river_job_state,
-			1, now(), CASE WHEN g % 2 = 1 AND g % 5000 <> 0 THEN now() END
-		FROM generate_series(1, 50000) g`)
-	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `ANALYZE river_job`)
-	require.NoError(t, err)
-	conn, err := b.db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `PREPARE job_done(bigint[]) AS `+store.JobDoneSQL)
-	require.NoError(t, err)
-	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
-		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
-		require.NoError(t, err)
-		var plan []byte
-		require.NoError(t, conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE job_done('{5000,10000,15000,20000}')`).Scan(&plan))
-		require.Contains(t, string(plan), `"Index Name": "river_job_pkey"`, mode)
-		require.NotContains(t, string(plan), "river_job_prioritized_fetching_index", mode)
-	}
-}

@@ -50,37 +50,6 @@ func TestUpgradeDropsRiverJobArgsIndex(t *testing.T) {
 	}
 }
 
-// TestUpgradeStopsRiverJobTruncation: a database at the schema before,
-// holding jobs, is migrated with its jobs kept and vacuum told not to
-// truncate river_job (a truncation locks the whole queue), its autovacuum
-// settings kept.
-func TestUpgradeStopsRiverJobTruncation(t *testing.T) {
-	t.Parallel()
-	db := storetest.New(t)
-	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, queue, max_attempts, state, args)
-		SELECT 'deliver', 'deliver', 100, 'available', jsonb_build_object('delivery_id', 'dlv_' || g) FROM generate_series(1, 100) g`)
-	require.NoError(t, err)
-	options := func() []string {
-		t.Helper()
-		var opts []string
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE relname = 'river_job'`).Scan(&opts))
-		return opts
-	}
-	require.NotContains(t, options(), "vacuum_truncate=false")
-
-	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
-	require.Contains(t, options(), "vacuum_truncate=false")
-	require.Contains(t, options(), "autovacuum_vacuum_scale_factor=0.01")
-	var jobs int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&jobs))
-	require.Equal(t, 100, jobs)
-}
-
 // argsGINIndexes counts the GIN indexes on river_job that cover args.
 func argsGINIndexes(t *testing.T, db *storetest.DB) int {
 	t.Helper()
