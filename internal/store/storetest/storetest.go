@@ -118,12 +118,27 @@ func dropTestDatabases(ctx context.Context, u string) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
+	// A killed binary's sessions hold the lock until their backends
+	// notice the closed connection, which a busy backend (one creating a
+	// database) does only when its statement ends: ask again for a while
+	// before deciding another binary uses the server.
 	var alone bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(usersLockKey)).Scan(&alone); err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
-	if !alone {
-		return nil
+	for wait := time.NewTicker(100 * time.Millisecond); ; {
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(usersLockKey)).Scan(&alone); err != nil {
+			wait.Stop()
+			return fmt.Errorf("lock: %w", err)
+		}
+		if alone {
+			wait.Stop()
+			break
+		}
+		select {
+		case <-wait.C:
+			continue
+		case <-ctx.Done():
+			wait.Stop()
+			return nil
+		}
 	}
 	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname ~ $1`, testDatabases)
 	if err != nil {
