@@ -133,7 +133,7 @@ type Store interface {
 	DrainDefault(ctx context.Context, interval time.Duration, limit int) ([]store.PartitionChange, error)
 	DefaultRows(ctx context.Context) (map[string]int64, error)
 	ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]store.ExpiredDelivery, error)
-	RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time) ([]store.PartitionChange, error)
+	RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time, lastError string) ([]store.PartitionChange, error)
 	ExpireIdempotencyKeys(ctx context.Context, cutoff time.Time, batch int) (int64, error)
 	PruneHistory(ctx context.Context, cutoff time.Time, batch int) (int64, error)
 	Partitions(ctx context.Context) ([]store.Partition, error)
@@ -200,6 +200,17 @@ func expiredError(retention time.Duration) string {
 	return fmt.Sprintf("expired: not delivered within the retention (%s); its data is removed with its partition", retention)
 }
 
+// expired logs and counts deliveries retention made expired.
+func (m *Maintainer) expired(ctx context.Context, ds []store.ExpiredDelivery) {
+	for _, d := range ds {
+		m.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", d.ID), slog.String("endpoint", d.EndpointID),
+			slog.String("tenant", d.TenantID), slog.String("was", d.Was), slog.String("reason", "retention"))
+	}
+	if m.deps.Metrics != nil && m.deps.Metrics.Expired != nil {
+		m.deps.Metrics.Expired.WithLabelValues("retention").Add(float64(len(ds)))
+	}
+}
+
 // RunOnce runs one maintenance pass as of now (the database's time), if
 // this process gets the maintenance lock: partitions ahead, the default
 // partitions drained, the non-final deliveries past retention expired,
@@ -255,13 +266,7 @@ func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error
 		if err != nil {
 			return err
 		}
-		for _, d := range batch {
-			log.WarnContext(ctx, "delivery_expired", slog.String("delivery", d.ID), slog.String("endpoint", d.EndpointID),
-				slog.String("tenant", d.TenantID), slog.String("was", d.Was), slog.String("reason", "retention"))
-		}
-		if m.deps.Metrics != nil && m.deps.Metrics.Expired != nil {
-			m.deps.Metrics.Expired.WithLabelValues("retention").Add(float64(len(batch)))
-		}
+		m.expired(ctx, batch)
 		rep.Expired = append(rep.Expired, batch...)
 		if len(batch) < cfg.batch() {
 			break
@@ -271,8 +276,12 @@ func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error
 	if rep.Keys, err = m.deps.Store.ExpireIdempotencyKeys(ctx, now.Add(-min(IdempotencyWindow, cfg.Retention)), cfg.batch()); err != nil {
 		return err
 	}
-	rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention))
+	rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention), reason)
 	for _, c := range rep.Dropped {
+		// Deliveries that committed unfinished after the expiry pass, made
+		// expired by the drop that held their partition.
+		m.expired(ctx, c.Expired)
+		rep.Expired = append(rep.Expired, c.Expired...)
 		log.InfoContext(ctx, "partition_dropped", slog.String("table", c.Parent), slog.String("partition", c.Name), slog.Time("to", c.To))
 		if m.deps.Metrics != nil {
 			m.deps.Metrics.Dropped.WithLabelValues(c.Parent).Inc()

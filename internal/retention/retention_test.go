@@ -3,6 +3,8 @@ package retention_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -646,4 +648,174 @@ func (w *writers) finish(t *testing.T) []string {
 	w.wg.Wait()
 	require.Empty(t, w.errs)
 	return w.delivered
+}
+
+// expiryHook is the maintainer's store with a function run once, right
+// after the first expiry pass of a run returns: what another transaction
+// does between the expiry pass and the drops.
+type expiryHook struct {
+	*store.Store
+	mu    sync.Mutex
+	after func()
+}
+
+func (h *expiryHook) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]store.ExpiredDelivery, error) {
+	out, err := h.Store.ExpireDeliveries(ctx, cutoff, lastError, limit)
+	h.mu.Lock()
+	f := h.after
+	h.after = nil
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return out, err
+}
+
+// TestDropExpiresADeliveryLockedThroughTheExpiryPass: a ledger
+// transaction parks a delivery past retention and holds its row through
+// the maintainer's expiry pass (which skips locked rows), then commits it
+// as waiting before the partition's drop. The drop must not take it away
+// unfinished: it ends expired, counted, logged and reported to the
+// operational endpoints as delivery.failed, with its partition dropped.
+func TestDropExpiresADeliveryLockedThroughTheExpiryPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	ops := &recordingEnqueuer{}
+	st := store.New(b.db.Pool, nil, store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: ops}))
+	var logs strings.Builder
+	var logMu sync.Mutex
+	hook := &expiryHook{Store: st}
+	cfg := retention.Config{Interval: time.Minute, Retention: 3 * time.Minute, PayloadRetention: 3 * time.Minute, HistoryRetention: time.Hour}
+	m := retention.New(cfg, retention.Deps{Store: hook, Now: time.Now, Metrics: b.metrics,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))})
+	_, err := m.RunOnce(ctx, b.dbNow(t))
+	require.NoError(t, err)
+	_, err = st.CreateOperationalEndpoint(ctx, store.NewOperationalEndpoint{URL: "https://ops.example.com/hook", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	d := msg.Deliveries[0]
+	require.Equal(t, store.DeliveryPending, d.Status)
+
+	created, _ := store.IDTime(msg.ID)
+	retire := floorMinute(created).Add(time.Minute + 3*time.Minute)
+	// The partitions of the retiring run's time are there already, as the
+	// maintainer keeps them ahead.
+	_, err = st.EnsurePartitions(ctx, retire, time.Minute, retention.Ahead)
+	require.NoError(t, err)
+
+	// The ledger parks the delivery (its breaker opened: waiting, no job)
+	// and has not committed yet.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	parked, err := tx.Exec(ctx, `
+		UPDATE deliveries SET status = 'waiting', job_id = NULL, breaker_open_until = now() + interval '1 minute', updated_at = now()
+		WHERE id = $1 AND status = 'pending'`, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), parked.RowsAffected())
+	hook.after = func() { require.NoError(t, tx.Commit(ctx)) }
+
+	rep, err := m.RunOnce(ctx, retire)
+	require.NoError(t, err)
+	require.Nil(t, hook.after, "the ledger committed between the expiry pass and the drops")
+
+	require.Len(t, rep.Expired, 1)
+	require.Equal(t, d.ID, rep.Expired[0].ID)
+	require.Equal(t, store.DeliveryWaiting, rep.Expired[0].Was, "committed as waiting, after the expiry pass")
+	var dropped *store.PartitionChange
+	for i, c := range rep.Dropped {
+		if c.Parent == "deliveries" && len(c.Expired) > 0 {
+			dropped = &rep.Dropped[i]
+		}
+	}
+	require.NotNil(t, dropped, "the drop that held the partition made it expired")
+	require.Equal(t, d.ID, dropped.Expired[0].ID)
+	require.Zero(t, b.rows(t, "deliveries", "id", d.ID), "then dropped it with its partition")
+	require.Equal(t, 1.0, testutil.ToFloat64(b.expired.WithLabelValues("retention")))
+	logMu.Lock()
+	require.Contains(t, logs.String(), "msg=delivery_expired delivery="+d.ID)
+	logMu.Unlock()
+
+	// Its event was queued in the drop's transaction (the event's own
+	// message went with the test's interval: the maintainer's clock is
+	// ahead of the database's here).
+	queued := ops.queued()
+	require.Len(t, queued, 1)
+	require.Equal(t, store.OpDeliveryFailed, queued[0].EventType)
+	payload := queued[0].Payload
+	var ev struct {
+		Data struct {
+			DeliveryID string `json:"delivery_id"`
+			Status     string `json:"status"`
+			LastError  string `json:"last_error"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(payload, &ev))
+	require.Equal(t, d.ID, ev.Data.DeliveryID)
+	require.Equal(t, store.DeliveryExpired, ev.Data.Status)
+	require.Contains(t, ev.Data.LastError, "retention")
+}
+
+// recordingEnqueuer hands out job ids and keeps what it was given.
+type recordingEnqueuer struct {
+	fakeEnqueuer
+	all []store.QueuedDelivery
+}
+
+func (r *recordingEnqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, qs []store.QueuedDelivery) ([]int64, error) {
+	r.mu.Lock()
+	r.all = append(r.all, qs...)
+	r.mu.Unlock()
+	return r.fakeEnqueuer.EnqueueTx(ctx, tx, qs)
+}
+
+func (r *recordingEnqueuer) queued() []store.QueuedDelivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// lockedWriter serialises writes to a builder shared with the test.
+type lockedWriter struct {
+	b  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// TestNoAttemptOutlivesItsDelivery: an attempt made after its delivery's
+// interval, in the attempt partition that holds the cutoff but before
+// the cutoff, goes when its delivery's partition is dropped.
+func TestNoAttemptOutlivesItsDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	b.run(t, b.dbNow(t))
+	b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	d := msg.Deliveries[0]
+	created, _ := store.IDTime(msg.ID)
+	base := floorMinute(created)
+	// Retried a minute later, and delivered.
+	at := base.Add(time.Minute + 10*time.Second)
+	require.NoError(t, b.store.RecordLedger(ctx, []store.Attempt{{
+		DeliveryID: d.ID, MessageID: msg.ID, EndpointID: d.EndpointID, AttemptNumber: 2, AttemptedAt: at, Classification: "success",
+	}}, []store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 2, LastAttemptAt: &at}}))
+
+	// The cutoff falls 30 s into the attempt's minute: its partition stays.
+	rep := b.run(t, base.Add(4*time.Minute+30*time.Second))
+	var droppedDeliveries bool
+	for _, c := range rep.Dropped {
+		droppedDeliveries = droppedDeliveries || (c.Parent == "deliveries" && c.To.Equal(base.Add(time.Minute)))
+		require.False(t, c.Parent == "delivery_attempts" && c.To.After(at), "the attempt's partition stays")
+	}
+	require.True(t, droppedDeliveries)
+	require.Zero(t, b.rows(t, "deliveries", "id", d.ID))
+	require.Zero(t, b.rows(t, "delivery_attempts", "delivery_id", d.ID), "no attempt outlives its delivery")
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,6 +289,9 @@ type PartitionChange struct {
 	Partition
 	// Moved counts the rows moved out of the default partition into it.
 	Moved int64
+	// Expired are the deliveries a drop made expired: unfinished when it
+	// held the partition.
+	Expired []ExpiredDelivery
 }
 
 // EnsurePartitions creates every table's partitions up to ahead intervals
@@ -389,10 +393,14 @@ func (s *Store) DrainDefault(ctx context.Context, interval time.Duration, limit 
 // ExpiredDelivery is a delivery retention made final.
 type ExpiredDelivery struct {
 	ID         string
+	MessageID  string
 	EndpointID string
 	TenantID   string
+	Attempts   int
 	// Was is the status it had.
 	Was string
+	// At is when it was made expired (the database's time).
+	At time.Time
 }
 
 // expireDeliveriesSQL expires up to $3 unfinished deliveries with ids
@@ -407,52 +415,125 @@ const expireDeliveriesSQL = `
 			UPDATE deliveries d SET status = 'expired', last_error = $2, next_attempt_at = NULL,
 				breaker_open_until = NULL, updated_at = now()
 			FROM x WHERE d.id = x.id AND d.status IN ('pending', 'waiting', 'held') AND d.id < $1
-			RETURNING d.id, d.endpoint_id, d.tenant_id, d.job_id, x.status AS was
+			RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempt_count, d.job_id, x.status AS was, d.updated_at
 		), c AS (
 			UPDATE river_job j SET state = 'cancelled', finalized_at = now()
 			FROM u WHERE j.id = u.job_id AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
 			RETURNING j.id
 		)
-		SELECT id, endpoint_id, tenant_id, was, (SELECT count(*) FROM c) FROM u ORDER BY id`
+		SELECT id, message_id, endpoint_id, tenant_id, attempt_count, was, updated_at, (SELECT count(*) FROM c) FROM u ORDER BY id`
 
-// ExpireDeliveries makes final (expired, with lastError) up to limit of
-// the deliveries created before cutoff that are not final yet (pending,
-// waiting, held), and cancels their River jobs that have not started. A
-// job already running finds its delivery expired: the ledger never
-// changes an expired delivery. deliveries_unfinished_idx finds them in the
-// partitions before cutoff without reading their other rows.
-func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
-	rows, err := s.pool.Query(ctx, expireDeliveriesSQL,
-		customPlan, IDBound("dlv", cutoff), lastError, limit)
+// expirePartitionSQL expires every unfinished delivery of a detached
+// deliveries partition ($1: their last_error), which nothing else can
+// lock while the detach holds it, and cancels their River jobs that have
+// not started.
+func expirePartitionSQL(partition string) string {
+	return `
+		WITH u AS (
+			UPDATE ` + partition + ` d SET status = 'expired', last_error = $1, next_attempt_at = NULL,
+				breaker_open_until = NULL, updated_at = now()
+			FROM (SELECT id, status FROM ` + partition + ` WHERE status IN ('pending', 'waiting', 'held')) x
+			WHERE d.id = x.id
+			RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempt_count, d.job_id, x.status AS was, d.updated_at
+		), c AS (
+			UPDATE river_job j SET state = 'cancelled', finalized_at = now()
+			FROM u WHERE j.id = u.job_id AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
+			RETURNING j.id
+		)
+		SELECT id, message_id, endpoint_id, tenant_id, attempt_count, was, updated_at, (SELECT count(*) FROM c) FROM u ORDER BY id`
+}
+
+// expire runs an expiry statement in tx and emits a delivery.failed
+// operational event for each delivery it made expired.
+func (s *Store) expire(ctx context.Context, tx pgx.Tx, sql, lastError string, args ...any) ([]ExpiredDelivery, error) {
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("expire deliveries: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var out []ExpiredDelivery
 	for rows.Next() {
 		var d ExpiredDelivery
-		if err := rows.Scan(&d.ID, &d.EndpointID, &d.TenantID, &d.Was, new(int64)); err != nil {
-			return nil, fmt.Errorf("expire deliveries: %w", err)
+		if err := rows.Scan(&d.ID, &d.MessageID, &d.EndpointID, &d.TenantID, &d.Attempts, &d.Was, &d.At, new(int64)); err != nil {
+			rows.Close()
+			return nil, err
 		}
 		out = append(out, d)
 	}
-	return out, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	events := make([]OperationalEvent, len(out))
+	for i, d := range out {
+		events[i] = deliveryFailedEvent(d.At, d.EndpointID, d.TenantID, d.ID, d.MessageID, d.Attempts, &lastError, DeliveryExpired)
+	}
+	if err := s.emitOperational(ctx, tx, events); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
+
+// ExpireDeliveries makes final (expired, with lastError) up to limit of
+// the deliveries created before cutoff that are not final yet (pending,
+// waiting, held), cancels their River jobs that have not started and
+// emits their delivery.failed operational events, in one transaction. A
+// job already running finds its delivery expired: the ledger never
+// changes an expired delivery. A delivery another transaction has locked
+// is left for the next call (or for the drop of its partition, which
+// expires what is left). deliveries_unfinished_idx finds them in the
+// partitions before cutoff without reading their other rows.
+func (s *Store) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]ExpiredDelivery, error) {
+	var out []ExpiredDelivery
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.expire(ctx, tx, expireDeliveriesSQL, lastError, customPlan, IDBound("dlv", cutoff), lastError, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// maxExpiredAtDrop bounds the unfinished deliveries a partition's drop
+// makes expired while it holds the table's lock (a fraction of a
+// millisecond each, with their events); a partition holding more is left
+// for the next run, whose expiry pass takes them first.
+const maxExpiredAtDrop = 100
+
+// ErrUnfinishedDeliveries is a deliveries partition kept for the next run
+// because it held more unfinished deliveries than its drop expires.
+var ErrUnfinishedDeliveries = errors.New("unfinished deliveries")
 
 // RetirePartitions drops the partitions whose whole interval ends at or
 // before cutoff (payloads: payloadCutoff), oldest first. Before a
-// deliveries partition goes, the attempts its deliveries made after cutoff
-// (in partitions that stay) are deleted, so no attempt outlives its
+// deliveries partition goes, the attempts its deliveries made later (in
+// attempt partitions that stay) are deleted, so no attempt outlives its
 // delivery. Each drop is a DETACH and a DROP in one short transaction
 // (DETACH ... CONCURRENTLY is refused while a default partition exists);
-// a drop that cannot get its lock quickly is left to the next run.
-// Callers expire the non-final deliveries before cutoff first.
-func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time) ([]PartitionChange, error) {
+// a drop that cannot get its lock quickly is retried, then left to the
+// next run.
+//
+// Callers expire the non-final deliveries before cutoff first, but a row
+// that was locked then (a ledger update parking or holding it, a retry)
+// may have committed unfinished since. Once the detach holds the
+// partition no one else can change its rows, so any delivery still
+// unfinished is made expired there (lastError, its job cancelled, its
+// event emitted: returned in the change's Expired) before the drop, or,
+// when there are more than maxExpiredAtDrop, the partition stays for the
+// next run. A partition that stays keeps the messages and payloads
+// partitions of its interval too; the others are dropped, and the errors
+// are returned together.
+func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time, lastError string) ([]PartitionChange, error) {
 	existing, err := s.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []PartitionChange
+	var (
+		out  []PartitionChange
+		errs []error
+		kept []Partition // deliveries partitions that failed to go
+	)
 	for _, t := range partitionedTables {
 		limit := cutoff
 		if t.name == "message_payloads" {
@@ -462,20 +543,46 @@ func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time
 			if p.Parent != t.name || p.To.After(limit) {
 				continue
 			}
+			if t.idPrefix == "msg" && slices.ContainsFunc(kept, p.overlaps) {
+				// A message must not go before its deliveries.
+				continue
+			}
+			var expired []ExpiredDelivery
 			err := s.retryLockTimeout(ctx, func() error {
 				return s.ddl(ctx, func(tx pgx.Tx) error {
+					expired = nil
 					if t.name == "deliveries" {
+						// Attempts are made after their delivery's id was
+						// minted, give or take the clocks' skew.
 						lo := "dlv_"
+						after := time.Time{}
 						if !p.From.IsZero() {
 							lo = IDBound("dlv", p.From)
+							after = p.From.Add(-liveMargin)
 						}
 						if _, err := tx.Exec(ctx, `DELETE FROM delivery_attempts WHERE attempted_at >= $1 AND delivery_id >= $2 AND delivery_id < $3`,
-							cutoff, lo, IDBound("dlv", p.To)); err != nil {
+							after, lo, IDBound("dlv", p.To)); err != nil {
 							return fmt.Errorf("delete later attempts: %w", err)
 						}
 					}
 					if _, err := tx.Exec(ctx, `ALTER TABLE `+t.name+` DETACH PARTITION `+p.Name); err != nil {
 						return fmt.Errorf("detach: %w", err)
+					}
+					if t.name == "deliveries" {
+						var unfinished int
+						if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+p.Name+
+							` WHERE status IN ('pending', 'waiting', 'held') LIMIT $1) x`, maxExpiredAtDrop+1).Scan(&unfinished); err != nil {
+							return fmt.Errorf("count unfinished deliveries: %w", err)
+						}
+						if unfinished > maxExpiredAtDrop {
+							return fmt.Errorf("%w: more than %d left: kept for the next run", ErrUnfinishedDeliveries, maxExpiredAtDrop)
+						}
+						if unfinished > 0 {
+							var err error
+							if expired, err = s.expire(ctx, tx, expirePartitionSQL(p.Name), lastError, lastError); err != nil {
+								return fmt.Errorf("expire unfinished deliveries: %w", err)
+							}
+						}
 					}
 					if _, err := tx.Exec(ctx, `DROP TABLE `+p.Name); err != nil {
 						return fmt.Errorf("drop: %w", err)
@@ -485,14 +592,24 @@ func (s *Store) RetirePartitions(ctx context.Context, cutoff, payloadCutoff time
 				})
 			})
 			if err != nil {
-				// The rest waits for the next run: a messages partition
-				// must not go before its deliveries'.
-				return out, fmt.Errorf("retire partition %s: %w", p.Name, err)
+				errs = append(errs, fmt.Errorf("retire partition %s: %w", p.Name, err))
+				if t.name == "deliveries" {
+					kept = append(kept, p)
+				}
+				if ctx.Err() != nil {
+					return out, errors.Join(errs...)
+				}
+				continue
 			}
-			out = append(out, PartitionChange{Partition: p})
+			out = append(out, PartitionChange{Partition: p, Expired: expired})
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// overlaps reports whether p and q share any instant.
+func (p Partition) overlaps(q Partition) bool {
+	return (p.From.IsZero() || q.To.After(p.From)) && (q.From.IsZero() || p.To.After(q.From))
 }
 
 // retryLockTimeout runs fn until it does not fail for a lock timeout, at
