@@ -459,11 +459,12 @@ const maxStrays = 100
 // makes them. Then a CHECK constraint of the range is added NOT VALID (the
 // default's ACCESS EXCLUSIVE lock for the catalog change) and validated
 // (a scan under SHARE UPDATE EXCLUSIVE, which readers and writers do not
-// wait for), and one short transaction detaches the default, renames it,
-// creates the new default and attaches the old one for [lo, hi): the
-// constraint proves its rows belong there, so PostgreSQL skips the scan,
-// and the new default is empty. Every lock is asked for with
-// maintenanceLockTimeout and retried.
+// wait for), the new default is created with its indexes (not yet a
+// partition), and one short transaction of catalog changes detaches the
+// default, attaches it for [lo, hi) (the constraint proves its rows belong
+// there, so PostgreSQL skips the scan) and attaches the new, empty one as
+// the default. Every lock is asked for with maintenanceLockTimeout and
+// retried.
 //
 // While the constraint is there, a row at or past hi written to the
 // default is refused: hi is at least liveMargin+catchUpLead past now, and
@@ -542,6 +543,14 @@ func (s *Store) adoptDefault(ctx context.Context, t partitioned, lo, hi time.Tim
 	} else {
 		from, fromAt = t.boundLiteral(lo), &lo
 	}
+	// The new default partition, its indexes built beforehand: the swap
+	// then only changes the catalog.
+	next := t.name + "_default_next"
+	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+next+`; CREATE TABLE `+next+
+		` (LIKE `+t.name+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)`+t.with); err != nil {
+		dropCheck()
+		return out, fmt.Errorf("create the next default partition: %w", err)
+	}
 	err = s.retryLockTimeout(ctx, func() error {
 		at, err := s.dbClock(ctx)
 		if err != nil {
@@ -554,8 +563,11 @@ func (s *Store) adoptDefault(ctx context.Context, t partitioned, lo, hi time.Tim
 			for _, q := range []string{
 				`ALTER TABLE ` + t.name + ` DETACH PARTITION ` + def,
 				`ALTER TABLE ` + def + ` RENAME TO ` + name,
-				`CREATE TABLE ` + def + ` PARTITION OF ` + t.name + ` DEFAULT` + t.with,
+				// With no default partition, nothing is scanned for the
+				// range, and the constraint spares the scan of its rows.
 				`ALTER TABLE ` + t.name + ` ATTACH PARTITION ` + name + ` FOR VALUES FROM (` + from + `) TO (` + t.boundLiteral(hi) + `)`,
+				`ALTER TABLE ` + next + ` RENAME TO ` + def,
+				`ALTER TABLE ` + t.name + ` ATTACH PARTITION ` + def + ` DEFAULT`,
 				`ALTER TABLE ` + name + ` DROP CONSTRAINT ` + check,
 			} {
 				if _, err := tx.Exec(ctx, q); err != nil {
@@ -568,6 +580,7 @@ func (s *Store) adoptDefault(ctx context.Context, t partitioned, lo, hi time.Tim
 	})
 	if err != nil {
 		dropCheck()
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS `+next)
 		return out, fmt.Errorf("adopt default partition: %w", err)
 	}
 	return append(out, PartitionChange{Partition: Partition{Name: name, Parent: t.name, From: lo, To: hi}, Adopted: true}), nil
