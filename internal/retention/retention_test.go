@@ -1018,3 +1018,50 @@ func TestFailedDropKeepsItsIntervalOnly(t *testing.T) {
 	}
 	require.NotEmpty(t, rep.Dropped)
 }
+
+// TestDropWithManyUnfinishedWaitsForTheNextRun: when more deliveries than
+// a drop may expire under its lock turned unfinished after the expiry pass
+// (a bulk retry, here 101 of them), the partition and its interval's
+// messages stay for the next run, whose expiry pass makes them expired
+// before the drop.
+func TestDropWithManyUnfinishedWaitsForTheNextRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	hook := &expiryHook{Store: b.store}
+	cfg := retention.Config{Interval: time.Minute, Retention: 3 * time.Minute, PayloadRetention: 3 * time.Minute, HistoryRetention: time.Hour}
+	m := retention.New(cfg, retention.Deps{Store: hook, Now: time.Now, Metrics: b.metrics})
+	b.run(t, b.dbNow(t))
+	ep := b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	created, _ := store.IDTime(msg.ID)
+	retire := floorMinute(created).Add(4 * time.Minute)
+	_, err := b.store.EnsurePartitions(ctx, retire, time.Minute, retention.Ahead)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status)
+		SELECT 'dlv_' || substr($1, 5, 10) || lpad(g::text, 16, '0'), $1, $2, 'acme', 'failed' FROM generate_series(1, 101) g`, msg.ID, ep.ID)
+	require.NoError(t, err)
+	hook.after = func() {
+		_, err := b.db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'pending' WHERE message_id = $1 AND status = 'failed'`, msg.ID)
+		require.NoError(t, err)
+	}
+	deliveriesPart := b.partitionOf(t, "deliveries", "id", msg.Deliveries[0].ID)
+	messagesPart := b.partitionOf(t, "messages", "id", msg.ID)
+
+	rep, err := m.RunOnce(ctx, retire)
+	require.ErrorIs(t, err, store.ErrUnfinishedDeliveries)
+	require.True(t, b.exists(t, deliveriesPart))
+	require.True(t, b.exists(t, messagesPart), "its messages stay with it")
+	require.Len(t, rep.Expired, 1, "the message's own delivery, by the expiry pass")
+	var pending int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE message_id = $1 AND status = 'pending'`, msg.ID).Scan(&pending))
+	require.Equal(t, 101, pending)
+
+	rep, err = m.RunOnce(ctx, retire)
+	require.NoError(t, err)
+	require.Len(t, rep.Expired, 101)
+	require.False(t, b.exists(t, deliveriesPart))
+	require.False(t, b.exists(t, messagesPart))
+	require.Equal(t, 102.0, testutil.ToFloat64(b.expired.WithLabelValues("retention")))
+}
