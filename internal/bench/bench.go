@@ -74,10 +74,20 @@ type plan struct {
 	s8Messages     int // messages of history; 10 deliveries and 40 attempts each
 	s8AttemptReads int
 	s9Measure      time.Duration
-	soakRate       float64
-	soakDuration   time.Duration
-	soakSample     time.Duration
-	soakRetention  time.Duration
+	// S10: the maintainer's downtime in one-minute intervals, the
+	// messages seeded into each, the load before its restart and after
+	// its catch-up, how long the catch-up may take, and the messages/s
+	// offered when S1 has not run first.
+	s10Intervals      int
+	s10PerInterval    int
+	s10Before         time.Duration
+	s10After          time.Duration
+	s10CatchUpTimeout time.Duration
+	s10Rate           float64
+	soakRate          float64
+	soakDuration      time.Duration
+	soakSample        time.Duration
+	soakRetention     time.Duration
 }
 
 var fullPlan = plan{
@@ -94,7 +104,8 @@ var fullPlan = plan{
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 1_260_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
-	s9Measure: 10 * time.Second,
+	s9Measure:    10 * time.Second,
+	s10Intervals: 200, s10PerInterval: 250, s10Before: 20 * time.Second, s10After: 20 * time.Second, s10CatchUpTimeout: 3 * time.Minute, s10Rate: s7FallbackRate,
 }
 
 var smokePlan = plan{
@@ -111,7 +122,8 @@ var smokePlan = plan{
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
-	s9Measure: time.Second,
+	s9Measure:    time.Second,
+	s10Intervals: 20, s10PerInterval: 60, s10Before: 2 * time.Second, s10After: 2 * time.Second, s10CatchUpTimeout: 40 * time.Second, s10Rate: 20,
 }
 
 // withSoak returns the plan with the soak's duration and rate from the

@@ -351,3 +351,25 @@ func TestScaleOutTargetNamesEachConfigurationsLockWait(t *testing.T) {
 	require.Equal(t, "met", r.Targets[i].Status)
 	require.Contains(t, r.Targets[i].Measured, "1 api x 1 dispatchers 3.2, 1 api x 4 dispatchers 40.5")
 }
+
+// TestMaintainerRestartTargets: S10's targets read its lock wait, its
+// rows lost and its p99 against the p99 before the restart.
+func TestMaintainerRestartTargets(t *testing.T) {
+	t.Parallel()
+	s10 := &scenarioResult{Name: "s10", MaxLockWaitMs: 120, LatencyP99Ms: 90,
+		Extra: map[string]any{"rows_lost": int64(3), "accepted_messages": int64(500), "p99_before_restart_ms": 60.0, "catch_up_s": 1.5}}
+	r := &results{Scenarios: []*scenarioResult{s10}}
+	evaluate(r)
+	status := map[string]string{}
+	for _, tg := range r.Targets {
+		if tg.Scenario == "s10" {
+			status[tg.Goal] = tg.Status
+		}
+	}
+	require.Len(t, status, 3)
+	require.Equal(t, "met", status["S10 longest lock wait while the maintainer catches up after downtime <= 250 ms"])
+	require.Equal(t, "missed", status["S10 rows lost across the maintainer's restart = 0"])
+	require.Equal(t, "met", status["S10 p99 accepted -> delivered from the restart on <= 2 x before it"])
+	require.Equal(t, 120.0, r.S10MaxLockWaitMs)
+	require.Equal(t, int64(3), r.S10RowsLost)
+}

@@ -42,6 +42,8 @@ type results struct {
 	S4HealthyPerS         float64 `json:"s4_healthy_per_s"`
 	S5MaxProbesInFlight   int     `json:"s5_max_probes_in_flight"`
 	S6RSSMB               float64 `json:"s6_rss_mb"`
+	S10MaxLockWaitMs      float64 `json:"s10_max_lock_wait_ms"`
+	S10RowsLost           int64   `json:"s10_rows_lost"`
 	// Duplicates is every scenario's duplicates summed.
 	Duplicates int64 `json:"duplicates"`
 

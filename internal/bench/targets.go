@@ -274,6 +274,33 @@ func evaluate(r *results) {
 		add(na("s9", s9Goal))
 	}
 
+	const (
+		s10LockGoal = "S10 longest lock wait while the maintainer catches up after downtime <= 250 ms"
+		s10LostGoal = "S10 rows lost across the maintainer's restart = 0"
+		s10P99Goal  = "S10 p99 accepted -> delivered from the restart on <= 2 x before it"
+	)
+	if s10 := r.find("s10"); s10 != nil && s10.Extra != nil {
+		lost := toFloat(s10.Extra["rows_lost"])
+		r.S10MaxLockWaitMs, r.S10RowsLost = s10.MaxLockWaitMs, int64(lost)
+		add(atMost("s10", s10LockGoal, s10.MaxLockWaitMs, 250, fmt.Sprintf("%.1f ms (%d waits over %d ms logged, longest seen waiting %.1f ms); caught up %.1f s after the restart",
+			s10.MaxLockWaitMs, s10.LockWaitsLogged, lockWaitThreshold.Milliseconds(), s10.LockWaitSampledMs, toFloat(s10.Extra["catch_up_s"]))))
+		add(atMost("s10", s10LostGoal, lost, 0, fmt.Sprintf("%.0f rows lost (of the downtime's, and of %.0f messages accepted)", lost, toFloat(s10.Extra["accepted_messages"]))))
+		if pre := toFloat(s10.Extra["p99_before_restart_ms"]); pre > 0 {
+			v := s10.LatencyP99Ms / pre
+			add(atMost("s10", s10P99Goal, v, 2, fmt.Sprintf("%.2f x (p99 %.1f ms from the restart on, %.1f ms before)", v, s10.LatencyP99Ms, pre)))
+		} else {
+			add(target{Scenario: "s10", Goal: s10P99Goal, Measured: "no delivery before the restart", Status: "missed"})
+		}
+	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s10" }) {
+		for _, g := range []string{s10LockGoal, s10LostGoal, s10P99Goal} {
+			add(target{Scenario: "s10", Goal: g, Measured: "the scenario failed", Status: "missed"})
+		}
+	} else {
+		for _, g := range []string{s10LockGoal, s10LostGoal, s10P99Goal} {
+			add(na("s10", g))
+		}
+	}
+
 	const s7Sizes, s7Drops = "S7 table sizes level off (last 4 minutes within 15%)", "S7 throughput around DETACH/DROP >= 0.9 x between"
 	if s7 := r.find("s7"); s7 != nil && s7.Extra != nil {
 		spread, _ := s7.Extra["last_4_minutes_spread"].(map[string]float64)

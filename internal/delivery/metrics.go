@@ -73,6 +73,8 @@ type Metrics struct {
 	// PayloadMissing counts attempts that found no payload for a message
 	// younger than payload retention (retried, not expired).
 	PayloadMissing prometheus.Counter
+	// Missing counts jobs that found no row for their delivery.
+	Missing prometheus.Counter
 }
 
 // NewMetrics creates and registers the delivery metrics on reg.
@@ -124,12 +126,16 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_payload_missing_total",
 			Help: "Attempts that found no payload for a message younger than --payload-retention: a read that missed, retried by River (never expired, nothing sent).",
 		}),
+		Missing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_missing_total",
+			Help: "Jobs that found no row for their delivery (retention dropped its partition after making it expired): nothing sent, the job ends.",
+		}),
 	}
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Missing)
 	}
 	return m
 }

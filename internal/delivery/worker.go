@@ -96,6 +96,11 @@ type WorkerConfig struct {
 	// River retries. Zero: none is kept for a limited time, so a missing
 	// payload is always an error.
 	PayloadRetention time.Duration
+	// Retention is how long deliveries are kept before retention makes the
+	// unfinished ones expired. A delivery that would reach it before an
+	// attempt started now could end (the job's timeout) is not sent: its
+	// job waits for the maintainer to expire it. Zero: no limit.
+	Retention time.Duration
 }
 
 // WorkerDeps are the worker's collaborators.
@@ -212,6 +217,20 @@ func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	return w.deps.LocalNow().Add(max(d, minRetryDelay))
 }
 
+// untilExpiry returns how long until retention reaches the delivery (its
+// id's time plus Retention, on the database-synced clock), and false when
+// no retention is configured or the id names no time.
+func (w *Worker) untilExpiry(deliveryID string) (time.Duration, bool) {
+	if w.cfg.Retention <= 0 {
+		return 0, false
+	}
+	created, ok := store.IDTime(deliveryID)
+	if !ok {
+		return 0, false
+	}
+	return created.Add(w.cfg.Retention).Sub(w.deps.Now()), true
+}
+
 // minRetryDelay keeps NextRetry's answer in River's future.
 const minRetryDelay = 20 * time.Millisecond
 
@@ -236,24 +255,45 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if parkUnconfirmed {
 		w.nUnconfirmed.Add(-1)
 	}
-	if job.Attempt > 1 || unsettled(job) || parkUnconfirmed {
+	// expiresIn is how long until retention may make the delivery expired.
+	expiresIn, limited := w.untilExpiry(args.DeliveryID)
+	nearExpiry := limited && expiresIn < w.Timeout(job)
+	if job.Attempt > 1 || unsettled(job) || parkUnconfirmed || nearExpiry {
 		// A retry, a job rescued from a process that died after its
-		// attempt was recorded but before River marked the job done, or
-		// one whose last record may have committed unacknowledged: do not
-		// send again what the ledger already settled, nor a delivery this
-		// job no longer owns (parked, or released to another job).
+		// attempt was recorded but before River marked the job done, one
+		// whose last record may have committed unacknowledged, or one whose
+		// delivery retention may have expired: do not send again what the
+		// ledger already settled, nor a delivery this job no longer owns
+		// (parked, or released to another job), nor an expired one.
 		p, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
+			// Nothing to send to, and nothing to record on: its partition
+			// was dropped (retention made it expired first).
+			if w.deps.Metrics != nil {
+				w.deps.Metrics.Missing.Inc()
+			}
+			w.deps.Logger.WarnContext(ctx, "delivery_missing", slog.String("delivery", args.DeliveryID),
+				slog.String("message", args.MessageID), slog.String("endpoint", args.EndpointID), slog.Int64("job", job.ID))
+			return nil
+		}
+		if err != nil {
 			if parkUnconfirmed {
 				w.markUnconfirmed(job.ID)
 			}
 			return river.JobSnooze(time.Second + w.jitter())
 		}
-		if err != nil || p.Series != args.Series || p.Status == store.DeliveryDelivered || p.Status == store.DeliveryFailed || p.Status == store.DeliveryHeld || p.Status == store.DeliveryExpired {
+		if p.Series != args.Series || p.Status == store.DeliveryDelivered || p.Status == store.DeliveryFailed || p.Status == store.DeliveryHeld || p.Status == store.DeliveryExpired {
 			return nil
 		}
 		if p.JobID == nil || *p.JobID != job.ID {
 			return nil
+		}
+		if nearExpiry {
+			// An attempt started now could still be under way when the
+			// maintainer makes the delivery expired, and would send it
+			// after all: wait for the maintainer instead, which cancels this
+			// job (snoozed, it is scheduled) as it expires the delivery.
+			return river.JobSnooze(max(expiresIn, 0) + w.Timeout(job) + w.jitter())
 		}
 	}
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)

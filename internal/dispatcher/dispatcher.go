@@ -349,6 +349,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		MaxPerEndpoint:   d.cfg.MaxPerEndpoint,
 		Park:             d.cfg.Breakers,
 		PayloadRetention: d.r.retention.PayloadRetention,
+		Retention:        d.r.retention.Retention,
 	}, delivery.WorkerDeps{
 		Endpoints:         d.cache,
 		Deliveries:        d.store,

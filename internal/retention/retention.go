@@ -9,6 +9,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -24,8 +25,9 @@ const (
 	DefaultRetention        = 720 * time.Hour
 	DefaultHistoryRetention = 2160 * time.Hour
 	// Ahead is how many intervals past the current one always have their
-	// partitions.
-	Ahead = 2
+	// partitions: a week at the default interval, so a maintainer stopped
+	// for up to six days leaves no row in a default partition.
+	Ahead = 7
 	// IdempotencyWindow is how long an idempotency key names its message.
 	IdempotencyWindow = 24 * time.Hour
 )
@@ -133,7 +135,7 @@ type Store interface {
 	DrainDefault(ctx context.Context, interval time.Duration, limit int) ([]store.PartitionChange, error)
 	DefaultRows(ctx context.Context) (map[string]int64, error)
 	ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]store.ExpiredDelivery, error)
-	RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time) ([]store.PartitionChange, error)
+	RetirePartitions(ctx context.Context, cutoff, payloadCutoff time.Time, lastError string) ([]store.PartitionChange, error)
 	ExpireIdempotencyKeys(ctx context.Context, cutoff time.Time, batch int) (int64, error)
 	PruneHistory(ctx context.Context, cutoff time.Time, batch int) (int64, error)
 	Partitions(ctx context.Context) ([]store.Partition, error)
@@ -200,6 +202,17 @@ func expiredError(retention time.Duration) string {
 	return fmt.Sprintf("expired: not delivered within the retention (%s); its data is removed with its partition", retention)
 }
 
+// expired logs and counts deliveries retention made expired.
+func (m *Maintainer) expired(ctx context.Context, ds []store.ExpiredDelivery) {
+	for _, d := range ds {
+		m.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", d.ID), slog.String("endpoint", d.EndpointID),
+			slog.String("tenant", d.TenantID), slog.String("was", d.Was), slog.String("reason", "retention"))
+	}
+	if m.deps.Metrics != nil && m.deps.Metrics.Expired != nil {
+		m.deps.Metrics.Expired.WithLabelValues("retention").Add(float64(len(ds)))
+	}
+}
+
 // RunOnce runs one maintenance pass as of now (the database's time), if
 // this process gets the maintenance lock: partitions ahead, the default
 // partitions drained, the non-final deliveries past retention expired,
@@ -220,23 +233,34 @@ func (m *Maintainer) RunOnce(ctx context.Context, now time.Time) (Report, error)
 
 func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error {
 	log, cfg := m.deps.Logger, m.cfg
+	// Each step runs whatever the others did: a creation that keeps
+	// failing must not stop expiry and drops, nor they it.
+	var errs []error
 	var err error
-	if rep.Created, err = m.deps.Store.EnsurePartitions(ctx, now, cfg.Interval, Ahead); err != nil {
-		return fmt.Errorf("create partitions: %w", err)
-	}
+	rep.Created, err = m.deps.Store.EnsurePartitions(ctx, now, cfg.Interval, Ahead)
 	for _, c := range rep.Created {
+		if c.Adopted {
+			log.WarnContext(ctx, "partition_default_adopted", slog.String("table", c.Parent), slog.String("partition", c.Name),
+				slog.Time("from", c.From), slog.Time("to", c.To),
+				slog.String("why", "the interval being written had no partition and the default partition held too many rows to move (maintenance not running): it became this partition, moving no row"))
+			continue
+		}
 		log.InfoContext(ctx, "partition_created", slog.String("table", c.Parent), slog.Time("from", c.From), slog.Time("to", c.To), slog.Int64("moved", c.Moved))
 	}
-	if rep.Drained, err = m.deps.Store.DrainDefault(ctx, cfg.Interval, 1000); err != nil {
-		return fmt.Errorf("drain default partitions: %w", err)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("create partitions: %w", err))
 	}
+	rep.Drained, err = m.deps.Store.DrainDefault(ctx, cfg.Interval, 1000)
 	for _, c := range rep.Drained {
 		log.WarnContext(ctx, "partition_default_drained", slog.String("table", c.Parent), slog.Time("from", c.From),
 			slog.Time("to", c.To), slog.Int64("moved", c.Moved),
 			slog.String("why", "rows were written for an interval without a partition (a clock ahead or behind, or maintenance not running)"))
 	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("drain default partitions: %w", err))
+	}
 	if rep.Defaults, err = m.deps.Store.DefaultRows(ctx); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	for table, n := range rep.Defaults {
 		if m.deps.Metrics != nil {
@@ -244,7 +268,7 @@ func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error
 		}
 		if n > 0 {
 			log.WarnContext(ctx, "partition_default_rows", slog.String("table", table), slog.Int64("rows", n),
-				slog.String("why", "rows whose key names no time stay in the default partition"))
+				slog.String("why", "rows whose key names no time stay in the default partition, and a failed creation leaves rows there for the next run"))
 		}
 	}
 
@@ -252,50 +276,49 @@ func (m *Maintainer) pass(ctx context.Context, now time.Time, rep *Report) error
 	reason := expiredError(cfg.Retention)
 	for {
 		batch, err := m.deps.Store.ExpireDeliveries(ctx, cutoff, reason, cfg.batch())
-		if err != nil {
-			return err
-		}
-		for _, d := range batch {
-			log.WarnContext(ctx, "delivery_expired", slog.String("delivery", d.ID), slog.String("endpoint", d.EndpointID),
-				slog.String("tenant", d.TenantID), slog.String("was", d.Was), slog.String("reason", "retention"))
-		}
-		if m.deps.Metrics != nil && m.deps.Metrics.Expired != nil {
-			m.deps.Metrics.Expired.WithLabelValues("retention").Add(float64(len(batch)))
-		}
+		m.expired(ctx, batch)
 		rep.Expired = append(rep.Expired, batch...)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
 		if len(batch) < cfg.batch() {
 			break
 		}
 	}
 	// A key must not outlive its message.
 	if rep.Keys, err = m.deps.Store.ExpireIdempotencyKeys(ctx, now.Add(-min(IdempotencyWindow, cfg.Retention)), cfg.batch()); err != nil {
-		return err
+		errs = append(errs, err)
 	}
-	rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention))
+	rep.Dropped, err = m.deps.Store.RetirePartitions(ctx, cutoff, now.Add(-cfg.PayloadRetention), reason)
 	for _, c := range rep.Dropped {
+		// Deliveries that committed unfinished after the expiry pass, made
+		// expired by the drop that held their partition.
+		m.expired(ctx, c.Expired)
+		rep.Expired = append(rep.Expired, c.Expired...)
 		log.InfoContext(ctx, "partition_dropped", slog.String("table", c.Parent), slog.String("partition", c.Name), slog.Time("to", c.To))
 		if m.deps.Metrics != nil {
 			m.deps.Metrics.Dropped.WithLabelValues(c.Parent).Inc()
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("drop partitions: %w", err)
+		errs = append(errs, fmt.Errorf("drop partitions: %w", err))
 	}
 	if rep.History, err = m.deps.Store.PruneHistory(ctx, now.Add(-cfg.HistoryRetention), cfg.batch()); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if m.deps.Metrics != nil {
-		parts, err := m.deps.Store.Partitions(ctx)
-		if err != nil {
-			return err
-		}
-		counts := map[string]int{"messages": 0, "message_payloads": 0, "deliveries": 0, "delivery_attempts": 0}
-		for _, p := range parts {
-			counts[p.Parent]++
-		}
-		for table, n := range counts {
-			m.deps.Metrics.Partitions.WithLabelValues(table).Set(float64(n))
+		if parts, err := m.deps.Store.Partitions(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			counts := map[string]int{"messages": 0, "message_payloads": 0, "deliveries": 0, "delivery_attempts": 0}
+			for _, p := range parts {
+				counts[p.Parent]++
+			}
+			for table, n := range counts {
+				m.deps.Metrics.Partitions.WithLabelValues(table).Set(float64(n))
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -3,6 +3,8 @@ package retention_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -646,4 +648,420 @@ func (w *writers) finish(t *testing.T) []string {
 	w.wg.Wait()
 	require.Empty(t, w.errs)
 	return w.delivered
+}
+
+// expiryHook is the maintainer's store with a function run once, right
+// after the first expiry pass of a run returns: what another transaction
+// does between the expiry pass and the drops.
+type expiryHook struct {
+	*store.Store
+	mu    sync.Mutex
+	after func()
+}
+
+func (h *expiryHook) ExpireDeliveries(ctx context.Context, cutoff time.Time, lastError string, limit int) ([]store.ExpiredDelivery, error) {
+	out, err := h.Store.ExpireDeliveries(ctx, cutoff, lastError, limit)
+	h.mu.Lock()
+	f := h.after
+	h.after = nil
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return out, err
+}
+
+// TestDropExpiresADeliveryLockedThroughTheExpiryPass: a ledger
+// transaction parks a delivery past retention and holds its row through
+// the maintainer's expiry pass (which skips locked rows), then commits it
+// as waiting before the partition's drop. The drop must not take it away
+// unfinished: it ends expired, counted, logged and reported to the
+// operational endpoints as delivery.failed, with its partition dropped.
+func TestDropExpiresADeliveryLockedThroughTheExpiryPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	ops := &recordingEnqueuer{}
+	st := store.New(b.db.Pool, nil, store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: ops}))
+	var logs strings.Builder
+	var logMu sync.Mutex
+	hook := &expiryHook{Store: st}
+	cfg := retention.Config{Interval: time.Minute, Retention: 3 * time.Minute, PayloadRetention: 3 * time.Minute, HistoryRetention: time.Hour}
+	m := retention.New(cfg, retention.Deps{Store: hook, Now: time.Now, Metrics: b.metrics,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))})
+	_, err := m.RunOnce(ctx, b.dbNow(t))
+	require.NoError(t, err)
+	_, err = st.CreateOperationalEndpoint(ctx, store.NewOperationalEndpoint{URL: "https://ops.example.com/hook", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	d := msg.Deliveries[0]
+	require.Equal(t, store.DeliveryPending, d.Status)
+
+	created, _ := store.IDTime(msg.ID)
+	retire := floorMinute(created).Add(time.Minute + 3*time.Minute)
+	// The partitions of the retiring run's time are there already, as the
+	// maintainer keeps them ahead.
+	_, err = st.EnsurePartitions(ctx, retire, time.Minute, retention.Ahead)
+	require.NoError(t, err)
+
+	// The ledger parks the delivery (its breaker opened: waiting, no job)
+	// and has not committed yet.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	parked, err := tx.Exec(ctx, `
+		UPDATE deliveries SET status = 'waiting', job_id = NULL, breaker_open_until = now() + interval '1 minute', updated_at = now()
+		WHERE id = $1 AND status = 'pending'`, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), parked.RowsAffected())
+	hook.after = func() { require.NoError(t, tx.Commit(ctx)) }
+
+	rep, err := m.RunOnce(ctx, retire)
+	require.NoError(t, err)
+	require.Nil(t, hook.after, "the ledger committed between the expiry pass and the drops")
+
+	require.Len(t, rep.Expired, 1)
+	require.Equal(t, d.ID, rep.Expired[0].ID)
+	require.Equal(t, store.DeliveryWaiting, rep.Expired[0].Was, "committed as waiting, after the expiry pass")
+	var dropped *store.PartitionChange
+	for i, c := range rep.Dropped {
+		if c.Parent == "deliveries" && len(c.Expired) > 0 {
+			dropped = &rep.Dropped[i]
+		}
+	}
+	require.NotNil(t, dropped, "the drop that held the partition made it expired")
+	require.Equal(t, d.ID, dropped.Expired[0].ID)
+	require.Zero(t, b.rows(t, "deliveries", "id", d.ID), "then dropped it with its partition")
+	require.Equal(t, 1.0, testutil.ToFloat64(b.expired.WithLabelValues("retention")))
+	logMu.Lock()
+	require.Contains(t, logs.String(), "msg=delivery_expired delivery="+d.ID)
+	logMu.Unlock()
+
+	// Its event was queued in the drop's transaction (the event's own
+	// message went with the test's interval: the maintainer's clock is
+	// ahead of the database's here).
+	queued := ops.queued()
+	require.Len(t, queued, 1)
+	require.Equal(t, store.OpDeliveryFailed, queued[0].EventType)
+	payload := queued[0].Payload
+	var ev struct {
+		Data struct {
+			DeliveryID string `json:"delivery_id"`
+			Status     string `json:"status"`
+			LastError  string `json:"last_error"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(payload, &ev))
+	require.Equal(t, d.ID, ev.Data.DeliveryID)
+	require.Equal(t, store.DeliveryExpired, ev.Data.Status)
+	require.Contains(t, ev.Data.LastError, "retention")
+}
+
+// recordingEnqueuer hands out job ids and keeps what it was given.
+type recordingEnqueuer struct {
+	fakeEnqueuer
+	all []store.QueuedDelivery
+}
+
+func (r *recordingEnqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, qs []store.QueuedDelivery) ([]int64, error) {
+	r.mu.Lock()
+	r.all = append(r.all, qs...)
+	r.mu.Unlock()
+	return r.fakeEnqueuer.EnqueueTx(ctx, tx, qs)
+}
+
+func (r *recordingEnqueuer) queued() []store.QueuedDelivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// lockedWriter serialises writes to a builder shared with the test.
+type lockedWriter struct {
+	b  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// TestNoAttemptOutlivesItsDelivery: an attempt made after its delivery's
+// interval, in the attempt partition that holds the cutoff but before
+// the cutoff, goes when its delivery's partition is dropped.
+func TestNoAttemptOutlivesItsDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	b.run(t, b.dbNow(t))
+	b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	d := msg.Deliveries[0]
+	created, _ := store.IDTime(msg.ID)
+	base := floorMinute(created)
+	// Retried a minute later, and delivered.
+	at := base.Add(time.Minute + 10*time.Second)
+	require.NoError(t, b.store.RecordLedger(ctx, []store.Attempt{{
+		DeliveryID: d.ID, MessageID: msg.ID, EndpointID: d.EndpointID, AttemptNumber: 2, AttemptedAt: at, Classification: "success",
+	}}, []store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 2, LastAttemptAt: &at}}))
+
+	// The cutoff falls 30 s into the attempt's minute: its partition stays.
+	rep := b.run(t, base.Add(4*time.Minute+30*time.Second))
+	var droppedDeliveries bool
+	for _, c := range rep.Dropped {
+		droppedDeliveries = droppedDeliveries || (c.Parent == "deliveries" && c.To.Equal(base.Add(time.Minute)))
+		require.False(t, c.Parent == "delivery_attempts" && c.To.After(at), "the attempt's partition stays")
+	}
+	require.True(t, droppedDeliveries)
+	require.Zero(t, b.rows(t, "deliveries", "id", d.ID))
+	require.Zero(t, b.rows(t, "delivery_attempts", "delivery_id", d.ID), "no attempt outlives its delivery")
+}
+
+// seedInterval writes perInterval messages, each with a payload, ten
+// delivered deliveries and their attempts, into each of the intervals
+// minutes from first: what the api and the dispatchers wrote while no
+// maintainer ran. It returns the messages, deliveries and attempts
+// written.
+func (b *bundle) seedIntervals(t *testing.T, endpointID string, first time.Time, intervals, perInterval int) (messages, deliveries, attempts int64) {
+	t.Helper()
+	ctx := context.Background()
+	lo, hi := store.IDBound("msg", first), store.IDBound("msg", first.Add(time.Duration(intervals)*time.Minute))
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO messages (id, tenant_id, event_type, created_at)
+			SELECT 'msg_' || hookd_id_time_prefix(at) || lpad(n::text, 16, '0'), 'acme', 'order.paid', at
+			FROM (SELECT $1::timestamptz + i * interval '1 minute' + interval '1 second' AS at FROM generate_series(0, $2 - 1) i) s,
+				generate_series(1, $3) n`, []any{first, intervals, perInterval}},
+		{`INSERT INTO message_payloads (message_id, payload) SELECT id, '{"n":1}' FROM messages WHERE id >= $1 AND id < $2`, []any{lo, hi}},
+		{`INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status, attempt_count, delivered_at, created_at, updated_at)
+			SELECT 'dlv_' || substr(m.id, 5, 10) || lpad((right(m.id, 16)::bigint * 100 + k)::text, 16, '0'), m.id, $3, 'acme',
+				'delivered', 1, m.created_at, m.created_at, m.created_at
+			FROM messages m, generate_series(1, 10) k WHERE m.id >= $1 AND m.id < $2`, []any{lo, hi, endpointID}},
+		{`INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
+			SELECT id, message_id, endpoint_id, 1, created_at + interval '10 ms', 5, 'success'
+			FROM deliveries WHERE id >= $1 AND id < $2`, []any{"dlv_" + lo[4:], "dlv_" + hi[4:]}},
+	} {
+		_, err := b.db.Pool.Exec(ctx, q.sql, q.args...)
+		require.NoError(t, err, q.sql)
+	}
+	return b.seeded(t, first, intervals)
+}
+
+// seeded counts the rows of the intervals minutes from first.
+func (b *bundle) seeded(t *testing.T, first time.Time, intervals int) (messages, deliveries, attempts int64) {
+	t.Helper()
+	end := first.Add(time.Duration(intervals) * time.Minute)
+	ctx := context.Background()
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM messages m JOIN message_payloads p ON p.message_id = m.id WHERE m.id >= $1 AND m.id < $2),
+			(SELECT count(*) FROM deliveries WHERE id >= $3 AND id < $4),
+			(SELECT count(*) FROM delivery_attempts WHERE attempted_at >= $5 AND attempted_at < $6)`,
+		store.IDBound("msg", first), store.IDBound("msg", end), store.IDBound("dlv", first), store.IDBound("dlv", end), first, end).
+		Scan(&messages, &deliveries, &attempts))
+	return messages, deliveries, attempts
+}
+
+// TestMaintainerRestartsAfterDowntime: the maintainer ran last 200
+// one-minute intervals ago, far longer than the partitions it made ahead,
+// so everything written since is in the default partitions, and writers
+// keep writing there while it restarts. The restart adopts each default
+// partition as the partition of the downtime's range instead of moving
+// its rows an interval at a time under the table's lock: it moves none,
+// loses none (the downtime's rows and every writer's read back, the
+// default partitions end empty), and the intervals ahead get their
+// partitions again.
+func TestMaintainerRestartsAfterDowntime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 6*time.Hour, 6*time.Hour)
+	ctx := context.Background()
+	// No partition at all (the legacy ones reach the template's making).
+	b.db.DropPartitions(t, true)
+	now := b.dbNow(t)
+	last := now.Add(-200 * time.Minute)
+	b.run(t, last)
+	ep := b.endpoint(t, "acme", true)
+	parts, err := b.store.Partitions(ctx)
+	require.NoError(t, err)
+	var covered time.Time
+	for _, p := range parts {
+		if p.Parent == "messages" && p.To.After(covered) {
+			covered = p.To
+		}
+	}
+	require.Equal(t, floorMinute(last).Add((retention.Ahead+1)*time.Minute), covered)
+	downtime := int(floorMinute(now).Sub(covered) / time.Minute)
+	messages, deliveries, attempts := b.seedIntervals(t, ep.ID, covered, downtime, 10)
+	require.Equal(t, int64(downtime*10), messages)
+	require.Equal(t, 10*messages, deliveries)
+	require.Equal(t, deliveries, attempts)
+
+	w := b.startWriters(ctx)
+	w.waitFor(t, 20)
+	var rep retention.Report
+	for {
+		rep, err = b.m.RunOnce(ctx, b.dbNow(t))
+		if err == nil {
+			break
+		}
+		// A busy machine may make a lock wait past its timeout and
+		// retries: the next run tries again, as the maintainer's loop does.
+		require.ErrorIs(t, err, store.ErrLockTimeout)
+	}
+	w.waitFor(t, w.count()+20)
+	delivered := w.finish(t)
+
+	adopted := map[string]store.PartitionChange{}
+	for _, c := range rep.Created {
+		require.Zero(t, c.Moved, "%s: no row moved under the table's lock", c.Name)
+		if c.Adopted {
+			adopted[c.Parent] = c
+		}
+	}
+	require.Len(t, adopted, len(tables), "every table's default partition became a partition")
+	for _, c := range adopted {
+		require.Equal(t, covered, c.From, c.Name)
+		require.True(t, c.To.After(b.dbNow(t).Add(time.Minute)), c.Name)
+	}
+	gotM, gotD, gotA := b.seeded(t, covered, downtime)
+	require.Equal(t, [3]int64{messages, deliveries, attempts}, [3]int64{gotM, gotD, gotA}, "no row of the downtime lost")
+	require.Equal(t, adopted["deliveries"].Name, b.partitionOf(t, "deliveries", "id", store.IDBound("dlv", covered.Add(time.Second))[:14]+"0000000000000101"))
+	var notDelivered int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status <> 'delivered'`, delivered).Scan(&notDelivered))
+	require.Zero(t, notDelivered, "no writer's update went missing")
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1)`, delivered).Scan(&attempts))
+	require.Equal(t, int64(len(delivered)), attempts)
+	for table, n := range rep.Defaults {
+		require.Zero(t, n, table)
+	}
+	for _, ahead := range []time.Duration{0, retention.Ahead * time.Minute} {
+		at := floorMinute(b.dbNow(t)).Add(ahead)
+		parts, err := b.store.Partitions(ctx)
+		require.NoError(t, err)
+		n := 0
+		for _, p := range parts {
+			if !p.From.After(at) && p.To.After(at) {
+				n++
+			}
+		}
+		require.Equal(t, len(tables), n, "every table has a partition %s ahead", ahead)
+	}
+}
+
+// TestFailedCreationStopsNeitherExpiryNorDrops: a partition creation that
+// fails at every run (a table of its name exists) is reported, and the
+// run still expires the deliveries past retention and drops the
+// partitions past it.
+func TestFailedCreationStopsNeitherExpiryNorDrops(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	b.run(t, b.dbNow(t))
+	b.endpoint(t, "acme", false)
+	msg := b.message(t, "acme", "")
+	require.Equal(t, store.DeliveryHeld, msg.Deliveries[0].Status)
+	created, _ := store.IDTime(msg.ID)
+	at := floorMinute(created).Add(4 * time.Minute)
+	// The next messages partition the run at makes: its name is taken.
+	blocked := "messages_p" + floorMinute(at).Add((retention.Ahead)*time.Minute).UTC().Format("20060102t150405")
+	_, err := b.db.Pool.Exec(ctx, `CREATE TABLE `+blocked+` (id text)`)
+	require.NoError(t, err)
+
+	rep, err := b.m.RunOnce(ctx, at)
+	require.ErrorContains(t, err, blocked)
+	require.True(t, rep.Ran)
+	require.Len(t, rep.Expired, 1, "the expiry pass ran")
+	require.Equal(t, msg.Deliveries[0].ID, rep.Expired[0].ID)
+	dropped := map[string]bool{}
+	for _, c := range rep.Dropped {
+		if c.To.Equal(floorMinute(created).Add(time.Minute)) {
+			dropped[c.Parent] = true
+		}
+	}
+	require.Len(t, dropped, len(tables), "the message's interval was dropped")
+	var createdDeliveries bool
+	for _, c := range rep.Created {
+		createdDeliveries = createdDeliveries || c.Parent == "deliveries"
+	}
+	require.True(t, createdDeliveries, "the other tables' partitions were made")
+}
+
+// TestFailedDropKeepsItsIntervalOnly: a deliveries partition whose drop
+// fails (a view reads it, so DROP TABLE refuses) keeps its interval's
+// messages and payloads; the interval after it is dropped.
+func TestFailedDropKeepsItsIntervalOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	b.db.DropPartitions(t, true)
+	now := b.dbNow(t)
+	b.run(t, now)
+	base := floorMinute(now)
+	first := "deliveries_p" + base.Add(-time.Minute).UTC().Format("20060102t150405")
+	require.True(t, b.exists(t, first))
+	_, err := b.db.Pool.Exec(ctx, `CREATE VIEW hookd_test_reader AS SELECT * FROM `+first)
+	require.NoError(t, err)
+
+	// Both intervals are past retention.
+	rep, err := b.m.RunOnce(ctx, base.Add(4*time.Minute))
+	require.ErrorContains(t, err, first)
+	require.True(t, b.exists(t, first))
+	require.True(t, b.exists(t, "messages_p"+base.Add(-time.Minute).UTC().Format("20060102t150405")), "its messages stay with it")
+	require.True(t, b.exists(t, "message_payloads_p"+base.Add(-time.Minute).UTC().Format("20060102t150405")))
+	require.False(t, b.exists(t, "delivery_attempts_p"+base.Add(-time.Minute).UTC().Format("20060102t150405")))
+	for _, table := range tables {
+		require.False(t, b.exists(t, table+"_p"+base.UTC().Format("20060102t150405")), "%s of the next interval dropped", table)
+	}
+	require.NotEmpty(t, rep.Dropped)
+}
+
+// TestDropWithManyUnfinishedWaitsForTheNextRun: when more deliveries than
+// a drop may expire under its lock turned unfinished after the expiry pass
+// (a bulk retry, here 101 of them), the partition and its interval's
+// messages stay for the next run, whose expiry pass makes them expired
+// before the drop.
+func TestDropWithManyUnfinishedWaitsForTheNextRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3*time.Minute, 3*time.Minute)
+	ctx := context.Background()
+	hook := &expiryHook{Store: b.store}
+	cfg := retention.Config{Interval: time.Minute, Retention: 3 * time.Minute, PayloadRetention: 3 * time.Minute, HistoryRetention: time.Hour}
+	m := retention.New(cfg, retention.Deps{Store: hook, Now: time.Now, Metrics: b.metrics})
+	b.run(t, b.dbNow(t))
+	ep := b.endpoint(t, "acme", true)
+	msg := b.message(t, "acme", "")
+	created, _ := store.IDTime(msg.ID)
+	retire := floorMinute(created).Add(4 * time.Minute)
+	_, err := b.store.EnsurePartitions(ctx, retire, time.Minute, retention.Ahead)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status)
+		SELECT 'dlv_' || substr($1, 5, 10) || lpad(g::text, 16, '0'), $1, $2, 'acme', 'failed' FROM generate_series(1, 101) g`, msg.ID, ep.ID)
+	require.NoError(t, err)
+	hook.after = func() {
+		_, err := b.db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'pending' WHERE message_id = $1 AND status = 'failed'`, msg.ID)
+		require.NoError(t, err)
+	}
+	deliveriesPart := b.partitionOf(t, "deliveries", "id", msg.Deliveries[0].ID)
+	messagesPart := b.partitionOf(t, "messages", "id", msg.ID)
+
+	rep, err := m.RunOnce(ctx, retire)
+	require.ErrorIs(t, err, store.ErrUnfinishedDeliveries)
+	require.True(t, b.exists(t, deliveriesPart))
+	require.True(t, b.exists(t, messagesPart), "its messages stay with it")
+	require.Len(t, rep.Expired, 1, "the message's own delivery, by the expiry pass")
+	var pending int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE message_id = $1 AND status = 'pending'`, msg.ID).Scan(&pending))
+	require.Equal(t, 101, pending)
+
+	rep, err = m.RunOnce(ctx, retire)
+	require.NoError(t, err)
+	require.Len(t, rep.Expired, 101)
+	require.False(t, b.exists(t, deliveriesPart))
+	require.False(t, b.exists(t, messagesPart))
+	require.Equal(t, 102.0, testutil.ToFloat64(b.expired.WithLabelValues("retention")))
 }

@@ -74,3 +74,18 @@ func ResealAfterRead(ctx context.Context, s *Store, read func()) (int, error) {
 	defer func() { s.resealRead = nil }()
 	return s.ResealSecrets(ctx, 500, nil)
 }
+
+// ParseMigration reads a migration file, for the migrator's tests.
+func ParseMigration(name, body string) (Migration, error) { return parseMigration(name, body) }
+
+// MigrateWith applies migrations all (in order) as Migrate applies the
+// embedded ones, for the migrator's tests.
+func MigrateWith(ctx context.Context, pool *pgxpool.Pool, all []Migration) error {
+	return migrateWith(ctx, pool, slog.New(slog.DiscardHandler), all, 0)
+}
+
+// PartitionIndexName names a partition's index built for a partitioned
+// one.
+func PartitionIndexName(index, table, part string) string {
+	return partitionIndexName(index, table, part)
+}

@@ -67,8 +67,9 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 // each attempt counts exactly once. after (may be nil) runs in the
 // transaction for the endpoints disabled. With operational events on, the
 // same transaction emits endpoint.disabled for those endpoints,
-// delivery.failed for deliveries whose retries this batch exhausted and
-// delivery.recovered for failed ones it delivered.
+// delivery.failed for deliveries whose retries this batch exhausted or
+// that it made expired, and delivery.recovered for failed ones it
+// delivered.
 func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
 	attempts, updates := b.Attempts, b.Updates
 	var res LedgerResult
@@ -163,14 +164,13 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			if status == DeliveryHeld {
 				held[id] = true
 			}
-			if failed || recovered {
-				typ := OpDeliveryFailed
-				if recovered {
-					typ = OpDeliveryRecovered
-				}
-				events = append(events, OperationalEvent{Type: typ, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
+			switch {
+			case recovered:
+				events = append(events, OperationalEvent{Type: OpDeliveryRecovered, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
 					"delivery_id": id, "message_id": messageID, "attempts": attempts, "last_error": lastError,
 				}})
+			case failed || status == DeliveryExpired:
+				events = append(events, deliveryFailedEvent(at, endpointID, tenantID, id, messageID, attempts, lastError, status))
 			}
 		}
 		rows.Close()
@@ -191,6 +191,15 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		return LedgerResult{}, err
 	}
 	return res, nil
+}
+
+// deliveryFailedEvent is the delivery.failed event of a delivery that
+// became final without being delivered: status failed (its retries
+// exhausted) or expired (retention, or its payload's, reached it first).
+func deliveryFailedEvent(at time.Time, endpointID, tenantID, id, messageID string, attempts int, lastError *string, status string) OperationalEvent {
+	return OperationalEvent{Type: OpDeliveryFailed, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
+		"delivery_id": id, "message_id": messageID, "attempts": attempts, "last_error": lastError, "status": status,
+	}}
 }
 
 // mergeUpdates folds the updates of one delivery within a batch into one, in
