@@ -114,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		Unparked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_unparked_total",
-			Help: "Parked deliveries queued again: all of them when the breaker closed, one as a probe when it could admit one.",
+			Help: "Parked deliveries, and held ones of an endpoint that was enabled, queued again: at a pace while the breaker is closed, one as a probe when it could admit one.",
 		}),
 		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_expired_total",

@@ -154,6 +154,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.Handle(store.EndpointChannel, func(id string) {
 		d.cache.Invalidate(id)
 		d.store.InvalidateOperational()
+		// An enable's held deliveries start going now, not at the next
+		// periodic pass.
+		d.unparker.Kick(id)
 	})
 	d.listener.OnReconnect(d.cache.InvalidateAll)
 	d.listener.OnReconnect(d.store.InvalidateOperational)
@@ -167,7 +170,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
 	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After})
 	// Deliveries refused by an open breaker are parked without a job; the
-	// unparker gives them one back when the breaker lets traffic through.
+	// unparker gives them one back when the breaker lets traffic through,
+	// and releases an enabled endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
@@ -302,9 +306,9 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	if err := client.Start(riverCtx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
-	if d.cfg.Breakers {
-		g.Go(func() error { d.unparker.Run(gctx); return nil })
-	}
+	// Without breakers nothing is parked by one, but an enabled endpoint's
+	// held deliveries and a recovery's are still released by the unparker.
+	g.Go(func() error { d.unparker.Run(gctx); return nil })
 	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()))
 	select {
 	case <-ctx.Done():
