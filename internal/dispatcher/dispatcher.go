@@ -97,8 +97,7 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
-	// fleet counts the live dispatchers, which share each endpoint's
-	// rate limit.
+	// fleet counts the live dispatchers (dispatcher_fleet_size).
 	fleet *delivery.Fleet
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
@@ -246,8 +245,8 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
-	// The first heartbeat comes before any delivery, so the first paced
-	// ones already share the limit with the fleet.
+	// The first heartbeat comes before any delivery, so the fleet counts
+	// this dispatcher from its first delivery on.
 	if err := d.fleet.Beat(ctx); err != nil {
 		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
 	}
@@ -365,7 +364,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:            d.logger,
 		Now:               d.clock.Now,
 		Rand:              rand.Float64,
-		Fleet:             d.fleet,
+		RateSlots:         d.store,
 		Tracer:            tracer,
 		Propagator:        propagator,
 	})
