@@ -119,3 +119,29 @@ func BenchmarkBookRateSlot(b *testing.B) {
 		})
 	})
 }
+
+// TestUpgradeBooksRateSlotsOfExistingEndpoints: a database of the schema
+// before the slot ledger, with a rate-limited endpoint, migrates; the
+// endpoint's first booking makes its row and the next is one interval on.
+func TestUpgradeBooksRateSlotsOfExistingEndpoints(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO endpoints (id, tenant_id, url, secret, rate_limit) VALUES ('ep_limited', 'acme', 'https://example.com/h', 'whsec_x', 5);
+		INSERT INTO breaker_states (endpoint_id) VALUES ('ep_limited')`)
+	require.NoError(t, err)
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	s := store.New(db.Pool, nil)
+	first, err := s.BookRateSlot(ctx, "ep_limited", 10*time.Second, time.Minute)
+	require.NoError(t, err)
+	require.True(t, first.Booked)
+	second, err := s.BookRateSlot(ctx, "ep_limited", 10*time.Second, time.Minute)
+	require.NoError(t, err)
+	require.True(t, second.Booked)
+	require.Equal(t, 10*time.Second, second.At.Sub(first.At), "the next slot is one interval after the first")
+}
