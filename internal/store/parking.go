@@ -23,6 +23,13 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string) (Endpoint,
 		held int
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Counted before the endpoint row is locked: a count of millions
+		// takes a while, and a ledger batch holding a delivery of this
+		// endpoint would wait on the lock for it. A hold committing
+		// between the two is released all the same, uncounted.
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'held'`, id).Scan(&held); err != nil {
+			return fmt.Errorf("count held deliveries: %w", err)
+		}
 		var err error
 		e, err = s.updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL, release_held_since = now()`)
 		if err != nil {
@@ -30,11 +37,6 @@ func (s *Store) EnableEndpoint(ctx context.Context, id, actor string) (Endpoint,
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM auth_streaks WHERE endpoint_id = $1`, id); err != nil {
 			return fmt.Errorf("reset auth streak: %w", err)
-		}
-		// A read of the index, no row lock: a hold cannot commit from
-		// here on (it needs the endpoint disabled, and the row is ours).
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'held'`, id).Scan(&held); err != nil {
-			return fmt.Errorf("count held deliveries: %w", err)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor) VALUES ($1, 'enabled', '', jsonb_build_object('released', $2::int), $3)`, id, held, actor)
 		if err != nil {
