@@ -243,19 +243,29 @@ func handleDeleteEndpoint(d Deps) http.Handler {
 	})
 }
 
+// enabledEndpointResponse is an enabled endpoint and how many held
+// deliveries the dispatchers release, in the background, oldest first at a
+// pace.
+type enabledEndpointResponse struct {
+	endpointResponse
+	Releasing int `json:"releasing"`
+}
+
 func handleSetEndpointStatus(d Deps, enable bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var (
-			e   store.Endpoint
-			err error
-		)
 		if enable {
-			// Enabling releases every held delivery, in creation order.
-			e, _, err = d.Store.EnableEndpoint(r.Context(), chi.URLParam(r, "id"), actorOf(r), d.Enqueuer)
-		} else {
-			reason := "manual"
-			e, err = d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointDisabled, &reason)
+			// The held deliveries are released by the dispatchers, not
+			// by this request: it answers with how many there are.
+			e, held, err := d.Store.EnableEndpoint(r.Context(), chi.URLParam(r, "id"), actorOf(r))
+			if err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+			encode(w, http.StatusOK, enabledEndpointResponse{endpointResponse: toEndpoint(e), Releasing: held})
+			return
 		}
+		reason := "manual"
+		e, err := d.Store.SetEndpointStatus(r.Context(), chi.URLParam(r, "id"), store.EndpointDisabled, &reason)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -198,11 +198,54 @@ func TestDisableAndEnableEndpoint(t *testing.T) {
 	} {
 		r := b.do(t, "POST", path+"/"+step.action, nil)
 		requireStatus(t, http.StatusOK, r)
-		got := decodeJSON[endpointJSON](t, r)
+		var got endpointJSON
+		if step.action == "enable" {
+			enabled := decodeJSON[enabledEndpointJSON](t, r)
+			require.Equal(t, ptr(0), enabled.Releasing, "nothing held")
+			got = enabled.endpointJSON
+		} else {
+			got = decodeJSON[endpointJSON](t, r)
+		}
 		require.Equal(t, step.status, got.Status)
 		require.Equal(t, step.reason, got.DisabledReason)
 		require.Equal(t, got, decodeJSON[endpointJSON](t, b.do(t, "GET", path, nil)))
 	}
+}
+
+// TestEnableAnswersWithTheHeldCount: enabling an endpoint that holds
+// deliveries answers with how many the dispatchers will release and queues
+// none of them itself (no River job, every one still held).
+func TestEnableAnswersWithTheHeldCount(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	e := b.createEndpoint(t, "acme")
+	path := "/v1/endpoints/" + e.ID
+	requireStatus(t, http.StatusOK, b.do(t, "POST", path+"/disable", nil))
+	for range 3 {
+		b.sendMessage(t, "acme", "order.created")
+	}
+	before := b.counts(t)
+
+	r := b.do(t, "POST", path+"/enable", nil)
+	requireStatus(t, http.StatusOK, r)
+	got := decodeJSON[enabledEndpointJSON](t, r)
+	require.Equal(t, "enabled", got.Status)
+	require.NotNil(t, got.Releasing, "the answer carries the count to release")
+	require.Equal(t, 3, *got.Releasing)
+	require.Equal(t, before["river_job"], b.counts(t)["river_job"], "the request queues no job")
+	var held int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'held'`, e.ID).Scan(&held))
+	require.Equal(t, 3, held, "the dispatchers release them, not the request")
+
+	r = b.do(t, "POST", path+"/enable", nil)
+	requireStatus(t, http.StatusOK, r)
+	require.Equal(t, ptr(3), decodeJSON[enabledEndpointJSON](t, r).Releasing, "enabling again answers with what is still held")
+}
+
+// enabledEndpointJSON is the answer of an enable.
+type enabledEndpointJSON struct {
+	endpointJSON
+	Releasing *int `json:"releasing"`
 }
 
 func TestDeleteEndpoint(t *testing.T) {

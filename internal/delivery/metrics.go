@@ -61,7 +61,7 @@ type Metrics struct {
 	// RateLimited counts deliveries put back to keep their endpoint
 	// within its rate limit.
 	RateLimited *prometheus.CounterVec
-	// FleetSize is the live dispatchers sharing each rate limit.
+	// FleetSize is the live dispatchers this process counted.
 	FleetSize prometheus.Gauge
 	HeldTotal prometheus.Counter
 	Parked    prometheus.Counter
@@ -104,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}, []string{"endpoint"}),
 		FleetSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_fleet_size",
-			Help: "Live dispatchers this process counted at its last heartbeat; each takes rate_limit divided by it.",
+			Help: "Live dispatchers this process counted at its last heartbeat.",
 		}),
 		HeldTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_held_total",
@@ -116,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		Unparked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_unparked_total",
-			Help: "Parked deliveries queued again: all of them when the breaker closed, one as a probe when it could admit one.",
+			Help: "Parked deliveries, and held ones of an endpoint that was enabled, queued again: at a pace while the breaker is closed, one as a probe when it could admit one.",
 		}),
 		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_expired_total",

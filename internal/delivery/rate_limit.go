@@ -15,21 +15,21 @@ import (
 	"github.com/hookd/hookd/internal/store"
 )
 
-// An endpoint's rate limit is shared by the fleet: each dispatcher paces
-// its deliveries to the endpoint at limit/N per second, N being the live
-// dispatchers it counted at its last heartbeat (Fleet). A delivery over
-// the pace is snoozed, which uses no attempt and tells the breaker nothing.
+// An endpoint's rate limit binds the whole fleet through one ledger row in
+// Postgres (store.BookRateSlot): every delivery to a rate-limited endpoint
+// books the endpoint's next slot there, one interval (1/limit seconds)
+// after the slot any process booked before it, so the slots of the whole
+// fleet are spaced by the interval whatever its size and whoever starts,
+// stops or dies. A delivery over the pace is snoozed, which uses no attempt
+// and tells the breaker nothing.
 //
-// Pacing books slots: the next delivery to the endpoint gets the earliest
-// free slot on the database-synced clock, at most rateHorizon ahead, and
-// its job is snoozed until then with the slot in its metadata, so whichever
-// process runs the job at that time sends it without booking again. A
-// delivery that finds the endpoint booked beyond the horizon books nothing
-// and comes back once the horizon has moved on. The horizon is below
-// River's scheduler interval, so a job snoozed to its slot is available at
-// that time rather than when the scheduler next runs: slots are kept
-// within the poll interval, which keeps the rate within the limit over any
-// window longer than a few seconds.
+// A slot is at most rateHorizon ahead: the job is snoozed until then with
+// the slot in its metadata, so whichever process runs the job at that time
+// sends it without booking again. A delivery that finds the endpoint booked
+// beyond the horizon books nothing and comes back once the horizon has
+// moved on. The horizon is below River's scheduler interval, so a job
+// snoozed to its slot is available at that time rather than when the
+// scheduler next runs.
 const rateHorizon = 4 * time.Second
 
 // slotGrace is how late a job may run and still use its slot; a later one
@@ -64,71 +64,82 @@ func slotOf(job *river.Job[DeliverArgs]) (time.Time, bool) {
 	return s.At, true
 }
 
-// ratePacer books each rate-limited endpoint's slots in this process.
-type ratePacer struct {
-	mu   sync.Mutex
-	next map[string]time.Time // endpoint id -> first free slot
+// RateSlots books send slots of rate-limited endpoints for the fleet.
+type RateSlots interface {
+	BookRateSlot(ctx context.Context, endpointID string, interval, horizon time.Duration) (store.RateSlot, error)
 }
 
-func newRatePacer() *ratePacer { return &ratePacer{next: map[string]time.Time{}} }
+var _ RateSlots = (*store.Store)(nil)
 
-// maxPacedIdle bounds the endpoints whose past slots the pacer remembers.
+// bookedUntil remembers, per endpoint, the first free slot of the last
+// booking this process was refused: until that slot is within the horizon
+// every booking would be refused too (a ledger row's next slot only moves
+// on), so a backlog's deliveries wait without a round trip each.
+type bookedUntil struct {
+	mu    sync.Mutex
+	until map[string]time.Time // endpoint id -> first free slot
+}
+
+func newBookedUntil() *bookedUntil { return &bookedUntil{until: map[string]time.Time{}} }
+
+// maxPacedIdle bounds the endpoints whose refusals are remembered.
 const maxPacedIdle = 1024
 
-// book returns the slot of one delivery to endpoint id paced at perSecond:
-// now when the endpoint is free, a later slot within horizon, or booked
-// false with the first free slot when that is beyond the horizon.
-func (p *ratePacer) book(id string, perSecond float64, now time.Time, horizon time.Duration) (time.Time, bool) {
-	interval := time.Duration(float64(time.Second) / perSecond)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	at := p.next[id]
-	if at.Before(now) {
-		at = now
+// get returns the endpoint's remembered first free slot when it is still
+// beyond the horizon from now.
+func (b *bookedUntil) get(id string, now time.Time, horizon time.Duration) (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.until[id]
+	if !ok || at.Sub(now) <= horizon {
+		return time.Time{}, false
 	}
-	if at.Sub(now) > horizon {
-		return at, false
-	}
-	if len(p.next) >= maxPacedIdle {
-		for k, v := range p.next {
-			if v.Before(now) {
-				delete(p.next, k)
-			}
-		}
-	}
-	p.next[id] = at.Add(interval)
 	return at, true
 }
 
-// FleetSize gives how many dispatchers share each rate limit.
-type FleetSize interface {
-	Live() int
+func (b *bookedUntil) set(id string, at, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.until) >= maxPacedIdle {
+		for k, v := range b.until {
+			if v.Before(now) {
+				delete(b.until, k)
+			}
+		}
+	}
+	if at.After(b.until[id]) {
+		b.until[id] = at
+	}
 }
 
-var _ FleetSize = (*Fleet)(nil)
-
 // rateWait returns how long the delivery must wait under its endpoint's
-// rate limit (zero: send now).
-func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *Target) time.Duration {
+// rate limit (zero: send now), or the error of a booking that failed:
+// nothing is sent without a slot.
+func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *Target) (time.Duration, error) {
 	now := w.deps.Now()
 	if at, ok := slotOf(job); ok && now.Sub(at) <= slotGrace {
 		// Booked by an earlier run, here or in another process.
-		return max(at.Sub(now), 0)
+		return max(at.Sub(now), 0), nil
 	}
-	n := 1
-	if w.deps.Fleet != nil {
-		n = max(w.deps.Fleet.Live(), 1)
+	if at, ok := w.booked.get(t.ID, now, rateHorizon); ok {
+		return at.Sub(now) + w.jitter(), nil
 	}
-	at, booked := w.pacer.book(t.ID, float64(*t.RateLimit)/float64(n), now, rateHorizon)
-	if !booked {
+	interval := time.Duration(float64(time.Second) / float64(*t.RateLimit))
+	slot, err := w.deps.RateSlots.BookRateSlot(ctx, t.ID, interval, rateHorizon)
+	if err != nil {
+		return 0, err
+	}
+	// Waits are measured on the database's clock, which stamped the slot.
+	if !slot.Booked {
 		// Booked up beyond the horizon: come back when it has moved on.
-		return at.Sub(now) + w.jitter()
+		w.booked.set(t.ID, slot.At, slot.Now)
+		return slot.At.Sub(slot.Now) + w.jitter(), nil
 	}
-	wait := at.Sub(now)
+	wait := slot.At.Sub(slot.Now)
 	if wait > 0 {
-		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: job.Attempt, At: at}) // fails only outside River (unit tests)
+		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: job.Attempt, At: slot.At}) // fails only outside River (unit tests)
 	}
-	return wait
+	return wait, nil
 }
 
 // rateLimited snoozes a delivery over its endpoint's rate limit, counting
@@ -154,7 +165,7 @@ func (w *Worker) rateLimited(job *river.Job[DeliverArgs], t *Target, wait time.D
 const visibleRateWait = time.Second
 
 // Fleet heartbeats this dispatcher in the shared table and keeps the count
-// of live dispatchers, which share each endpoint's rate limit.
+// of live dispatchers (dispatcher_fleet_size).
 type Fleet struct {
 	id       string
 	store    FleetStore
@@ -214,7 +225,7 @@ func (f *Fleet) Beat(ctx context.Context) error {
 }
 
 // Run heartbeats every Interval until ctx ends, then deletes this
-// dispatcher's row so the others take its share at their next heartbeat.
+// dispatcher's row so the others stop counting it at their next heartbeat.
 func (f *Fleet) Run(ctx context.Context) {
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()

@@ -10,30 +10,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRatePacerBooksSlots: deliveries to one endpoint get slots
-// 1/perSecond apart from now, none beyond the horizon; another endpoint
-// has its own slots, and an idle endpoint starts again from now.
-func TestRatePacerBooksSlots(t *testing.T) {
+// TestBookedUntilSkipsOnlyRefusedBookings: a remembered first free slot
+// answers only while it is beyond the horizon, per endpoint, and never
+// moves back.
+func TestBookedUntilSkipsOnlyRefusedBookings(t *testing.T) {
 	t.Parallel()
-	p := newRatePacer()
+	b := newBookedUntil()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 5 {
-		at, ok := p.book("ep_a", 2, now, 2*time.Second)
-		require.True(t, ok, i)
-		require.Equal(t, now.Add(time.Duration(i)*500*time.Millisecond), at, i)
-	}
-	at, ok := p.book("ep_a", 2, now, 2*time.Second)
-	require.False(t, ok, "2.5s ahead is beyond the horizon")
-	require.Equal(t, now.Add(2500*time.Millisecond), at)
-
-	at, ok = p.book("ep_b", 2, now, 2*time.Second)
+	_, ok := b.get("ep_a", now, 2*time.Second)
+	require.False(t, ok, "nothing remembered: book")
+	b.set("ep_a", now.Add(5*time.Second), now)
+	at, ok := b.get("ep_a", now, 2*time.Second)
 	require.True(t, ok)
-	require.Equal(t, now, at)
-
-	later := now.Add(time.Minute)
-	at, ok = p.book("ep_a", 2, later, 2*time.Second)
-	require.True(t, ok)
-	require.Equal(t, later, at, "no credit is saved up while idle, and no debt kept")
+	require.Equal(t, now.Add(5*time.Second), at)
+	_, ok = b.get("ep_b", now, 2*time.Second)
+	require.False(t, ok, "another endpoint books")
+	b.set("ep_a", now.Add(4*time.Second), now)
+	at, _ = b.get("ep_a", now, 2*time.Second)
+	require.Equal(t, now.Add(5*time.Second), at, "an older answer never moves it back")
+	_, ok = b.get("ep_a", now.Add(3*time.Second), 2*time.Second)
+	require.False(t, ok, "within the horizon: book again")
 }
 
 // TestSlotOfReadsTheCurrentAttemptsSlot: a slot is honoured only for the

@@ -14,13 +14,15 @@ import (
 type ParkedStore interface {
 	ParkedEndpoints(ctx context.Context, ids []string) ([]store.ParkedEndpoint, error)
 	ReleaseParked(ctx context.Context, endpointID string, limit int, enq store.Enqueuer) (int, error)
+	EndHeldRelease(ctx context.Context, endpointID string, linger time.Duration) (bool, error)
 }
 
 var _ ParkedStore = (*store.Store)(nil)
 
-// Unparker gives parked deliveries their jobs back. When an endpoint's
-// breaker is closed it releases them, oldest first, at a pace (see
-// UnparkPace) rather than all at once; when it could
+// Unparker gives parked deliveries their jobs back, and the held
+// deliveries of an endpoint that was enabled (held ones first). When an
+// endpoint's breaker is closed it releases them, oldest first, at a pace
+// (see UnparkPace) rather than all at once; when it could
 // admit a probe (open past open_until, or half-open with no trial in
 // flight) it releases the oldest one, which becomes the probe, so an
 // endpoint whose whole backlog is parked still gets probed without new
@@ -94,6 +96,11 @@ func (u *Unparker) SetPace(p UnparkPace) {
 // releaseBatch is how many deliveries one release transaction queues.
 const releaseBatch = 500
 
+// heldReleaseLinger is how long after an enable the unparker still looks
+// for held deliveries of the endpoint before it clears its release stamp
+// (see store.EndHeldRelease).
+const heldReleaseLinger = time.Minute
+
 // NewUnparker returns an unparker; call Run.
 func NewUnparker(st ParkedStore, enq store.Enqueuer, interval time.Duration, logger *slog.Logger, metrics *Metrics) *Unparker {
 	if interval <= 0 {
@@ -158,6 +165,14 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 	}
 	listed := make(map[string]bool, len(list))
 	for _, pe := range list {
+		if pe.ReleasingHeld && pe.Held == 0 {
+			if _, err := u.store.EndHeldRelease(ctx, pe.EndpointID, heldReleaseLinger); err != nil && ctx.Err() == nil {
+				u.logger.Warn("unpark_end_held_release", slog.String("endpoint", pe.EndpointID), slog.String("error", err.Error()))
+			}
+		}
+		if pe.Backlog() == 0 {
+			continue
+		}
 		listed[pe.EndpointID] = true
 		switch pe.Breaker.EffectiveState(pe.Now) {
 		case breaker.StateClosed:
@@ -194,8 +209,8 @@ func (u *Unparker) paced(pe store.ParkedEndpoint) int {
 		st.window = min(2*st.window, u.pace.Max)
 	}
 	st.failures = pe.Failures
-	n := min(pe.Parked, max(st.window-pe.Queued, 0))
-	if n < pe.Parked {
+	n := min(pe.Backlog(), max(st.window-pe.Queued, 0))
+	if n < pe.Backlog() {
 		u.window[pe.EndpointID] = st
 	} else {
 		delete(u.window, pe.EndpointID)

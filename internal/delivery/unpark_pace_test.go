@@ -3,9 +3,12 @@ package delivery_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/delivery"
@@ -81,4 +84,104 @@ func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
 	}
 	require.Equal(t, backlog, released)
 	require.Empty(t, u.Releasing(), "done: the endpoint's window is forgotten")
+}
+
+// TestEnabledEndpointReleasesHeldAtAPaceAcrossARestart: enabling an
+// endpoint that holds a backlog queues nothing itself and answers with the
+// count; the unparker then releases the held deliveries in paced passes (a
+// window that starts small and doubles while the endpoint drains it), and
+// an unparker that stops mid-release (a dispatcher killed) and another
+// started afresh take it up from the database alone: in the end nothing
+// is held and every delivery got exactly one job.
+func TestEnabledEndpointReleasesHeldAtAPaceAcrossARestart(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	reason := "manual"
+	_, err = st.SetEndpointStatus(ctx, ep.ID, store.EndpointDisabled, &reason)
+	require.NoError(t, err)
+	enq := &recordingEnqueuer{}
+	const backlog = 200
+	for range backlog {
+		_, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+		require.NoError(t, err)
+	}
+	require.Empty(t, enq.deliveries(), "held deliveries have no job")
+
+	_, held, err := st.EnableEndpoint(ctx, ep.ID, "alice")
+	require.NoError(t, err)
+	require.Equal(t, backlog, held, "the enable answers with the count to release")
+	require.Empty(t, enq.deliveries(), "the enable itself queues nothing")
+
+	count := func(status string) (n int) {
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = $2`, ep.ID, status).Scan(&n))
+		return n
+	}
+	drain := func() { // the endpoint answers everything it was given
+		_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'delivered' WHERE endpoint_id = $1 AND status = 'pending'`, ep.ID)
+		require.NoError(t, err)
+	}
+	pace := delivery.UnparkPace{Start: 10, Max: 40, Interval: time.Second}
+	u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
+	u.SetPace(pace)
+	u.Pass(ctx, nil)
+	require.Equal(t, 10, count(store.DeliveryPending), "the first pass releases the start window")
+	drain()
+	u.Pass(ctx, nil)
+	require.Equal(t, 20, count(store.DeliveryPending), "drained: the window doubles")
+
+	// The dispatcher dies here; a new one knows nothing but the database.
+	u = delivery.NewUnparker(st, enq, time.Minute, nil, nil)
+	u.SetPace(pace)
+	u.Pass(ctx, nil)
+	require.Equal(t, 20, count(store.DeliveryPending), "the queued ones fill the new start window: nothing more")
+	released := 30
+	for passes := 0; count(store.DeliveryHeld) > 0; passes++ {
+		require.Less(t, passes, 30, "the backlog is released in the end")
+		drain()
+		u.Pass(ctx, nil)
+		q := count(store.DeliveryPending)
+		require.LessOrEqual(t, q, pace.Max, "never more than the largest window at once")
+		released += q
+	}
+	require.Equal(t, backlog, released)
+	require.Zero(t, count(store.DeliveryHeld))
+	jobs := map[string]int{}
+	for _, id := range enq.deliveries() {
+		jobs[id]++
+	}
+	require.Len(t, jobs, backlog, "every held delivery got a job")
+	for id, n := range jobs {
+		require.Equal(t, 1, n, "delivery %s queued more than once", id)
+	}
+	require.Empty(t, u.Releasing(), "done: the endpoint's window is forgotten")
+}
+
+// recordingEnqueuer hands out job ids and remembers which deliveries it
+// queued.
+type recordingEnqueuer struct {
+	mu   sync.Mutex
+	next int64
+	ids  []string
+}
+
+func (e *recordingEnqueuer) EnqueueTx(_ context.Context, _ pgx.Tx, qs []store.QueuedDelivery) ([]int64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]int64, len(qs))
+	for i, q := range qs {
+		e.next++
+		out[i] = e.next
+		e.ids = append(e.ids, q.ID)
+	}
+	return out, nil
+}
+
+func (e *recordingEnqueuer) deliveries() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.ids)
 }

@@ -126,9 +126,9 @@ type WorkerDeps struct {
 	LocalNow func() time.Time
 	// Rand returns uniform [0,1) draws for jitter.
 	Rand func() float64
-	// Fleet counts the dispatchers sharing each endpoint's rate limit; nil
-	// means this process alone.
-	Fleet FleetSize
+	// RateSlots books the fleet's send slots of rate-limited endpoints;
+	// needed once an endpoint has a rate_limit.
+	RateSlots RateSlots
 	// Tracer makes each attempt's span; nil traces nothing.
 	Tracer trace.Tracer
 	// Propagator reads the trace context a job carries; nil ignores it.
@@ -150,7 +150,7 @@ type Worker struct {
 	nUnconfirmed atomic.Int64
 
 	slots    *endpointSlots
-	pacer    *ratePacer
+	booked   *bookedUntil
 	payloads *payloads
 }
 
@@ -182,7 +182,7 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if deps.Tracer == nil {
 		deps.Tracer = noopTracer
 	}
-	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint), pacer: newRatePacer(),
+	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint), booked: newBookedUntil(),
 		payloads: newPayloads(deps.Deliveries, time.Millisecond, 8<<20)}
 }
 
@@ -317,7 +317,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if t.RateLimit != nil {
 		// Before the slot and the breaker: a wait for the rate limit uses
 		// no attempt and says nothing about the endpoint.
-		if wait := w.rateWait(ctx, job, t); wait > 0 {
+		wait, err := w.rateWait(ctx, job, t)
+		if err != nil {
+			// The database is unreachable: come back later without using an attempt.
+			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
+			return river.JobSnooze(time.Second + w.jitter())
+		}
+		if wait > 0 {
 			return w.rateLimited(job, t, wait)
 		}
 	}

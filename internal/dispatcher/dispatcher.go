@@ -97,8 +97,7 @@ type Dispatcher struct {
 	// webhooks insert jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
-	// fleet counts the live dispatchers, which share each endpoint's
-	// rate limit.
+	// fleet counts the live dispatchers (dispatcher_fleet_size).
 	fleet *delivery.Fleet
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
@@ -154,6 +153,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.Handle(store.EndpointChannel, func(id string) {
 		d.cache.Invalidate(id)
 		d.store.InvalidateOperational()
+		// An enable's held deliveries start going now, not at the next
+		// periodic pass.
+		d.unparker.Kick(id)
 	})
 	d.listener.OnReconnect(d.cache.InvalidateAll)
 	d.listener.OnReconnect(d.store.InvalidateOperational)
@@ -167,7 +169,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
 	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After})
 	// Deliveries refused by an open breaker are parked without a job; the
-	// unparker gives them one back when the breaker lets traffic through.
+	// unparker gives them one back when the breaker lets traffic through,
+	// and releases an enabled endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
@@ -242,8 +245,8 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
-	// The first heartbeat comes before any delivery, so the first paced
-	// ones already share the limit with the fleet.
+	// The first heartbeat comes before any delivery, so the fleet counts
+	// this dispatcher from its first delivery on.
 	if err := d.fleet.Beat(ctx); err != nil {
 		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
 	}
@@ -302,9 +305,9 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	if err := client.Start(riverCtx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
-	if d.cfg.Breakers {
-		g.Go(func() error { d.unparker.Run(gctx); return nil })
-	}
+	// Without breakers nothing is parked by one, but an enabled endpoint's
+	// held deliveries and a recovery's are still released by the unparker.
+	g.Go(func() error { d.unparker.Run(gctx); return nil })
 	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()))
 	select {
 	case <-ctx.Done():
@@ -362,7 +365,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:            d.logger,
 		Now:               d.clock.Now,
 		Rand:              rand.Float64,
-		Fleet:             d.fleet,
+		RateSlots:         d.store,
 		Tracer:            tracer,
 		Propagator:        propagator,
 	})

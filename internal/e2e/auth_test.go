@@ -95,10 +95,15 @@ func TestAuthWallDisablesAndEnableReleasesHeld(t *testing.T) {
 
 	// Fix the receiver and enable: every held delivery arrives, once.
 	fixed.Store(true)
-	code, err = api.Do(context.Background(), "POST", "/v1/endpoints/"+locked.ID+"/enable", nil, &e)
+	var enabled struct {
+		Endpoint
+		Releasing int `json:"releasing"`
+	}
+	code, err = api.Do(context.Background(), "POST", "/v1/endpoints/"+locked.ID+"/enable", nil, &enabled)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "enabled", e.Status)
+	require.Equal(t, "enabled", enabled.Status)
+	require.Equal(t, sent, enabled.Releasing, "the answer counts every held delivery, released by the dispatcher")
 	Eventually(t, time.Minute, 100*time.Millisecond, "every message delivered to both endpoints", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND tenant_id = 'acme'`).Scan(&n))

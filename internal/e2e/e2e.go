@@ -108,19 +108,25 @@ func Start(t testing.TB, name, binary string, env map[string]string, ready *rege
 		}
 	})
 	if ready != nil {
-		deadline := time.Now().Add(60 * time.Second)
-		for !ready.MatchString(p.Output()) {
-			select {
-			case <-p.done:
-				t.Fatalf("e2e: %s exited before it was ready: %v\n%s", name, p.err, p.Output())
-			case <-time.After(20 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("e2e: %s not ready after 60s:\n%s", name, p.Output())
-			}
-		}
+		p.waitReady(t, ready)
 	}
 	return p
+}
+
+// waitReady returns once the process printed a line matching ready.
+func (p *Proc) waitReady(t testing.TB, ready *regexp.Regexp) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ready.MatchString(p.Output()) {
+		select {
+		case <-p.done:
+			t.Fatalf("e2e: %s exited before it was ready: %v\n%s", p.Name, p.err, p.Output())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e2e: %s not ready after 60s:\n%s", p.Name, p.Output())
+		}
+	}
 }
 
 // Output returns everything the process printed so far.
@@ -252,15 +258,31 @@ type Dispatcher struct {
 // sets ALLOW_PRIVATE_TARGETS.
 func StartDispatcher(t testing.TB, name, databaseURL string, env map[string]string) *Dispatcher {
 	t.Helper()
+	return StartDispatchers(t, databaseURL, env, name)[0]
+}
+
+var dispatcherReadyRE = regexp.MustCompile(`msg=dispatcher_started`)
+
+// StartDispatchers starts one dispatcher of each name at once, as
+// StartDispatcher does, and returns once every one is ready.
+func StartDispatchers(t testing.TB, databaseURL string, env map[string]string, names ...string) []*Dispatcher {
+	t.Helper()
 	_, bin := Binaries(t)
 	e := map[string]string{"DATABASE_URL": databaseURL, "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "10", "NO_MIGRATE": "true",
 		"ALLOW_PRIVATE_TARGETS": "true"}
 	for k, v := range env {
 		e[k] = v
 	}
-	p := Start(t, name, bin, e, regexp.MustCompile(`msg=dispatcher_started`))
-	m := metricsRE.FindStringSubmatch(p.Output())
-	return &Dispatcher{Proc: p, MetricsURL: m[1]}
+	procs := make([]*Proc, len(names))
+	for i, name := range names {
+		procs[i] = Start(t, name, bin, e, nil)
+	}
+	out := make([]*Dispatcher, len(procs))
+	for i, p := range procs {
+		p.waitReady(t, dispatcherReadyRE)
+		out[i] = &Dispatcher{Proc: p, MetricsURL: metricsRE.FindStringSubmatch(p.Output())[1]}
+	}
+	return out
 }
 
 // Do sends a JSON request to the API and decodes a JSON answer into out

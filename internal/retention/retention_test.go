@@ -266,7 +266,7 @@ func TestRetentionExpiresThenDropsEverything(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.DeliveryDelivered, delivered.Status, "a final delivery is left alone")
 	// Enabling the endpoint releases nothing: expired is final.
-	_, released, err := b.store.EnableEndpoint(ctx, off.ID, "test", b.enq)
+	_, released, err := b.store.EnableEndpoint(ctx, off.ID, "test")
 	require.NoError(t, err)
 	require.Zero(t, released)
 

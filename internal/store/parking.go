@@ -11,44 +11,45 @@ import (
 )
 
 // EnableEndpoint enables an endpoint, resets its auth-failure streak and
-// releases every held delivery in creation order (each gets a job), in one
-// transaction. It returns the endpoint and how many deliveries it released.
-func (s *Store) EnableEndpoint(ctx context.Context, id, actor string, enq Enqueuer) (Endpoint, int, error) {
+// stamps it for the release of its held deliveries, in one transaction
+// that touches no delivery, and returns the endpoint and how many held
+// deliveries it has. The dispatchers' unparker releases them in the
+// background, oldest first at a pace (see ReleaseParked), resuming after
+// any restart: the held deliveries of an enabled endpoint are what is left
+// to release.
+func (s *Store) EnableEndpoint(ctx context.Context, id, actor string) (Endpoint, int, error) {
 	var (
-		e        Endpoint
-		released int
+		e    Endpoint
+		held int
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Counted before the endpoint row is locked: a count of millions
+		// takes a while, and a ledger batch holding a delivery of this
+		// endpoint would wait on the lock for it. A hold committing
+		// between the two is released all the same, uncounted.
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND status = 'held'`, id).Scan(&held); err != nil {
+			return fmt.Errorf("count held deliveries: %w", err)
+		}
 		var err error
-		e, err = s.updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL`)
+		e, err = s.updateEndpointTx(ctx, tx, id, `status = 'enabled', disabled_reason = NULL, release_held_since = now()`)
 		if err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM auth_streaks WHERE endpoint_id = $1`, id); err != nil {
 			return fmt.Errorf("reset auth streak: %w", err)
 		}
-		for {
-			n, err := releaseChunk(ctx, tx, id, releaseHeld, 500, enq)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				break
-			}
-			released += n
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor) VALUES ($1, 'enabled', '', jsonb_build_object('released', $2::int), $3)`, id, released, actor)
+		_, err = tx.Exec(ctx, `INSERT INTO endpoint_events (endpoint_id, kind, reason, details, actor) VALUES ($1, 'enabled', '', jsonb_build_object('released', $2::int), $3)`, id, held, actor)
 		if err != nil {
 			return fmt.Errorf("record enable: %w", err)
 		}
 		ev := endpointEvent(OpEndpointEnabled, e)
-		ev.Data["released"] = released
+		ev.Data["released"] = held
 		return s.emitOperational(ctx, tx, []OperationalEvent{ev})
 	})
 	if err != nil {
 		return Endpoint{}, 0, err
 	}
-	return e, released, nil
+	return e, held, nil
 }
 
 // Which waiting deliveries releaseChunk queues again.
@@ -118,22 +119,68 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 	return len(batch), nil
 }
 
-// ReleaseParked queues up to limit of an endpoint's parked deliveries
-// again, oldest first, in one transaction, and returns how many.
+// ReleaseParked queues up to limit of an endpoint's waiting deliveries
+// again, in one transaction, and returns how many: first its held ones,
+// oldest first, while it is enabled (see EnableEndpoint), then its parked
+// ones, oldest first.
 func (s *Store) ReleaseParked(ctx context.Context, endpointID string, limit int, enq Enqueuer) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		n, err = releaseChunk(ctx, tx, endpointID, releaseParked, limit, enq)
-		return err
+		// Share-locked, so a disable waits for the release rather than
+		// holding deliveries this transaction queues (a hold takes the
+		// same share lock, after its delivery row's).
+		var enabled bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM endpoints WHERE id = $1 AND status = 'enabled' AND deleted_at IS NULL FOR SHARE)`, endpointID).Scan(&enabled)
+		if err != nil {
+			return fmt.Errorf("lock endpoint: %w", err)
+		}
+		if enabled {
+			if n, err = releaseChunk(ctx, tx, endpointID, releaseHeld, limit, enq); err != nil {
+				return err
+			}
+		}
+		if n < limit {
+			m, err := releaseChunk(ctx, tx, endpointID, releaseParked, limit-n, enq)
+			if err != nil {
+				return err
+			}
+			n += m
+		}
+		return nil
 	})
 	return n, err
 }
 
-// ParkedEndpoint is an endpoint with parked deliveries, and its breaker.
+// EndHeldRelease clears an endpoint's release stamp (see EnableEndpoint)
+// once there is nothing left for it to release: the endpoint is disabled
+// or gone, or it has no held delivery and was stamped at least linger ago
+// (a message whose insert read the endpoint still disabled may commit a
+// held delivery just after the enable). It reports whether it cleared it.
+func (s *Store) EndHeldRelease(ctx context.Context, endpointID string, linger time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE endpoints e SET release_held_since = NULL
+		WHERE e.id = $1 AND e.release_held_since IS NOT NULL
+			AND (e.status <> 'enabled' OR e.deleted_at IS NOT NULL
+				OR (e.release_held_since <= now() - $2::interval
+					AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.status = 'held')))`,
+		endpointID, linger)
+	if err != nil {
+		return false, fmt.Errorf("end held release: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ParkedEndpoint is an endpoint with deliveries to release, and its
+// breaker.
 type ParkedEndpoint struct {
-	EndpointID    string
-	Parked        int
+	EndpointID string
+	Parked     int
+	// Held counts, up to heldCounted, the held deliveries of an enabled
+	// endpoint stamped for their release (see EnableEndpoint).
+	Held int
+	// ReleasingHeld says the endpoint is stamped for the release of its
+	// held deliveries (see EndHeldRelease).
+	ReleasingHeld bool
 	Breaker       breaker.Breaker
 	Now           time.Time
 	TrialInFlight bool
@@ -145,26 +192,44 @@ type ParkedEndpoint struct {
 	Failures int
 }
 
+// Backlog is how many deliveries are waiting for their release.
+func (pe ParkedEndpoint) Backlog() int { return pe.Parked + pe.Held }
+
 // maxTrialSlots bounds the trial slots ParkedEndpoints looks at when it
 // asks whether a probe is in flight.
 const maxTrialSlots = 16
 
-// ParkedEndpoints lists the endpoints that have parked deliveries (of ids
-// only, when ids is not nil), with their breakers at the database's time
-// and whether a trial is in flight.
+// heldCounted bounds the held deliveries ParkedEndpoints counts per
+// endpoint: a release window is far smaller, and an endpoint disabled for
+// days may hold millions.
+const heldCounted = 1000
+
+// ParkedEndpoints lists the endpoints that have parked deliveries or are
+// stamped for the release of their held ones (of ids only, when ids is not
+// nil), with their breakers at the database's time and whether a trial is
+// in flight.
 func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndpoint, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH p AS (
 			SELECT endpoint_id, count(*) AS parked FROM deliveries
 			WHERE status = 'waiting' AND job_id IS NULL AND ($2::text[] IS NULL OR endpoint_id = ANY($2))
 			GROUP BY endpoint_id
+		), h AS (
+			SELECT e.id AS endpoint_id, CASE WHEN e.status = 'enabled' AND e.deleted_at IS NULL THEN (
+				SELECT count(*) FROM (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.status = 'held' LIMIT $3) c
+			) ELSE 0 END AS held
+			FROM endpoints e WHERE e.release_held_since IS NOT NULL AND ($2::text[] IS NULL OR e.id = ANY($2))
+		), x AS (
+			SELECT coalesce(p.endpoint_id, h.endpoint_id) AS endpoint_id, coalesce(p.parked, 0) AS parked,
+				coalesce(h.held, 0) AS held, h.endpoint_id IS NOT NULL AS releasing_held
+			FROM p FULL JOIN h ON h.endpoint_id = p.endpoint_id
 		)
-		SELECT `+breakerColumns+`, p.parked, clock_timestamp(),
+		SELECT `+breakerColumns+`, x.parked, x.held, x.releasing_held, clock_timestamp(),
 			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
-			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = p.endpoint_id AND q.status IN ('pending', 'waiting')
+			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = x.endpoint_id AND q.status IN ('pending', 'waiting')
 				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
 			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation)
-		FROM p JOIN breaker_states s ON s.endpoint_id = p.endpoint_id`, maxTrialSlots, ids)
+		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, maxTrialSlots, ids, heldCounted)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
 	}
@@ -173,7 +238,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 	for rows.Next() {
 		var pe ParkedEndpoint
 		var now time.Time
-		id, b, err := scanBreaker(rows, &pe.Parked, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures)
+		id, b, err := scanBreaker(rows, &pe.Parked, &pe.Held, &pe.ReleasingHeld, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures)
 		if err != nil {
 			return nil, fmt.Errorf("list parked endpoints: %w", err)
 		}
