@@ -122,4 +122,3 @@ func (c *Client) API() *api.ClientWithResponses { return c.raw }
 // Ptr returns a pointer to v: the generated request types take optional
 // fields as pointers.
 func Ptr[T any](v T) *T { return &v }
-

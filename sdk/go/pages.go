@@ -37,4 +37,3 @@ func pages[T any](ctx context.Context, fetch func(ctx context.Context, after *st
 		}
 	}
 }
-

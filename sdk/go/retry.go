@@ -57,12 +57,15 @@ func (p RetryPolicy) normalized() RetryPolicy {
 // backoff is the wait before retry n (1 for the first retry): full jitter
 // over an exponentially growing ceiling.
 func (p RetryPolicy) backoff(n int) time.Duration {
-	ceiling := p.MaxBackoff
-	if n < 32 {
-		if c := p.MinBackoff << (n - 1); c > 0 && c < ceiling {
-			ceiling = c
+	ceiling := p.MinBackoff
+	for i := 1; i < n && ceiling < p.MaxBackoff; i++ {
+		if ceiling > p.MaxBackoff/2 {
+			ceiling = p.MaxBackoff
+			break
 		}
+		ceiling *= 2
 	}
+	ceiling = min(ceiling, p.MaxBackoff)
 	return time.Duration(rand.Int64N(int64(ceiling)) + 1)
 }
 
