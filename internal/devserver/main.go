@@ -1,9 +1,9 @@
 // Command devserver runs hookd for the client libraries' tests (sdk/go,
 // sdk/typescript): a private PostgreSQL cluster (internal/pgcluster), the
-// api and a dispatcher built from this checkout, with a short retry
-// schedule and private targets allowed, so a receiver on 127.0.0.1 gets
-// webhooks within seconds. Once everything is ready it prints one JSON
-// line,
+// api and a dispatcher built from this checkout (with the race detector),
+// a short retry schedule and private targets allowed, so a receiver on
+// 127.0.0.1 gets webhooks within seconds. Once everything is ready it
+// prints one JSON line,
 //
 //	{"api":"http://127.0.0.1:PORT","token":"hkd_...","database_url":"postgres://..."}
 //

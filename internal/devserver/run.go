@@ -78,7 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		_ = os.RemoveAll(binDir)
 		release()
 	}()
-	build := exec.CommandContext(startCtx, "go", "build", "-o", binDir+string(os.PathSeparator),
+	// Built with the race detector: make test's `go test -race ./...` has
+	// compiled every package so already, leaving only the link to do.
+	build := exec.CommandContext(startCtx, "go", "build", "-race", "-o", binDir+string(os.PathSeparator),
 		"github.com/hookd/hookd/cmd/api", "github.com/hookd/hookd/cmd/dispatcher")
 	build.Env = os.Environ()
 	if out, err := build.CombinedOutput(); err != nil {
