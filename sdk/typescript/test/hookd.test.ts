@@ -115,21 +115,24 @@ describe("against hookd", { concurrency: true }, () => {
   });
 
   it("retries a send whose answer timed out with the same key, storing one message", async () => {
-    let stored = false;
+    let firstTry: Promise<number> | undefined;
     const proxy = await new FaultProxy(server.api, async (n, req, _body, res, pass) => {
       if (!req.url?.startsWith("/v1/messages") || n > 1) return false;
       // hookd stores the first try; its answer never reaches the client,
       // which gives up after its attempt timeout.
-      stored = (await pass()).status === 202;
+      firstTry = pass().then((a) => a.status);
+      await firstTry;
       await new Promise((resolve) => res.once("close", resolve));
       return true;
     }).start();
     try {
       const tenant = newTenant();
-      const c = client(proxy.url, { attemptTimeoutMs: 1000, minBackoffMs: 10, maxBackoffMs: 100 });
+      const c = client(proxy.url, { attemptTimeoutMs: 2000, minBackoffMs: 10, maxBackoffMs: 100 });
       const msg = await c.messages.send({ tenant_id: tenant, event_type: "invoice.paid", payload: { amount: 2 } });
-      assert.ok(stored, "the first try stored the message");
-      assert.equal(proxy.count("POST", "/v1/messages"), 2);
+      // The retry may be answered before the proxy reads the first try's answer.
+      assert.equal(await firstTry, 202, "the first try stored the message");
+      // A retry that also timed out on a loaded machine makes a third try, with the same key.
+      assert.ok(proxy.count("POST", "/v1/messages") >= 2);
       assert.deepEqual(await messageIds(client(), tenant), [msg.id], "the retry answered the first try's message");
     } finally {
       await proxy.close();
