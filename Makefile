@@ -100,12 +100,14 @@ soak:
 bench-smoke:
 	$(GO) run ./internal/bench -smoke
 
-## lint: gofmt, go vet and staticcheck
+## lint: gofmt, go vet and staticcheck (of the server, sdk/go and examples/go)
 lint:
 	@unformatted=$$(gofmt -l $$(find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print)); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l reports:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd sdk/go && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd examples/go && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 ## clean: remove built binaries (a private cluster under .data/ is kept)
 clean:
