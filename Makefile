@@ -24,7 +24,7 @@ FLEET_REPORT ?= $(CURDIR)/fleet-report.json
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke soak chaos
+.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke soak chaos sdk sdk-test
 
 ## help: list the targets and what each does
 help:
@@ -47,10 +47,21 @@ test:
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
+
+## sdk: regenerate the client libraries' generated code (sdk/go/api/api.gen.go, sdk/typescript/src/generated/schema.ts) from internal/api/openapi.json
+sdk:
+	cd sdk/go && $(GO) generate ./...
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run generate
+
+## sdk-test: the client libraries' tests against a devserver of this checkout (internal/devserver): sdk/go's (vet, race detector) and sdk/typescript's (npm ci, tsc --noEmit, npm test); each fails when its generated code is stale
+sdk-test:
+	cd sdk/go && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run typecheck && npm test
 
 ## chaos: the long forms of the chaos test (TestChaosNothingLost: CHAOS_DURATION, figures in CHAOS_REPORT) and then of the fleet fault test (TestBreakerFleetUnderFaults: FLEET_DURATION, figures in FLEET_REPORT)
 chaos:
@@ -89,12 +100,14 @@ soak:
 bench-smoke:
 	$(GO) run ./internal/bench -smoke
 
-## lint: gofmt, go vet and staticcheck
+## lint: gofmt, go vet and staticcheck (of the server, sdk/go and examples/go)
 lint:
 	@unformatted=$$(gofmt -l $$(find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print)); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l reports:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd sdk/go && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd examples/go && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 ## clean: remove built binaries (a private cluster under .data/ is kept)
 clean:

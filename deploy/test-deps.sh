@@ -3,7 +3,8 @@
 # passes on a fresh machine: PostgreSQL's server programs (initdb, pg_ctl,
 # postgres; the tests run their own private clusters with them, never a
 # server already on this machine), Debian's Chromium for the dashboard's
-# browser test, jq for the README's tour and promtool for the alert rules.
+# browser test, jq for the README's tour, promtool for the alert rules and
+# Node.js 20 or later with npm for the TypeScript client's tests.
 # It says what it installs before it does; where everything is in place it
 # only checks. It starts, stops and reconfigures no server.
 set -euo pipefail
@@ -68,4 +69,20 @@ fi
 if ! command -v promtool >/dev/null; then
 	log "installing promtool (Debian's prometheus package; its service is not started)"
 	no_service_start apt_install --no-install-recommends prometheus
+fi
+
+# sdk/typescript's tests (make sdk-test) run on Node.js 20 or later with
+# npm: Debian's nodejs and npm packages when either is missing.
+node_major() {
+	local v
+	v=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || true)
+	[[ $v =~ ^[0-9]+$ ]] && echo "$v" || echo 0
+}
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	log "installing Node.js and npm (Debian's nodejs and npm packages) for the TypeScript client's tests"
+	apt_install nodejs npm
+fi
+if (($(node_major) < 20)); then
+	echo "test-deps: Node.js $(node --version 2>/dev/null || echo none) is too old: sdk/typescript needs 20 or later" >&2
+	exit 1
 fi

@@ -12,8 +12,8 @@ import (
 
 // TestTestDepsInstallsOnlyWhatIsMissing runs deploy/test-deps.sh (run by
 // .ci/run and make test) against stand-ins: an apt-get that records its
-// calls, and PostgreSQL's initdb, Chromium, jq and promtool present or
-// absent. With everything present it installs nothing and says nothing;
+// calls, and PostgreSQL's initdb, Chromium, jq, promtool, Node.js and npm
+// present or absent. With everything present it installs nothing and says nothing;
 // with everything absent it installs each, saying so first, with the
 // packages' services kept from starting. It never touches a PostgreSQL server: the
 // tests run private clusters of their own.
@@ -22,11 +22,13 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		present []string // stand-in programs on PATH
+		node    string   // the major version the stand-in node prints
 		want    []string // the run's events, in order
+		fails   bool
 	}{
 		{
 			name:    "everything installed",
-			present: []string{"initdb", "chromium", "jq", "promtool"},
+			present: []string{"initdb", "chromium", "jq", "promtool", "node", "npm"},
 		},
 		{
 			name: "fresh machine",
@@ -40,16 +42,25 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 				"apt-get install -y -qq jq",
 				"say installing promtool",
 				"apt-get install -y -qq --no-install-recommends prometheus (services blocked)",
+				"say installing Node.js and npm",
+				"apt-get install -y -qq nodejs npm",
 			},
 		},
 		{
 			name:    "only Chromium missing",
-			present: []string{"initdb", "jq", "promtool"},
+			present: []string{"initdb", "jq", "promtool", "node", "npm"},
 			want: []string{
 				"say installing Chromium",
 				"apt-get update -qq",
 				"apt-get install -y -qq chromium",
 			},
+		},
+		{
+			name:    "Node.js too old",
+			present: []string{"initdb", "chromium", "jq", "promtool", "node", "npm"},
+			node:    "18",
+			want:    []string{"say Node.js v18 is too old"},
+			fails:   true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,13 +76,28 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, os.Symlink(p, filepath.Join(bin, tool)))
 			}
+			node := tc.node
+			if node == "" {
+				node = "20"
+			}
+			// The stand-in node answers -p with its major version and
+			// --version with v and that; apt-get's nodejs brings one.
+			nodeScript := "#!/bin/sh\n[ \"$1\" = --version ] && echo v" + node + " || echo " + node + "\n"
 			writeScript(t, filepath.Join(bin, "apt-get"), `#!/bin/bash
 blocked=""
 [[ -x "`+policy+`" ]] && ! "`+policy+`" && blocked=" (services blocked)"
 echo "apt-get $*$blocked" >>"`+events+`"
+if [[ " $* " == *" nodejs "* ]]; then
+	printf '%s' '`+nodeScript+`' >"`+filepath.Join(bin, "node")+`"
+	chmod +x "`+filepath.Join(bin, "node")+`"
+fi
 `)
 			for _, p := range tc.present {
-				writeScript(t, filepath.Join(bin, p), "#!/bin/sh\n")
+				body := "#!/bin/sh\n"
+				if p == "node" {
+					body = nodeScript
+				}
+				writeScript(t, filepath.Join(bin, p), body)
 			}
 			bash, err := exec.LookPath("bash")
 			require.NoError(t, err)
@@ -89,7 +115,11 @@ echo "apt-get $*$blocked" >>"`+events+`"
 			err = cmd.Run()
 			require.NoError(t, f.Close())
 			got := readLines(t, events)
-			require.NoError(t, err, "%q", got)
+			if tc.fails {
+				require.Error(t, err, "%q", got)
+			} else {
+				require.NoError(t, err, "%q", got)
+			}
 			require.Len(t, got, len(tc.want), "events: %q", got)
 			for i, w := range tc.want {
 				g := got[i]
