@@ -185,6 +185,24 @@ func (e DeliveryStatus) Valid() bool {
 	}
 }
 
+// Defines values for EnabledEndpointStatus.
+const (
+	EnabledEndpointStatusDisabled EnabledEndpointStatus = "disabled"
+	EnabledEndpointStatusEnabled  EnabledEndpointStatus = "enabled"
+)
+
+// Valid indicates whether the value is a known member of the EnabledEndpointStatus enum.
+func (e EnabledEndpointStatus) Valid() bool {
+	switch e {
+	case EnabledEndpointStatusDisabled:
+		return true
+	case EnabledEndpointStatusEnabled:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EndpointStatus.
 const (
 	EndpointStatusDisabled EndpointStatus = "disabled"
@@ -906,6 +924,44 @@ type Description = string
 //
 // Examples: 30s
 type Duration = string
+
+// EnabledEndpoint An endpoint just enabled, and how many held deliveries it is releasing. Its secret is never part of it.
+type EnabledEndpoint struct {
+	CreatedAt   time.Time `json:"created_at"`
+	Description string    `json:"description"`
+
+	// DisabledReason Why the endpoint is disabled (`manual` from the API, `auth_failures` after a streak of 401/403 answers); null when enabled.
+	DisabledReason *string  `json:"disabled_reason"`
+	EventTypes     []string `json:"event_types"`
+
+	// HeaderNames The names of the endpoint's headers, sorted; their values are never shown.
+	HeaderNames []string `json:"header_names"`
+
+	// ID A endpoint id: `ep_` and a ULID, so ids sort by creation time.
+	ID       EndpointID        `json:"id"`
+	Metadata map[string]string `json:"metadata"`
+
+	// RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
+	//
+	// Examples: 20
+	RateLimit *RateLimit `json:"rate_limit"`
+
+	// Releasing How many held deliveries the dispatchers release, in the background: oldest first, at a pace (a window that starts small and doubles while the endpoint keeps up), resuming after any restart. The request itself queues none.
+	Releasing int `json:"releasing"`
+
+	// Signing How deliveries are signed: `hmac` (Standard Webhooks `v1,` HMAC-SHA256 signatures with a `whsec_` secret) or `ed25519` (`v1a,` Ed25519 signatures; hookd keeps the private key and shows only the `whpk_` public key).
+	Signing  Signing               `json:"signing"`
+	Status   EnabledEndpointStatus `json:"status"`
+	TenantID string                `json:"tenant_id"`
+
+	// TrafficClass `auto` or the name of the traffic class the endpoint runs under.
+	TrafficClass string    `json:"traffic_class"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	URL          string    `json:"url"`
+}
+
+// EnabledEndpointStatus defines model for EnabledEndpoint.Status.
+type EnabledEndpointStatus string
 
 // Endpoint An endpoint. Its secret is never part of it.
 type Endpoint struct {
@@ -8475,7 +8531,7 @@ type EnableEndpointResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Endpoint
+	JSON200 *EnabledEndpoint
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -8493,7 +8549,7 @@ type EnableEndpointResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r EnableEndpointResponse) GetJSON200() *Endpoint {
+func (r EnableEndpointResponse) GetJSON200() *EnabledEndpoint {
 	return r.JSON200
 }
 
@@ -13938,7 +13994,7 @@ func ParseEnableEndpointResponse(rsp *http.Response) (*EnableEndpointResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Endpoint
+		var dest EnabledEndpoint
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -868,6 +868,33 @@ export interface components {
             updated_at: string;
             rate_limit: components["schemas"]["RateLimit"];
         };
+        /** @description An endpoint just enabled, and how many held deliveries it is releasing. Its secret is never part of it. */
+        EnabledEndpoint: {
+            id: components["schemas"]["EndpointID"];
+            tenant_id: string;
+            url: string;
+            description: string;
+            event_types: string[];
+            /** @description `auto` or the name of the traffic class the endpoint runs under. */
+            traffic_class: string;
+            metadata: {
+                [key: string]: string;
+            };
+            /** @description The names of the endpoint's headers, sorted; their values are never shown. */
+            header_names: string[];
+            signing: components["schemas"]["Signing"];
+            /** @enum {string} */
+            status: "enabled" | "disabled";
+            /** @description Why the endpoint is disabled (`manual` from the API, `auth_failures` after a streak of 401/403 answers); null when enabled. */
+            disabled_reason: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            rate_limit: components["schemas"]["RateLimit"];
+            /** @description How many held deliveries the dispatchers release, in the background: oldest first, at a pace (a window that starts small and doubles while the endpoint keeps up), resuming after any restart. The request itself queues none. */
+            releasing: number;
+        };
         EndpointList: {
             data: components["schemas"]["Endpoint"][];
             /** @description Pass as `after` for the next page; null on the last page. */
@@ -2156,13 +2183,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The enabled endpoint. */
+            /** @description The enabled endpoint, and how many held deliveries it releases in the background. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Endpoint"];
+                    "application/json": components["schemas"]["EnabledEndpoint"];
                 };
             };
             401: components["responses"]["Unauthorized"];
