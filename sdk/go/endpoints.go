@@ -11,6 +11,9 @@ import (
 type (
 	// Endpoint is a registered webhook endpoint.
 	Endpoint = api.Endpoint
+	// EnabledEndpoint is an endpoint just enabled, with Releasing, the
+	// held deliveries the dispatchers release in the background.
+	EnabledEndpoint = api.EnabledEndpoint
 	// CreateEndpointRequest registers an endpoint.
 	CreateEndpointRequest = api.CreateEndpointRequest
 	// UpdateEndpointRequest changes the fields it sets.
@@ -89,8 +92,9 @@ func (s *EndpointsService) Disable(ctx context.Context, id string) (*Endpoint, e
 	return result(r.JSON200, r.HTTPResponse, r.Body)
 }
 
-// Enable resumes deliveries to a disabled endpoint.
-func (s *EndpointsService) Enable(ctx context.Context, id string) (*Endpoint, error) {
+// Enable resumes deliveries to a disabled endpoint; its held deliveries
+// are released in the background (Releasing counts them).
+func (s *EndpointsService) Enable(ctx context.Context, id string) (*EnabledEndpoint, error) {
 	r, err := s.c.raw.EnableEndpointWithResponse(ctx, id)
 	if err != nil {
 		return nil, err

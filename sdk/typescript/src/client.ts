@@ -9,6 +9,7 @@ type Schemas = components["schemas"];
 type Filter<Op extends keyof operations> = Omit<NonNullable<operations[Op]["parameters"]["query"]>, "after">;
 
 export type Endpoint = Schemas["Endpoint"];
+export type EnabledEndpoint = Schemas["EnabledEndpoint"];
 export type CreateEndpointRequest = Schemas["CreateEndpointRequest"];
 export type UpdateEndpointRequest = Schemas["UpdateEndpointRequest"];
 export type EndpointSecret = Schemas["EndpointSecret"];
@@ -138,7 +139,7 @@ export class Endpoints {
   disable(id: string, signal?: AbortSignal): Promise<Endpoint> {
     return expect(this.raw.POST("/v1/endpoints/{id}/disable", { params: { path: { id } }, signal }));
   }
-  enable(id: string, signal?: AbortSignal): Promise<Endpoint> {
+  enable(id: string, signal?: AbortSignal): Promise<EnabledEndpoint> {
     return expect(this.raw.POST("/v1/endpoints/{id}/enable", { params: { path: { id } }, signal }));
   }
   /** What verifies the endpoint's signatures: its whsec_ secret, or the whpk_ public key of an ed25519 endpoint. */
