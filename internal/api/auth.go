@@ -183,7 +183,7 @@ func (a *TokenAuth) Check(ctx context.Context, token string) (Principal, error) 
 	}
 	sum := sha256.Sum256([]byte(token))
 	if a.hasBootstrap && subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
-		return Principal{Name: BootstrapTokenName}, nil
+		return adminPrincipal(BootstrapTokenName), nil
 	}
 	if a.store == nil || !storedTokenPattern.MatchString(token) {
 		return Principal{}, ErrBadToken

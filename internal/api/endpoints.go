@@ -153,7 +153,7 @@ func handleListEndpoints(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		list, err := d.Store.ListEndpoints(r.Context(), tenant, store.Page{After: page.After, Limit: page.Limit + 1})
+		list, err := d.Store.ListEndpoints(r.Context(), requestTenants(r), store.Page{After: page.After, Limit: page.Limit + 1})
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -303,10 +303,10 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
 	why := map[string]any{"reason": "maintenance"}
 	// Tenant tokens: acme's read-only one, and one of another tenant.
-	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Name: "acme-ro", TenantID: "acme", ReadOnly: true})
-	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Name: "globex", TenantID: "globex"})
+	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
+	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex", TenantID: "globex"})
 	asRO, asGlobex := withHeader("Authorization", "Bearer "+acmeRO), withHeader("Authorization", "Bearer "+globexTok)
-	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Name: "doomed"})
+	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "doomed"})
 	newToken := map[string]any{"name": "acme-portal", "tenant_id": "acme", "expires_in": "720h"}
 	noTok := "/v1/tokens/" + missingID("tok")
 	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}

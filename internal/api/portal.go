@@ -250,5 +250,5 @@ func (d Deps) portalSession(ctx context.Context, r *http.Request) (store.PortalS
 // portalPrincipal is who a portal session acts as: a tenant token of its
 // tenant, read-only when the session is.
 func portalPrincipal(ps store.PortalSession) Principal {
-	return Principal{Name: "portal:" + ps.ID, TenantID: ps.TenantID, ReadOnly: ps.ReadOnly}
+	return Principal{Name: "portal:" + ps.ID, Scope: store.ScopeTenant, TenantID: ps.TenantID, ReadOnly: ps.ReadOnly}
 }

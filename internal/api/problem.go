@@ -93,6 +93,7 @@ var problemKinds = []problemKind{
 	{errAdminOnly, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errReadOnly, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errOtherTenant, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errNoScope, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errDashboardAdmin, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -11,21 +12,34 @@ import (
 )
 
 // Principal is who a /v1 request acts as: the token it authenticated with
-// (or the dashboard session's token).
+// (or the dashboard session's token, or a portal session).
 type Principal struct {
 	// Name is the token's name, what audit records name as the actor.
 	Name string
-	// TenantID binds a tenant token to one tenant; empty for an admin.
+	// Scope is store.ScopeAdmin (every tenant, and the operational
+	// routes) or store.ScopeTenant (TenantID's objects alone). A principal
+	// of any other scope, or a tenant principal without a tenant, reaches
+	// nothing.
+	Scope string
+	// TenantID is the tenant a tenant principal is bound to; empty for an
+	// admin.
 	TenantID string
 	// ReadOnly principals may make no change.
 	ReadOnly bool
 }
 
 // Admin reports whether p reaches every tenant and the operational routes.
-func (p Principal) Admin() bool { return p.TenantID == "" }
+func (p Principal) Admin() bool { return p.Scope == store.ScopeAdmin && p.TenantID == "" }
+
+// tenantBound reports whether p is a tenant principal with its tenant.
+func (p Principal) tenantBound() bool { return p.Scope == store.ScopeTenant && p.TenantID != "" }
+
+// adminPrincipal is an admin named name: the bootstrap token, and any
+// token of an Authenticator that knows no scopes.
+func adminPrincipal(name string) Principal { return Principal{Name: name, Scope: store.ScopeAdmin} }
 
 func principalOf(t store.APIToken) Principal {
-	return Principal{Name: t.Name, TenantID: t.TenantID, ReadOnly: t.ReadOnly}
+	return Principal{Name: t.Name, Scope: t.Scope, TenantID: t.TenantID, ReadOnly: t.ReadOnly}
 }
 
 type principalKey struct{}
@@ -44,6 +58,9 @@ func principalFrom(r *http.Request) (Principal, bool) {
 // Refusals of an authenticated request. None depends on whether an
 // object exists: another tenant's object answers 404, as a missing one.
 var (
+	// errNoScope is a principal neither an admin nor bound to a tenant,
+	// which no authenticator should make: it reaches nothing.
+	errNoScope     = errors.New("this token has no scope")
 	errAdminOnly   = errors.New("this route needs an admin token")
 	errReadOnly    = errors.New("this token is read-only: it may make no change")
 	errOtherTenant = errors.New("this token may only name its own tenant")
@@ -126,15 +143,16 @@ func authorize(d Deps, rule scopeRule) func(http.Handler) http.Handler {
 				writeProblem(w, r, d.Logger, err)
 				return
 			}
-			if rule.tenantQuery && !p.Admin() {
-				r = withQueryTenant(r, p.TenantID)
-			}
 			next.ServeHTTP(w, r)
 		})
 	}
 }
 
 func checkScope(r *http.Request, d Deps, rule scopeRule, p Principal) error {
+	if !p.Admin() && !p.tenantBound() {
+		d.Logger.ErrorContext(r.Context(), "principal_without_scope", slog.String("name", p.Name), slog.String("scope", p.Scope))
+		return errNoScope
+	}
 	if !p.Admin() && rule.adminOnly {
 		return errAdminOnly
 	}
@@ -173,30 +191,32 @@ func checkScope(r *http.Request, d Deps, rule scopeRule, p Principal) error {
 	return nil
 }
 
-// withQueryTenant sets the query's tenant_id to tenant.
-func withQueryTenant(r *http.Request, tenant string) *http.Request {
-	q := r.URL.Query()
-	q.Set("tenant_id", tenant)
-	u := *r.URL
-	u.RawQuery = q.Encode()
-	r2 := r.Clone(r.Context())
-	r2.URL = &u
-	r2.RequestURI = u.RequestURI()
-	return r2
-}
-
-// principalTenant is the tenant a request's principal is bound to; empty
-// for an admin.
-func principalTenant(r *http.Request) string {
+// requestTenants is whose rows a request reads or changes: a tenant
+// principal's own tenant's, whatever the query says (checkScope refused a
+// tenant_id naming another); an admin's, the tenant the query's tenant_id
+// names, or every tenant's when it names none. A request without a scoped
+// principal reads no tenant's rows.
+func requestTenants(r *http.Request) store.Tenants {
 	p, _ := principalFrom(r)
-	return p.TenantID
+	switch {
+	case p.tenantBound():
+		return store.OneTenant(p.TenantID)
+	case !p.Admin():
+		return store.Tenants{}
+	}
+	if t := r.URL.Query().Get("tenant_id"); t != "" {
+		return store.OneTenant(t)
+	}
+	return store.AllTenants()
 }
 
-// allowTenant refuses a tenant token's request whose body field names
-// another tenant than the token's (routes with the tenantBody rule).
+// allowTenant refuses a request whose body field names another tenant than
+// its tenant principal's (routes with the tenantBody rule); an admin may
+// name any tenant.
 func allowTenant(r *http.Request, field, tenant string) error {
-	if p, ok := principalFrom(r); ok && !p.Admin() && tenant != p.TenantID {
-		return &otherTenantError{field: field}
+	p, _ := principalFrom(r)
+	if p.Admin() || p.tenantBound() && tenant == p.TenantID {
+		return nil
 	}
-	return nil
+	return &otherTenantError{field: field}
 }

@@ -58,8 +58,8 @@ func setupIsolation(t *testing.T) *isolation {
 
 	in.globexEndpoint = b.createEndpoint(t, "globex")
 	in.globexMessage = b.sendMessage(t, "globex", "invoice.paid")
-	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-app", TenantID: "globex"})
-	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-ro", TenantID: "globex", ReadOnly: true})
+	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex-app", TenantID: "globex"})
+	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex-ro", TenantID: "globex", ReadOnly: true})
 	in.opsEndpoint = b.createOpsEndpoint(t, map[string]any{"url": "https://ops.example/hook"})
 	return in
 }
@@ -355,7 +355,7 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 	in := setupIsolation(t)
 	b := in.b
 	own := "/v1/endpoints/" + in.globexEndpoint.ID
-	adminRO, _ := b.scopedToken(t, store.NewAPIToken{Name: "grafana", ReadOnly: true})
+	adminRO, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "grafana", ReadOnly: true})
 	for _, c := range []struct {
 		method, path string
 		body         any

@@ -211,7 +211,7 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 			}
 			// Only writable admin tokens open sessions (handleLogin), and
 			// liveSession checks the name still is one.
-			next.ServeHTTP(w, withPrincipal(r, Principal{Name: sess.Name}))
+			next.ServeHTTP(w, withPrincipal(r, adminPrincipal(sess.Name)))
 		})
 	}
 }

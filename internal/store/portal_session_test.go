@@ -94,7 +94,7 @@ func TestUpgradeAddsPortalSessions(t *testing.T) {
 	// The endpoint as that schema stored it: CreateEndpoint writes columns
 	// later migrations add.
 	e := store.Endpoint{ID: createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")}
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sha256.Sum256([]byte("t")), TenantID: "acme"})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeTenant, Name: "ci", Sum: sha256.Sum256([]byte("t")), TenantID: "acme"})
 	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))

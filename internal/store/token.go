@@ -48,7 +48,10 @@ type NewAPIToken struct {
 	Name string
 	// Sum is the token's SHA-256; the token itself is never stored.
 	Sum [32]byte
-	// TenantID binds the token to one tenant; empty makes an admin token.
+	// Scope is ScopeAdmin or ScopeTenant.
+	Scope string
+	// TenantID is the tenant a ScopeTenant token is bound to, and empty
+	// for a ScopeAdmin one.
 	TenantID string
 	ReadOnly bool
 	// ExpiresIn, when positive, ends the token that long after its
@@ -56,12 +59,21 @@ type NewAPIToken struct {
 	ExpiresIn time.Duration
 }
 
+// ErrTokenScope is a token to store whose scope and tenant disagree: an
+// admin token names no tenant, a tenant token names one.
+var ErrTokenScope = errors.New("a token's scope is admin without a tenant or tenant with one")
+
 // CreateAPIToken stores a token by its SHA-256 sum. It returns ErrConflict
-// when a live token already has the name.
+// when a live token already has the name, ErrTokenScope when in's scope and
+// tenant disagree.
 func (s *Store) CreateAPIToken(ctx context.Context, in NewAPIToken) (APIToken, error) {
-	scope, tenant := ScopeAdmin, (*string)(nil)
-	if in.TenantID != "" {
-		scope, tenant = ScopeTenant, &in.TenantID
+	var tenant *string
+	switch {
+	case in.Scope == ScopeAdmin && in.TenantID == "":
+	case in.Scope == ScopeTenant && in.TenantID != "":
+		tenant = &in.TenantID
+	default:
+		return APIToken{}, fmt.Errorf("create api token %q: %w", in.Name, ErrTokenScope)
 	}
 	var expiresIn *float64
 	if in.ExpiresIn > 0 {
@@ -72,7 +84,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, in NewAPIToken) (APIToken, e
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO api_tokens (id, name, sha256, scope, tenant_id, read_only, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
-		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), in.Name, in.Sum[:], scope, tenant, in.ReadOnly, expiresIn).Scan(apiTokenDest(&t)...)
+		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), in.Name, in.Sum[:], in.Scope, tenant, in.ReadOnly, expiresIn).Scan(apiTokenDest(&t)...)
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "api_tokens_live_name_idx":

@@ -17,7 +17,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	ctx := context.Background()
 	sum := sha256.Sum256([]byte("hkd_ci-token"))
 
-	ci, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sum})
+	ci, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "ci", Sum: sum})
 	require.NoError(t, err)
 	require.Regexp(t, `^tok_[0-9A-Z]{26}$`, ci.ID)
 	require.Equal(t, "ci", ci.Name)
@@ -65,7 +65,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The name is free again once its token is revoked.
-	again, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sha256.Sum256([]byte("hkd_ci-token-2"))})
+	again, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "ci", Sum: sha256.Sum256([]byte("hkd_ci-token-2"))})
 	require.NoError(t, err)
 	list, err = s.ListAPITokens(ctx, store.Page{})
 	require.NoError(t, err)
@@ -83,15 +83,15 @@ func TestAPITokenNamesAreUniqueAmongLiveTokens(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	_, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "deploy", Sum: sha256.Sum256([]byte("a"))})
+	_, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "deploy", Sum: sha256.Sum256([]byte("a"))})
 	require.NoError(t, err)
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "deploy", Sum: sha256.Sum256([]byte("b"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "deploy", Sum: sha256.Sum256([]byte("b"))})
 	require.ErrorIs(t, err, store.ErrConflict)
 	require.ErrorContains(t, err, `"deploy"`)
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "Deploy", Sum: sha256.Sum256([]byte("c"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "Deploy", Sum: sha256.Sum256([]byte("c"))})
 	require.NoError(t, err, "names are case-sensitive")
 	// Two tokens can never share a hash.
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "other", Sum: sha256.Sum256([]byte("a"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "other", Sum: sha256.Sum256([]byte("a"))})
 	require.ErrorIs(t, err, store.ErrConflict)
 }
 
@@ -103,7 +103,7 @@ func TestAPITokenLastUsedIsWrittenAtMostOnceAMinute(t *testing.T) {
 	s, b := setup(t)
 	ctx := context.Background()
 	sum := sha256.Sum256([]byte("hkd_busy"))
-	tok, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "busy", Sum: sum})
+	tok, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "busy", Sum: sum})
 	require.NoError(t, err)
 
 	lastUsed := func() *time.Time {
