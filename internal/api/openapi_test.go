@@ -371,6 +371,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 
 			plain(200, "GET", ep+"/secret", nil),
 			plain(401, "GET", ep+"/secret", nil, withoutAuth()),
+			plain(403, "GET", ep+"/secret", nil, asRO),
 			plain(404, "GET", noEp+"/secret", nil),
 			plain(200, "POST", ep+"/secret/rotate", nil),
 			plain(401, "POST", ep+"/secret/rotate", nil, withoutAuth()),

@@ -92,6 +92,7 @@ var problemKinds = []problemKind{
 	{errCSRF, http.StatusForbidden, "csrf", "Forbidden"},
 	{errAdminOnly, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errReadOnly, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errReadOnlySecret, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errOtherTenant, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errNoScope, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errDashboardAdmin, http.StatusForbidden, "forbidden", "Forbidden"},

@@ -60,10 +60,14 @@ func principalFrom(r *http.Request) (Principal, bool) {
 var (
 	// errNoScope is a principal neither an admin nor bound to a tenant,
 	// which no authenticator should make: it reaches nothing.
-	errNoScope     = errors.New("this token has no scope")
-	errAdminOnly   = errors.New("this route needs an admin token")
-	errReadOnly    = errors.New("this token is read-only: it may make no change")
-	errOtherTenant = errors.New("this token may only name its own tenant")
+	errNoScope   = errors.New("this token has no scope")
+	errAdminOnly = errors.New("this route needs an admin token")
+	errReadOnly  = errors.New("this token is read-only: it may make no change")
+	// errReadOnlySecret is a read-only principal on a route that reveals
+	// a secret: a signing secret lets its holder forge webhooks, a token
+	// or a portal code act as their principal.
+	errReadOnlySecret = errors.New("this token is read-only: it may not reveal a secret")
+	errOtherTenant    = errors.New("this token may only name its own tenant")
 	// errDashboardAdmin is a dashboard login with a tenant or read-only
 	// token.
 	errDashboardAdmin = errors.New("the dashboard needs a writable admin token")
@@ -79,8 +83,12 @@ func (e *otherTenantError) Is(target error) bool { return target == errOtherTena
 // scopeRule is what a /v1 route lets a tenant token do. Every /v1 route is
 // registered with one (routes.go), and authorize enforces it; a method
 // other than GET, HEAD or OPTIONS is a change, refused to read-only
-// tokens whatever the rule.
+// tokens whatever the rule, and so is a route that reveals a secret.
 type scopeRule struct {
+	// revealsSecret routes answer a secret or a credential: an endpoint's
+	// signing secret, a token, a portal session's one-time code. Revealing
+	// one is a privileged read, refused to every read-only principal.
+	revealsSecret bool
 	// adminOnly routes answer 403 to every tenant token.
 	adminOnly bool
 	// owner is the store owner kind of the {id} in the path: a tenant
@@ -109,6 +117,12 @@ var (
 
 func ownedBy(kind string) scopeRule { return scopeRule{owner: kind} }
 
+// revealing is rule for a route whose answer holds a secret.
+func (rule scopeRule) revealing() scopeRule {
+	rule.revealsSecret = true
+	return rule
+}
+
 // scopedRouter registers /v1 routes, each with its scope rule.
 type scopedRouter struct {
 	r      chi.Router
@@ -127,8 +141,8 @@ func (s scopedRouter) Method(method, pattern string, rule scopeRule, h http.Hand
 
 // authorize is the one place a request's scope is decided: an admin token
 // reaches everything; a tenant token only its own tenant's objects and
-// lists, and no admin-only route; a read-only token changes nothing. It
-// runs after routing, so the path's {id} is known.
+// lists, and no admin-only route; a read-only token changes nothing and
+// reveals no secret. It runs after routing, so the path's {id} is known.
 func authorize(d Deps, rule scopeRule) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +169,9 @@ func checkScope(r *http.Request, d Deps, rule scopeRule, p Principal) error {
 	}
 	if !p.Admin() && rule.adminOnly {
 		return errAdminOnly
+	}
+	if p.ReadOnly && rule.revealsSecret {
+		return errReadOnlySecret
 	}
 	if p.ReadOnly && !safeMethod(r.Method) {
 		return errReadOnly

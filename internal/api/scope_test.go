@@ -142,20 +142,21 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 // initech's tenant where the route takes a tenant_id. A route missing here is
 // sent no body.
 var walkBodies = map[string]any{
-	"POST /v1/endpoints":                      map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
-	"POST /v1/operational-endpoints":          map[string]any{"url": "https://initech.example/ops"},
-	"PATCH /v1/operational-endpoints/{id}":    map[string]any{"url": "https://initech.example/ops"},
-	"PATCH /v1/endpoints/{id}":                map[string]any{"description": "taken over"},
-	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
-	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
-	"POST /v1/endpoints/{id}/recover":         map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
-	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
-	"POST /v1/messages/batch":                 map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
-	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
-	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
-	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
-	"POST /v1/event-types":                    map[string]any{"name": "mine"},
-	"PATCH /v1/event-types/{name}":            map[string]any{"archived": true},
+	"POST /v1/endpoints":                           map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
+	"POST /v1/operational-endpoints":               map[string]any{"url": "https://initech.example/ops"},
+	"PATCH /v1/operational-endpoints/{id}":         map[string]any{"url": "https://initech.example/ops"},
+	"PATCH /v1/endpoints/{id}":                     map[string]any{"description": "taken over"},
+	"POST /v1/endpoints/{id}/breaker/reset":        map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/breaker/isolate":      map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/recover":              map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
+	"POST /v1/messages":                            map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
+	"POST /v1/messages/batch":                      map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
+	"POST /v1/traffic-classes":                     map[string]any{"name": "mine"},
+	"PUT /v1/traffic-classes/{name}":               map[string]any{"failure_rate_threshold": 0.9},
+	"POST /v1/tokens":                              map[string]any{"name": "mine", "tenant_id": "initech"},
+	"POST /v1/event-types":                         map[string]any{"name": "mine"},
+	"POST /v1/tenants/{tenant_id}/portal-sessions": map[string]any{},
+	"PATCH /v1/event-types/{name}":                 map[string]any{"archived": true},
 }
 
 // leaks returns the initech markers an answer holds, the request's own path
@@ -349,7 +350,7 @@ func TestTenantTokenReachesItsOwnTenant(t *testing.T) {
 // TestAdminOnlyRoutesRefuseTenantTokens: traffic classes, breaker
 // operations (on the token's own endpoints too), reclassification and
 // tokens answer 403 to a tenant token, and the same to the admin's
-// read-only tokens when they change something.
+// read-only tokens when they change something or reveal a secret.
 func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -385,7 +386,7 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 		require.Equal(t, "this route needs an admin token", p.Detail)
 
 		ro := b.raw(t, c.method, c.path, "Bearer "+adminRO, c.body)
-		if c.method == "GET" {
+		if c.method == "GET" && !strings.HasSuffix(c.path, "/secret") {
 			require.Equal(t, http.StatusOK, ro.status, "an admin's read-only token reads: %s", ro.body)
 		} else {
 			require.Equal(t, http.StatusForbidden, ro.status, "%s %s: %s", c.method, c.path, ro.body)
@@ -394,7 +395,8 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 }
 
 // TestReadOnlyTenantTokenChangesNothing: a read-only tenant token reads
-// its tenant's objects and is refused every change with 403.
+// its tenant's objects and is refused every change with 403, and its
+// endpoints' secrets.
 func TestReadOnlyTenantTokenChangesNothing(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -435,9 +437,10 @@ func TestReadOnlyTenantTokenChangesNothing(t *testing.T) {
 	}))
 	require.Greater(t, walked, 15)
 	require.Equal(t, before, in.digest(t), "nothing changed")
-	for _, path := range []string{"/v1/endpoints", ep, ep + "/secret", dlv} {
+	for _, path := range []string{"/v1/endpoints", ep, dlv} {
 		require.Equal(t, http.StatusOK, b.raw(t, "GET", path, auth, nil).status, path)
 	}
+	require.Equal(t, http.StatusForbidden, b.raw(t, "GET", ep+"/secret", auth, nil).status)
 }
 
 // TestExpiredAndRevokedTokensAreRefusedWithinTheCacheTTL: a token that
