@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 // Principal is who a /v1 request acts as: the token it authenticated with
@@ -68,6 +69,10 @@ var (
 	// or a portal code act as their principal.
 	errReadOnlySecret = errors.New("this token is read-only: it may not reveal a secret")
 	errOtherTenant    = errors.New("this token may only name its own tenant")
+	// errClassNotSelectable is a tenant principal naming a traffic class
+	// an admin did not make tenant_selectable (or none at all: the answer
+	// is the same, so it tells no class exists).
+	errClassNotSelectable = errors.New("this token may only pick a traffic class an admin made tenant_selectable")
 	// errDashboardAdmin is a dashboard login with a tenant or read-only
 	// token.
 	errDashboardAdmin = errors.New("the dashboard needs a writable admin token")
@@ -79,6 +84,13 @@ type otherTenantError struct{ field string }
 
 func (e *otherTenantError) Error() string        { return errOtherTenant.Error() }
 func (e *otherTenantError) Is(target error) bool { return target == errOtherTenant }
+
+// classNotSelectableError is a traffic_class a tenant principal may not
+// pick.
+type classNotSelectableError struct{ field string }
+
+func (e *classNotSelectableError) Error() string        { return errClassNotSelectable.Error() }
+func (e *classNotSelectableError) Is(target error) bool { return target == errClassNotSelectable }
 
 // scopeRule is what a /v1 route lets a tenant token do. Every /v1 route is
 // registered with one (routes.go), and authorize enforces it; a method
@@ -225,6 +237,29 @@ func requestTenants(r *http.Request) store.Tenants {
 		return store.OneTenant(t)
 	}
 	return store.AllTenants()
+}
+
+// allowTrafficClass refuses a tenant principal's traffic_class (in field)
+// unless an admin made the class tenant_selectable: a class decides how
+// leniently the breaker and the auth rule treat the endpoint. Creating, a
+// tenant may also name auto, what an endpoint gets without a class;
+// changing one, it may not, as auto would undo an admin's choice. An admin
+// may name any class.
+func allowTrafficClass(r *http.Request, d Deps, field, class string, creating bool) error {
+	p, _ := principalFrom(r)
+	if p.Admin() || creating && class == trafficclass.Auto {
+		return nil
+	}
+	c, err := d.Store.GetClass(r.Context(), class)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &classNotSelectableError{field: field}
+	case err != nil:
+		return err
+	case !c.TenantSelectable:
+		return &classNotSelectableError{field: field}
+	}
+	return nil
 }
 
 // allowTenant refuses a request whose body field names another tenant than
