@@ -309,6 +309,10 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "doomed"})
 	newToken := map[string]any{"name": "acme-portal", "tenant_id": "acme", "expires_in": "720h"}
 	noTok := "/v1/tokens/" + missingID("tok")
+	r := ok.do(t, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{})
+	requireStatus(t, http.StatusCreated, r)
+	endedPortal := "/v1/portal-sessions/" + decodeJSON[portalSessionJSON](t, r).ID
+	noPortal := "/v1/portal-sessions/" + missingID("ps")
 	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
 	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
 	// Event types: invoice.paid names a message (deleting it archives it),
@@ -532,6 +536,15 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, asGlobex),
 			plain(413, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{"padding": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, withContentType("text/plain")),
+			plain(200, "GET", "/v1/tenants/acme/portal-sessions?limit=1", nil),
+			plain(400, "GET", "/v1/tenants/acme/portal-sessions?after=tok_x", nil),
+			plain(401, "GET", "/v1/tenants/acme/portal-sessions", nil, withoutAuth()),
+			plain(403, "GET", "/v1/tenants/acme/portal-sessions", nil, asGlobex),
+			plain(401, "DELETE", endedPortal, nil, withoutAuth()),
+			plain(403, "DELETE", endedPortal, nil, asGlobex),
+			plain(204, "DELETE", endedPortal, nil),
+			plain(404, "DELETE", endedPortal, nil),
+			plain(404, "DELETE", noPortal, nil),
 			plain(415, "POST", "/v1/tokens", newToken, withContentType("text/plain")),
 			plain(200, "GET", "/v1/tokens?limit=1", nil),
 			plain(400, "GET", "/v1/tokens?after=ep_x", nil),
@@ -651,6 +664,8 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/tokens", nil),
 			plain(bad.want, "DELETE", noTok, nil),
 			plain(bad.want, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}),
+			plain(bad.want, "GET", "/v1/tenants/acme/portal-sessions", nil),
+			plain(bad.want, "DELETE", noPortal, nil),
 			plain(bad.want, "POST", "/v1/operational-endpoints", newOps),
 			plain(bad.want, "GET", "/v1/operational-endpoints", nil),
 			plain(bad.want, "GET", noOps, nil),

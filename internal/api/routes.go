@@ -40,14 +40,16 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 	}
 
 	// The tenant portal (portal.go): a static page and its assets, the
-	// one-time code's exchange for the portal cookie, and the session's
-	// description; its data comes from /v1 as the session's tenant.
+	// one-time code's exchange for the portal cookie, the session's
+	// description and its logout; its data comes from /v1 as the
+	// session's tenant.
 	r.Group(func(r chi.Router) {
 		r.Use(portalHeaders(d))
 		r.Method("GET", "/portal", handlePortalPage())
 		r.Method("GET", "/portal/assets/{name}", handlePortalAsset(d))
 		r.Method("POST", "/portal/session", handlePortalExchange(d))
 		r.Method("GET", "/portal/session", handlePortalSessionInfo(d))
+		r.Method("POST", "/portal/logout", handlePortalLogout(d))
 	})
 
 	r.Route("/v1", func(r chi.Router) {
@@ -117,6 +119,8 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/operational-endpoints/{id}/secret", adminOnly.revealing(), handleGetOperationalSecret(d))
 
 		v.Method("POST", "/tenants/{tenant_id}/portal-sessions", adminOnly.revealing(), handleCreatePortalSession(d))
+		v.Method("GET", "/tenants/{tenant_id}/portal-sessions", adminOnly, handleListPortalSessions(d))
+		v.Method("DELETE", "/portal-sessions/{id}", adminOnly, handleEndPortalSession(d))
 
 		v.Method("POST", "/tokens", adminOnly.revealing(), handleCreateToken(d))
 		v.Method("GET", "/tokens", adminOnly, handleListTokens(d))

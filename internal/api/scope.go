@@ -17,6 +17,10 @@ import (
 type Principal struct {
 	// Name is the token's name, what audit records name as the actor.
 	Name string
+	// TokenID is the token's id: a stored token's, "bootstrap" for
+	// API_TOKEN, empty for a portal session or a token of an
+	// Authenticator that has no ids.
+	TokenID string
 	// Scope is store.ScopeAdmin (every tenant, and the operational
 	// routes) or store.ScopeTenant (TenantID's objects alone). A principal
 	// of any other scope, or a tenant principal without a tenant, reaches
@@ -35,12 +39,15 @@ func (p Principal) Admin() bool { return p.Scope == store.ScopeAdmin && p.Tenant
 // tenantBound reports whether p is a tenant principal with its tenant.
 func (p Principal) tenantBound() bool { return p.Scope == store.ScopeTenant && p.TenantID != "" }
 
-// adminPrincipal is an admin named name: the bootstrap token, and any
-// token of an Authenticator that knows no scopes.
-func adminPrincipal(name string) Principal { return Principal{Name: name, Scope: store.ScopeAdmin} }
+// adminPrincipal is an admin named name, of the token tokenID: the
+// bootstrap token, a dashboard session's token, and any token of an
+// Authenticator that knows no scopes.
+func adminPrincipal(name, tokenID string) Principal {
+	return Principal{Name: name, TokenID: tokenID, Scope: store.ScopeAdmin}
+}
 
 func principalOf(t store.APIToken) Principal {
-	return Principal{Name: t.Name, Scope: t.Scope, TenantID: t.TenantID, ReadOnly: t.ReadOnly}
+	return Principal{Name: t.Name, TokenID: t.ID, Scope: t.Scope, TenantID: t.TenantID, ReadOnly: t.ReadOnly}
 }
 
 type principalKey struct{}

@@ -29,6 +29,8 @@ type isolation struct {
 	initechDelivery deliveryJSON
 	initechSecret   string
 	initechToken    store.APIToken
+	// initechPortal is a portal session of initech's, opened by the admin.
+	initechPortal string
 	// globex's own endpoint and message.
 	globexEndpoint endpointJSON
 	globexMessage  messageJSON
@@ -55,6 +57,9 @@ func setupIsolation(t *testing.T) *isolation {
 		Secret string `json:"secret"`
 	}](t, r).Secret
 	_, in.initechToken = b.storedToken(t, "initech-ops")
+	r = b.do(t, "POST", "/v1/tenants/initech/portal-sessions", map[string]any{})
+	requireStatus(t, http.StatusCreated, r)
+	in.initechPortal = decodeJSON[portalSessionJSON](t, r).ID
 
 	in.globexEndpoint = b.createEndpoint(t, "globex")
 	in.globexMessage = b.sendMessage(t, "globex", "invoice.paid")
@@ -66,7 +71,8 @@ func setupIsolation(t *testing.T) *isolation {
 
 // markers are strings only initech's data holds.
 func (in *isolation) markers() []string {
-	return []string{"initech", in.initechEndpoint.ID, in.initechMessage.ID, in.initechDelivery.ID, in.initechSecret, in.initechToken.ID, "initech-ops", "initech-excerpt"}
+	return []string{"initech", in.initechEndpoint.ID, in.initechMessage.ID, in.initechDelivery.ID, in.initechSecret, in.initechToken.ID, "initech-ops", "initech-excerpt",
+		in.initechPortal}
 }
 
 // digest fingerprints every table a request could change (a token's
@@ -125,6 +131,11 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 		id = in.initechToken.ID
 		if missing {
 			id = missingID("tok")
+		}
+	case strings.HasPrefix(p, "/v1/portal-sessions/{id}"):
+		id = in.initechPortal
+		if missing {
+			id = missingID("ps")
 		}
 	case strings.Contains(p, "{id}"):
 		t.Fatalf("%s: no fixture for {id}: add the object this route names", pattern)

@@ -12,7 +12,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // Authenticator checks an API token and names it. The dashboard's login
@@ -50,17 +53,26 @@ const (
 // token, or a login posted from another origin.
 var errCSRF = errors.New("cross-site request check failed: a change made with the session cookie needs the X-CSRF-Token header of the dashboard page, and a login must come from this origin")
 
-// sessions signs and checks dashboard sessions: stateless, an HMAC-SHA256
-// over the token's name, the expiry and a random session id, with a key
-// per process or configured (SESSION_KEY) so replicas share sessions.
+// sessions signs and checks dashboard sessions: an HMAC-SHA256 over the
+// token's name and id, the expiry and a random session id, with a key per
+// process or configured (SESSION_KEY) so replicas share sessions. Each
+// session is also a row of the store (dashboard_sessions), which a logout
+// ends; whether a row is live is cached for TokenCacheTTL.
 type sessions struct {
 	key []byte
 	now func() time.Time
+
+	mu sync.Mutex
+	// live caches whether a session's row is live, by session id.
+	live map[string]cachedLive
 }
 
 // session is a signed cookie's payload.
 type session struct {
-	Name    string `json:"n"`
+	Name string `json:"n"`
+	// TokenID is the id of the token the session was opened with
+	// (Principal.TokenID).
+	TokenID string `json:"t,omitempty"`
 	Expires int64  `json:"e"` // Unix seconds
 	ID      string `json:"i"` // 128 random bits, base64url
 }
@@ -72,7 +84,7 @@ func newSessions(key []byte, now func() time.Time) *sessions {
 		key = make([]byte, 32)
 		_, _ = rand.Read(key) // never fails (crypto/rand, Go 1.24+)
 	}
-	return &sessions{key: key, now: now}
+	return &sessions{key: key, now: now, live: map[string]cachedLive{}}
 }
 
 func (s *sessions) mac(purpose, msg string) []byte {
@@ -85,12 +97,12 @@ func (s *sessions) mac(purpose, msg string) []byte {
 
 var b64 = base64.RawURLEncoding
 
-// issue returns a signed cookie value for name, expiring SessionTTL from
-// now.
-func (s *sessions) issue(name string) (string, session, error) {
+// issue returns a signed cookie value for the token name of id tokenID,
+// expiring SessionTTL from now.
+func (s *sessions) issue(name, tokenID string) (string, session, error) {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
-	sess := session{Name: name, Expires: s.now().Add(SessionTTL).Unix(), ID: b64.EncodeToString(id)}
+	sess := session{Name: name, TokenID: tokenID, Expires: s.now().Add(SessionTTL).Unix(), ID: b64.EncodeToString(id)}
 	raw, err := json.Marshal(sess)
 	if err != nil {
 		return "", session{}, fmt.Errorf("session: %w", err)
@@ -160,21 +172,69 @@ func safeMethod(m string) bool {
 }
 
 // liveSession returns the request's valid session, if any, and only while
-// the token it was opened with is live (when d.Auth can tell): revoking a
-// token ends its sessions within TokenCacheTTL. An error means the check
-// could not be made.
+// its row is live (no logout ended it) and the token it was opened with is
+// live (when d.Auth can tell): a logout ends the session at once on this
+// process, and a logout elsewhere or a revoke of its token within
+// TokenCacheTTL. An error means the check could not be made.
 func (d Deps) liveSession(r *http.Request) (session, bool, error) {
 	sess, ok := d.sessions.fromRequest(r)
 	if !ok {
 		return session{}, false, nil
 	}
-	if nc, can := d.Auth.(nameChecker); can {
-		live, err := nc.Live(r.Context(), sess.Name)
+	if d.Store != nil {
+		live, err := d.sessions.rowLive(r.Context(), d.Store, sess.ID)
+		if err != nil || !live {
+			return session{}, false, err
+		}
+	}
+	if lc, can := d.Auth.(liveChecker); can && sess.TokenID != "" {
+		live, err := lc.Live(r.Context(), sess.TokenID)
 		if err != nil || !live {
 			return session{}, false, err
 		}
 	}
 	return sess, true, nil
+}
+
+// dashboardSessionStore is what sessions need of the store.
+type dashboardSessionStore interface {
+	LiveDashboardSession(ctx context.Context, id string) (bool, error)
+}
+
+var _ dashboardSessionStore = (*store.Store)(nil)
+
+// rowLive reports whether the session id's row is live, asking st at most
+// once per TokenCacheTTL.
+func (s *sessions) rowLive(ctx context.Context, st dashboardSessionStore, id string) (bool, error) {
+	now := s.now()
+	s.mu.Lock()
+	c, ok := s.live[id]
+	s.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.live, nil
+	}
+	live, err := st.LiveDashboardSession(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.live) >= 256 {
+		for k, c := range s.live {
+			if !now.Before(c.until) {
+				delete(s.live, k)
+			}
+		}
+	}
+	s.live[id] = cachedLive{live: live, until: now.Add(TokenCacheTTL)}
+	return live, nil
+}
+
+// forget drops the cached answer for the session id (its logout).
+func (s *sessions) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, id)
 }
 
 // sessionOrToken admits a /v1 request by the dashboard's session cookie,
@@ -210,8 +270,8 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 				return
 			}
 			// Only writable admin tokens open sessions (handleLogin), and
-			// liveSession checks the name still is one.
-			next.ServeHTTP(w, withPrincipal(r, adminPrincipal(sess.Name)))
+			// liveSession checks the token still is one.
+			next.ServeHTTP(w, withPrincipal(r, adminPrincipal(sess.Name, sess.TokenID)))
 		})
 	}
 }

@@ -45,15 +45,15 @@ func TestScopedAPITokens(t *testing.T) {
 	require.Equal(t, "acme", got.TenantID)
 	require.True(t, got.ReadOnly)
 
-	for name, want := range map[string]bool{"ops": true, "acme-portal": false} {
-		live, err := s.LiveAPITokenName(ctx, name)
+	for id, want := range map[string]bool{admin.ID: true, tenant.ID: false, "tok_nope": false} {
+		live, err := s.LiveAdminToken(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, want, live, "%s: only writable admin tokens hold sessions", name)
+		require.Equal(t, want, live, "%s: only writable admin tokens hold sessions", id)
 	}
 	roSum := sha256.Sum256([]byte("hkd_ro"))
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "watcher", Sum: roSum, ReadOnly: true})
+	watcher, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "watcher", Sum: roSum, ReadOnly: true})
 	require.NoError(t, err)
-	live, err := s.LiveAPITokenName(ctx, "watcher")
+	live, err := s.LiveAdminToken(ctx, watcher.ID)
 	require.NoError(t, err)
 	require.False(t, live, "a read-only admin token holds no session")
 
@@ -62,7 +62,7 @@ func TestScopedAPITokens(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.LookupAPIToken(ctx, adminSum)
 	require.ErrorIs(t, err, store.ErrNotFound, "an expired token no longer authenticates")
-	live, err = s.LiveAPITokenName(ctx, "ops")
+	live, err = s.LiveAdminToken(ctx, admin.ID)
 	require.NoError(t, err)
 	require.False(t, live, "nor keeps its sessions")
 	// An expired token can still be revoked, which frees its name.
@@ -149,9 +149,9 @@ func TestTokenScopesMigrationKeepsStoredTokens(t *testing.T) {
 	got, _, err := s.LookupAPIToken(ctx, liveSum)
 	require.NoError(t, err)
 	require.Equal(t, "ci", got.Name)
-	live, err := s.LiveAPITokenName(ctx, "ci")
+	live, err := s.LiveAdminToken(ctx, got.ID)
 	require.NoError(t, err)
-	require.True(t, live, "its dashboard sessions live on")
+	require.True(t, live, "it still opens dashboard sessions")
 	_, _, err = s.LookupAPIToken(ctx, revokedSum)
 	require.ErrorIs(t, err, store.ErrNotFound, "a revoked token stays revoked")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,22 +129,39 @@ type TokenRef struct {
 }
 
 // RevokeAPIToken revokes the unrevoked token ref names (an expired one
-// included) and returns it. It returns ErrNotFound when none matches.
+// included) and returns it, ending in the same transaction every portal
+// session the token opened (its dashboard sessions end as they find it
+// revoked). It returns ErrNotFound when none matches.
 func (s *Store) RevokeAPIToken(ctx context.Context, ref TokenRef) (APIToken, error) {
 	col, val := "id", ref.ID
 	if ref.ID == "" {
 		col, val = "name", ref.Name
 	}
 	var t APIToken
-	err := s.pool.QueryRow(ctx, `
-		UPDATE api_tokens SET revoked_at = now()
-		WHERE `+col+` = $1 AND revoked_at IS NULL
-		RETURNING `+apiTokenColumns, val).Scan(apiTokenDest(&t)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return APIToken{}, ErrNotFound
-	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			UPDATE api_tokens SET revoked_at = now()
+			WHERE `+col+` = $1 AND revoked_at IS NULL
+			RETURNING `+apiTokenColumns, val).Scan(apiTokenDest(&t)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("revoke api token: %w", err)
+		}
+		ended, err := tx.Exec(ctx, `UPDATE portal_sessions SET ended_at = now()
+			WHERE created_by_token_id = $1 AND ended_at IS NULL`, t.ID)
+		if err != nil {
+			return fmt.Errorf("end the revoked token's portal sessions: %w", err)
+		}
+		if n := ended.RowsAffected(); n > 0 {
+			s.logger.InfoContext(ctx, "portal_sessions_ended", slog.String("token_id", t.ID), slog.Int64("sessions", n),
+				slog.String("reason", "token revoked"))
+		}
+		return nil
+	})
 	if err != nil {
-		return APIToken{}, fmt.Errorf("revoke api token: %w", err)
+		return APIToken{}, err
 	}
 	return t, nil
 }
@@ -178,17 +196,17 @@ func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []b
 	return t, stored, nil
 }
 
-// LiveAPITokenName reports whether a live (unrevoked, unexpired), writable
-// admin token has name. A dashboard session names its token, not the token
-// itself, so this is how a session learns that its token was revoked or
-// expired; only such tokens open dashboard sessions, so a later tenant or
-// read-only token of a reused name does not keep one alive.
-func (s *Store) LiveAPITokenName(ctx context.Context, name string) (bool, error) {
+// LiveAdminToken reports whether the token of id is live (unrevoked,
+// unexpired), writable and an admin's. A dashboard session carries its
+// token's id, not the token itself, so this is how a session learns that
+// its token was revoked or expired; a later token of the same name is
+// another token and keeps no earlier session alive.
+func (s *Store) LiveAdminToken(ctx context.Context, id string) (bool, error) {
 	var live bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens
-		WHERE name = $1 AND scope = 'admin' AND NOT read_only AND `+liveToken+`)`, name).Scan(&live)
+		WHERE id = $1 AND scope = 'admin' AND NOT read_only AND `+liveToken+`)`, id).Scan(&live)
 	if err != nil {
-		return false, fmt.Errorf("look up api token name: %w", err)
+		return false, fmt.Errorf("look up api token: %w", err)
 	}
 	return live, nil
 }

@@ -43,7 +43,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].LastUsedAt, "the lookup stamped its use")
 
-	live, err := s.LiveAPITokenName(ctx, "ci")
+	live, err := s.LiveAdminToken(ctx, ci.ID)
 	require.NoError(t, err)
 	require.True(t, live)
 
@@ -51,9 +51,9 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ci.ID, revoked.ID)
 	require.NotNil(t, revoked.RevokedAt)
-	live, err = s.LiveAPITokenName(ctx, "ci")
+	live, err = s.LiveAdminToken(ctx, ci.ID)
 	require.NoError(t, err)
-	require.False(t, live, "a session of a revoked token's name ends")
+	require.False(t, live, "a session of a revoked token ends")
 
 	_, _, err = s.LookupAPIToken(ctx, sum)
 	require.ErrorIs(t, err, store.ErrNotFound, "a revoked token no longer authenticates")
@@ -67,6 +67,9 @@ func TestAPITokenLifecycle(t *testing.T) {
 	// The name is free again once its token is revoked.
 	again, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "ci", Sum: sha256.Sum256([]byte("hkd_ci-token-2"))})
 	require.NoError(t, err)
+	live, err = s.LiveAdminToken(ctx, ci.ID)
+	require.NoError(t, err)
+	require.False(t, live, "a new token of the name does not revive the revoked one's sessions")
 	list, err = s.ListAPITokens(ctx, store.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
