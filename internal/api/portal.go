@@ -145,7 +145,7 @@ type portalInfo struct {
 }
 
 func (d Deps) portalCSRF(sessionID string) string {
-	return b64.EncodeToString(d.sessions.mac("hookd-portal-csrf", sessionID))
+	return b64.EncodeToString(mac(d.sessions.csrfKey, "hookd-portal-csrf", sessionID))
 }
 
 func (d Deps) portalInfo(ps store.PortalSession) portalInfo {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,13 +55,19 @@ const (
 var errCSRF = errors.New("cross-site request check failed: a change made with the session cookie needs the X-CSRF-Token header of the dashboard page, and a login must come from this origin")
 
 // sessions signs and checks dashboard sessions: an HMAC-SHA256 over the
-// token's name and id, the expiry and a random session id, with a key per
-// process or configured (SESSION_KEY) so replicas share sessions. Each
-// session is also a row of the store (dashboard_sessions), which a logout
-// ends; whether a row is live is cached for TokenCacheTTL.
+// token's name and id, the expiry and a random session id. Each session is
+// also a row of the store (dashboard_sessions), which a logout ends;
+// whether a row is live is cached for TokenCacheTTL.
+//
+// Its two keys, one signing session cookies and one making CSRF tokens (the
+// dashboard's and the portal's), are derived with HKDF-SHA256 under
+// distinct labels from one configured secret (SESSION_KEY, or SECRET_KEY
+// when that is unset), so every replica given it shares sessions; from a
+// random one per process when none is.
 type sessions struct {
-	key []byte
-	now func() time.Time
+	sessionKey []byte
+	csrfKey    []byte
+	now        func() time.Time
 
 	mu sync.Mutex
 	// live caches whether a session's row is live, by session id.
@@ -77,18 +84,36 @@ type session struct {
 	ID      string `json:"i"` // 128 random bits, base64url
 }
 
-// newSessions signs with key, or with a random key (sessions then last
-// as long as the process) when key is empty.
-func newSessions(key []byte, now func() time.Time) *sessions {
-	if len(key) == 0 {
-		key = make([]byte, 32)
-		_, _ = rand.Read(key) // never fails (crypto/rand, Go 1.24+)
+// HKDF labels of the keys derived from the session secret.
+const (
+	sessionKeyLabel = "hookd dashboard session cookie v1"
+	csrfKeyLabel    = "hookd csrf token v1"
+)
+
+// newSessions derives its keys from secret, or from a random secret
+// (sessions then last as long as the process, on it alone) when secret is
+// empty.
+func newSessions(secret []byte, now func() time.Time) *sessions {
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret) // never fails (crypto/rand, Go 1.24+)
 	}
-	return &sessions{key: key, now: now, live: map[string]cachedLive{}}
+	return &sessions{sessionKey: deriveKey(secret, sessionKeyLabel), csrfKey: deriveKey(secret, csrfKeyLabel), now: now,
+		live: map[string]cachedLive{}}
 }
 
-func (s *sessions) mac(purpose, msg string) []byte {
-	h := hmac.New(sha256.New, s.key)
+// deriveKey derives a 32-byte key from secret for the use label names.
+func deriveKey(secret []byte, label string) []byte {
+	k, err := hkdf.Key(sha256.New, secret, nil, label, 32)
+	if err != nil {
+		// Only a length beyond 255 hash blocks fails.
+		panic("derive session key: " + err.Error())
+	}
+	return k
+}
+
+func mac(key []byte, purpose, msg string) []byte {
+	h := hmac.New(sha256.New, key)
 	h.Write([]byte(purpose))
 	h.Write([]byte{0})
 	h.Write([]byte(msg))
@@ -108,7 +133,7 @@ func (s *sessions) issue(name, tokenID string) (string, session, error) {
 		return "", session{}, fmt.Errorf("session: %w", err)
 	}
 	payload := b64.EncodeToString(raw)
-	return payload + "." + b64.EncodeToString(s.mac("hookd-session", payload)), sess, nil
+	return payload + "." + b64.EncodeToString(mac(s.sessionKey, "hookd-session", payload)), sess, nil
 }
 
 // parse checks a cookie value's signature and expiry.
@@ -118,7 +143,7 @@ func (s *sessions) parse(value string) (session, bool) {
 		return session{}, false
 	}
 	got, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, s.mac("hookd-session", payload)) {
+	if err != nil || !hmac.Equal(got, mac(s.sessionKey, "hookd-session", payload)) {
 		return session{}, false
 	}
 	raw, err := b64.DecodeString(payload)
@@ -147,12 +172,12 @@ func (s *sessions) fromRequest(r *http.Request) (session, bool) {
 // csrfToken is the session's CSRF token: derived from the session id, so
 // nothing is stored, and useless without the session cookie it belongs to.
 func (s *sessions) csrfToken(sess session) string {
-	return b64.EncodeToString(s.mac("hookd-csrf", sess.ID))
+	return b64.EncodeToString(mac(s.csrfKey, "hookd-csrf", sess.ID))
 }
 
 func (s *sessions) validCSRF(sess session, token string) bool {
 	got, err := b64.DecodeString(token)
-	return err == nil && token != "" && hmac.Equal(got, s.mac("hookd-csrf", sess.ID))
+	return err == nil && token != "" && hmac.Equal(got, mac(s.csrfKey, "hookd-csrf", sess.ID))
 }
 
 // cookie returns the session cookie: HttpOnly, SameSite=Strict, Secure
