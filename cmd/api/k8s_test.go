@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,9 +32,11 @@ func TestK8sManifestsRunRealFlags(t *testing.T) {
 }
 
 // TestK8sAPIReplicasShareTheSessionKey: with more than one api pod, a
-// dashboard login made on one must be valid on the others, so every pod
-// reads SESSION_KEY from the same Secret (left empty, each process would
-// pick a random key).
+// dashboard login or a portal change made on one must be valid on the
+// others, so every pod reads SESSION_KEY from the same Secret (left empty
+// with no SECRET_KEY, each process would pick random keys), and REPLICAS
+// tells the api how many pods there are, so that it refuses to start
+// without a shared key.
 func TestK8sAPIReplicasShareTheSessionKey(t *testing.T) {
 	t.Parallel()
 	k := k8sManifests(t, nil)
@@ -46,6 +49,7 @@ func TestK8sAPIReplicasShareTheSessionKey(t *testing.T) {
 		env, errs := k.Env(c)
 		require.NoError(t, errors.Join(errs...))
 		require.NotEmpty(t, env["SESSION_KEY"])
+		require.Equal(t, strconv.Itoa(int(*d.Spec.Replicas)), env["REPLICAS"], "container %s: REPLICAS is the Deployment's replicas", c.Name)
 	}
 }
 

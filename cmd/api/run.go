@@ -37,6 +37,7 @@ type settings struct {
 	databaseURL     *string
 	apiToken        *string
 	sessionKey      *string
+	replicas        *int
 	secretKeys      *config.SecretKeys
 	frameAncestors  *string
 	listenAddr      *string
@@ -65,7 +66,8 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 	return fs, &settings{
 		databaseURL:     fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
-		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "key signing dashboard session cookies, at least 32 bytes; random per process when empty (sessions then end on restart and are not shared between replicas)"),
+		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "secret the keys of dashboard session cookies and of CSRF tokens (the dashboard's and the portal's) are derived from, at least 32 bytes; when empty they are derived from --secret-key, and with neither drawn at random per process (sessions then end on restart and are not shared between replicas)"),
+		replicas:        fs.Int("replicas", "REPLICAS", 1, "how many api processes serve this deployment (its replicas behind one address); above 1, --session-key or --secret-key is required, so that each replica verifies the session cookies and CSRF tokens the others issued"),
 		secretKeys:      config.BindSecretKeys(fs),
 		frameAncestors:  fs.String("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", api.DefaultPortalFrameAncestors, "CSP frame-ancestors of the tenant portal: 'none', or the space-separated origins (and 'self') allowed to embed it in an iframe; anything else makes its cookie SameSite=None; Secure, so embedding needs https"),
 		listenAddr:      fs.String("listen-addr", "LISTEN_ADDR", "127.0.0.1:8080", "address the API listens on"),
@@ -115,6 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("shutdown-timeout", "SHUTDOWN_TIMEOUT", "must be positive")
 	case *set.sessionKey != "" && len(*set.sessionKey) < api.MinSessionKeyBytes:
 		return config.Invalid("session-key", "SESSION_KEY", "must be at least %d bytes (or empty for a random key)", api.MinSessionKeyBytes)
+	case *set.replicas < 1:
+		return config.Invalid("replicas", "REPLICAS", "must be at least 1")
 	case api.ValidateFrameAncestors(*set.frameAncestors) != nil:
 		return config.Invalid("portal-frame-ancestors", "PORTAL_FRAME_ANCESTORS", "%v", api.ValidateFrameAncestors(*set.frameAncestors))
 	case *set.rateLimit < 0:
@@ -131,6 +135,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("trusted-proxies", "TRUSTED_PROXIES", "%v", err)
 	}
 	keyring, err := set.secretKeys.Keyring()
+	if err != nil {
+		return err
+	}
+	sessionSecret, sessionSource, err := sessionSecret(set)
 	if err != nil {
 		return err
 	}
@@ -193,7 +201,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Enqueuer:             enq,
 		Logger:               logger,
 		Token:                *set.apiToken,
-		SessionKey:           []byte(*set.sessionKey),
+		SessionKey:           sessionSecret,
 		PortalFrameAncestors: *set.frameAncestors,
 		RateLimit:            *set.rateLimit,
 		RateWindow:           *set.rateWindow,
@@ -217,8 +225,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		},
 	})
 
-	if *set.sessionKey == "" {
-		logger.Info("dashboard_session_key_random", slog.String("effect", "dashboard sessions end on restart and are not shared between replicas; set SESSION_KEY to keep them"))
+	if sessionSource == "" {
+		logger.Warn("session_key_random", slog.String("effect", "neither SESSION_KEY nor SECRET_KEY is set: the keys of dashboard sessions and CSRF tokens are this process's own, so sessions end on restart and a dashboard or portal change fails on any other replica; set SESSION_KEY (or SECRET_KEY) on every replica"))
+	} else {
+		logger.Info("session_key", slog.String("derived_from", sessionSource))
 	}
 
 	// /metrics has a listener of its own: it needs no token, and the
@@ -264,6 +274,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	err = g.Wait()
 	logger.Info("api_stopped")
 	return err
+}
+
+// sessionSecret is the secret the api derives its session and CSRF keys
+// from, and the variable it came from: SESSION_KEY, else SECRET_KEY (the
+// api's HKDF labels keep the derived keys apart from the sealing key),
+// else none, for a random one per process, which more than one replica
+// cannot share.
+func sessionSecret(set *settings) ([]byte, string, error) {
+	if *set.sessionKey != "" {
+		return []byte(*set.sessionKey), "SESSION_KEY", nil
+	}
+	key, err := set.secretKeys.Primary()
+	if err != nil {
+		return nil, "", err
+	}
+	if key != nil {
+		return key, "SECRET_KEY", nil
+	}
+	if *set.replicas > 1 {
+		return nil, "", config.Invalid("replicas", "REPLICAS", "is %d, which needs --session-key (SESSION_KEY) or --secret-key (SECRET_KEY): "+
+			"each replica would otherwise draw keys of its own, and a dashboard session or portal change made on one would fail on the others", *set.replicas)
+	}
+	return nil, "", nil
 }
 
 // tracingShutdown bounds the export of the last spans on exit.

@@ -88,7 +88,10 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 		if err := api.ValidateTokenName(*name); err != nil {
 			return &config.UsageError{Msg: fmt.Sprintf("token create: --name %q %v", *name, err)}
 		}
-		in = store.NewAPIToken{Name: *name, TenantID: *tenant, ReadOnly: *readOnly}
+		in = store.NewAPIToken{Scope: store.ScopeAdmin, Name: *name, ReadOnly: *readOnly}
+		if *tenant != "" {
+			in.Scope, in.TenantID = store.ScopeTenant, *tenant
+		}
 		if *expires != "" {
 			d, err := api.ParseTokenExpiry(*expires)
 			if err != nil {
@@ -141,7 +144,7 @@ func createToken(ctx context.Context, st tokenStore, in store.NewAPIToken, stdou
 // describeToken says what a token reaches, for the create message.
 func describeToken(t store.APIToken) string {
 	s := "an admin"
-	if t.TenantID != "" {
+	if t.Scope == store.ScopeTenant {
 		s = fmt.Sprintf("a tenant %q", t.TenantID)
 	}
 	if t.ReadOnly {
@@ -179,9 +182,9 @@ func listTokens(ctx context.Context, st tokenStore, stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tSCOPE\tTENANT\tACCESS\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
 	for _, t := range list {
-		tenant, access := t.TenantID, "read-write"
-		if tenant == "" {
-			tenant = "-"
+		tenant, access := "-", "read-write"
+		if t.Scope == store.ScopeTenant {
+			tenant = t.TenantID
 		}
 		if t.ReadOnly {
 			access = "read-only"

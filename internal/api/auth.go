@@ -21,7 +21,7 @@ import (
 var (
 	_ Authenticator = (*TokenAuth)(nil)
 	_ tokenChecker  = (*TokenAuth)(nil)
-	_ nameChecker   = (*TokenAuth)(nil)
+	_ liveChecker   = (*TokenAuth)(nil)
 	_ knownChecker  = (*TokenAuth)(nil)
 )
 
@@ -35,12 +35,13 @@ type tokenChecker interface {
 	Check(ctx context.Context, token string) (Principal, error)
 }
 
-// nameChecker is an Authenticator that can tell whether the token a
+// liveChecker is an Authenticator that can tell whether the token a
 // dashboard session was opened with is still live: sessions carry the
-// token's name, so a revoke must end them too.
-type nameChecker interface {
-	// Live reports whether a live, writable admin token has name.
-	Live(ctx context.Context, name string) (bool, error)
+// token's id, so a revoke must end them too.
+type liveChecker interface {
+	// Live reports whether the token of id is live, writable and an
+	// admin's.
+	Live(ctx context.Context, tokenID string) (bool, error)
 }
 
 // knownChecker is an Authenticator that can tell, without a database
@@ -100,7 +101,7 @@ func ValidateTokenName(name string) error {
 // TokenStore is what TokenAuth needs of the store.
 type TokenStore interface {
 	LookupAPIToken(ctx context.Context, sum [32]byte) (store.APIToken, []byte, error)
-	LiveAPITokenName(ctx context.Context, name string) (bool, error)
+	LiveAdminToken(ctx context.Context, id string) (bool, error)
 }
 
 var _ TokenStore = (*store.Store)(nil)
@@ -126,8 +127,8 @@ const TokenCacheTTL = 10 * time.Second
 // Verified stored tokens are cached for TokenCacheTTL, so authentication is
 // not a database round trip per request; concurrent lookups of one token
 // share a single query; the store stamps last use at most once a minute.
-// Live answers for dashboard sessions the same way: whether a token of the
-// session's name is still live, cached for TokenCacheTTL, so a revoke ends
+// Live answers for dashboard sessions the same way: whether the session's
+// token (by id) is still live, cached for TokenCacheTTL, so a revoke ends
 // the sessions opened with the token within that time too.
 type TokenAuth struct {
 	bootstrap    [32]byte
@@ -139,13 +140,14 @@ type TokenAuth struct {
 	lookups singleflight.Group
 	mu      sync.Mutex
 	cache   map[[32]byte]cachedToken
-	names   map[string]cachedName
+	// live caches Live's answers by token id.
+	live map[string]cachedLive
 	// known holds when each stored token was last verified, for Known. It
 	// grows only with real tokens.
 	known map[[32]byte]time.Time
 }
 
-type cachedName struct {
+type cachedLive struct {
 	live  bool
 	until time.Time
 }
@@ -162,7 +164,7 @@ func NewTokenAuth(bootstrap string, st TokenStore, now func() time.Time) *TokenA
 	if now == nil {
 		now = time.Now
 	}
-	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}, names: map[string]cachedName{}, known: map[[32]byte]time.Time{}}
+	a := &TokenAuth{store: st, ttl: TokenCacheTTL, now: now, cache: map[[32]byte]cachedToken{}, live: map[string]cachedLive{}, known: map[[32]byte]time.Time{}}
 	if bootstrap != "" {
 		a.bootstrap, a.hasBootstrap = sha256.Sum256([]byte(bootstrap)), true
 	}
@@ -183,7 +185,7 @@ func (a *TokenAuth) Check(ctx context.Context, token string) (Principal, error) 
 	}
 	sum := sha256.Sum256([]byte(token))
 	if a.hasBootstrap && subtle.ConstantTimeCompare(sum[:], a.bootstrap[:]) == 1 {
-		return Principal{Name: BootstrapTokenName}, nil
+		return adminPrincipal(BootstrapTokenName, BootstrapTokenName), nil
 	}
 	if a.store == nil || !storedTokenPattern.MatchString(token) {
 		return Principal{}, ErrBadToken
@@ -268,11 +270,11 @@ func (a *TokenAuth) Known(token string) bool {
 	return ok && a.now().Sub(at) <= KnownTokenTTL
 }
 
-// Live implements nameChecker: the bootstrap name is live while an
-// API_TOKEN is configured, any other while a live, writable stored admin
-// token has it.
-func (a *TokenAuth) Live(ctx context.Context, name string) (bool, error) {
-	if name == BootstrapTokenName {
+// Live implements liveChecker: the bootstrap token (id "bootstrap") is
+// live while an API_TOKEN is configured, a stored one while it is live,
+// writable and an admin's.
+func (a *TokenAuth) Live(ctx context.Context, tokenID string) (bool, error) {
+	if tokenID == BootstrapTokenName {
 		return a.hasBootstrap, nil
 	}
 	if a.store == nil {
@@ -280,28 +282,28 @@ func (a *TokenAuth) Live(ctx context.Context, name string) (bool, error) {
 	}
 	now := a.now()
 	a.mu.Lock()
-	c, ok := a.names[name]
+	c, ok := a.live[tokenID]
 	a.mu.Unlock()
 	if ok && now.Before(c.until) {
 		return c.live, nil
 	}
-	v, err, _ := a.lookups.Do("name:"+name, func() (any, error) {
+	v, err, _ := a.lookups.Do("live:"+tokenID, func() (any, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		live, err := a.store.LiveAPITokenName(lctx, name)
+		live, err := a.store.LiveAdminToken(lctx, tokenID)
 		if err != nil {
 			return false, fmt.Errorf("check session token: %w", err)
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if len(a.names) >= 64 {
-			for k, c := range a.names {
+		if len(a.live) >= 64 {
+			for k, c := range a.live {
 				if !now.Before(c.until) {
-					delete(a.names, k)
+					delete(a.live, k)
 				}
 			}
 		}
-		a.names[name] = cachedName{live: live, until: now.Add(a.ttl)}
+		a.live[tokenID] = cachedLive{live: live, until: now.Add(a.ttl)}
 		return live, nil
 	})
 	if err != nil {

@@ -33,7 +33,7 @@ func FuzzAuthorizationHeader(f *testing.F) {
 			require.Empty(t, p)
 			return
 		}
-		require.Equal(t, Principal{Name: BootstrapTokenName}, p)
+		require.Equal(t, adminPrincipal(BootstrapTokenName, BootstrapTokenName), p)
 		fields := strings.Fields(header)
 		require.Len(t, fields, 2, "%q", header)
 		require.True(t, strings.EqualFold(fields[0], "Bearer"), "%q", header)

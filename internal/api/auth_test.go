@@ -22,7 +22,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		if !strings.HasPrefix(path, "/v1/") {
 			continue
 		}
-		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/operational-endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv", "/v1/tokens/": "tok"} {
+		for prefix, kind := range map[string]string{"/v1/endpoints/": "ep", "/v1/operational-endpoints/": "ep", "/v1/messages/": "msg", "/v1/deliveries/": "dlv", "/v1/tokens/": "tok", "/v1/portal-sessions/": "ps"} {
 			if strings.HasPrefix(path, prefix) {
 				path = strings.Replace(path, "{id}", missingID(kind), 1)
 			}
@@ -32,7 +32,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 47)
+	require.Len(t, out, 49)
 	return out
 }
 

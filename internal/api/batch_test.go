@@ -167,7 +167,7 @@ func TestCreateMessagesBatchRejectsBadInput(t *testing.T) {
 
 	// A tenant token: its own tenant's batch is accepted, one message of
 	// another tenant refuses the whole batch.
-	acme, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-app", TenantID: "acme"})
+	acme, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-app", TenantID: "acme"})
 	as := withHeader("Authorization", "Bearer "+acme)
 	mixed := batchOf("acme", 3, false)
 	mixed[2]["tenant_id"] = "globex"

@@ -195,7 +195,7 @@ func handleListBreakers(d Deps) http.Handler {
 			c, _ := trafficclass.Builtin(trafficclass.DefaultClass)
 			return c
 		}
-		list, err := d.Store.ListBreakers(r.Context(), store.BreakerFilter{State: state, TenantID: tenant, Page: store.Page{After: page.After, Limit: page.Limit + 1}},
+		list, err := d.Store.ListBreakers(r.Context(), store.BreakerFilter{State: state, Tenants: requestTenants(r), Page: store.Page{After: page.After, Limit: page.Limit + 1}},
 			func(e store.Endpoint) breaker.Config { return classFor(e).Breaker })
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)

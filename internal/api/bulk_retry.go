@@ -51,7 +51,7 @@ func handleRetryDeliveries(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		res, err := d.Store.RetryDeliveries(r.Context(), req.IDs, principalTenant(r), d.Enqueuer)
+		res, err := d.Store.RetryDeliveries(r.Context(), req.IDs, requestTenants(r), d.Enqueuer)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return

@@ -92,7 +92,7 @@ func TestRetryDeliveriesInBulk(t *testing.T) {
 	// A tenant token: its own delivery is queued, another tenant's is
 	// refused exactly as one that does not exist.
 	mine := b.failedDelivery(t, "acme")
-	acme, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-app", TenantID: "acme"})
+	acme, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-app", TenantID: "acme"})
 	as := withHeader("Authorization", "Bearer "+acme)
 	r = b.do(t, "POST", "/v1/deliveries/retry", map[string]any{"ids": []string{theirs.ID, mine.ID, missing}}, as)
 	requireStatus(t, http.StatusAccepted, r)
@@ -106,7 +106,7 @@ func TestRetryDeliveriesInBulk(t *testing.T) {
 	require.Equal(t, "failed", decodeJSON[deliveryJSON](t, r).Status, "another tenant's delivery is left alone")
 
 	// A read-only token changes nothing.
-	ro, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-ro", TenantID: "acme", ReadOnly: true})
+	ro, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
 	requireProblem(t, http.StatusForbidden, b.do(t, "POST", "/v1/deliveries/retry", map[string]any{"ids": []string{theirs.ID}},
 		withHeader("Authorization", "Bearer "+ro)))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
@@ -381,4 +382,59 @@ func TestEndpointTrafficClassMustExist(t *testing.T) {
 		requireStatus(t, http.StatusOK, r)
 		require.Equal(t, class, decodeJSON[endpointJSON](t, r).TrafficClass)
 	}
+}
+
+// TestTenantsPickOnlySelectableClasses: a class decides how leniently an
+// endpoint is treated, so a tenant token or portal session may name only a
+// class an admin made tenant_selectable (and auto when creating); any
+// other, an unknown one included, answers 403 naming traffic_class and
+// writes nothing. Admins name any class; a PUT that leaves the member out
+// makes the class unselectable again.
+func TestTenantsPickOnlySelectableClasses(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	lenient := b.createClass(t, map[string]any{"name": "lenient", "failure_rate_threshold": 1, "auth_disable_after": 1000})
+	require.False(t, lenient.TenantSelectable, "no class is selectable by default")
+	partner := b.createClass(t, map[string]any{"name": "partner", "tenant_selectable": true})
+	require.True(t, partner.TenantSelectable)
+	tok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-app", TenantID: "acme"})
+	as := withHeader("Authorization", "Bearer "+tok)
+	pc := b.portalClient(t, "acme", map[string]any{})
+	own := b.createEndpoint(t, "acme")
+	newEndpoint := func(class string) map[string]any {
+		return map[string]any{"tenant_id": "acme", "url": "https://acme.example/" + class, "traffic_class": class}
+	}
+
+	before := b.counts(t)
+	for _, class := range []string{"lenient", "medium", "trickle", "nope"} {
+		p := requireFieldError(t, http.StatusForbidden, b.do(t, "POST", "/v1/endpoints", newEndpoint(class), as), "traffic_class")
+		require.Equal(t, "this token may only pick a traffic class an admin made tenant_selectable", p.Detail, class)
+		a := pc.send(t, "POST", "/v1/endpoints", newEndpoint(class))
+		require.Equal(t, http.StatusForbidden, a.status, "%s: %s", class, a.body)
+		require.Contains(t, string(a.body), `"field":"traffic_class"`)
+		requireFieldError(t, http.StatusForbidden, b.do(t, "PATCH", "/v1/endpoints/"+own.ID, map[string]any{"traffic_class": class}, as), "traffic_class")
+	}
+	// Changing an endpoint, auto would undo an admin's choice of class.
+	requireFieldError(t, http.StatusForbidden, b.do(t, "PATCH", "/v1/endpoints/"+own.ID, map[string]any{"traffic_class": "auto"}, as), "traffic_class")
+	require.Equal(t, before, b.counts(t), "nothing written")
+	got, err := b.store.GetEndpoint(t.Context(), own.ID)
+	require.NoError(t, err)
+	require.Equal(t, "auto", got.TrafficClass)
+
+	for _, class := range []string{"partner", "auto"} {
+		requireStatus(t, http.StatusCreated, b.do(t, "POST", "/v1/endpoints", newEndpoint(class), as))
+	}
+	require.Equal(t, http.StatusCreated, pc.send(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/p", "traffic_class": "partner"}).status)
+	r := b.do(t, "PATCH", "/v1/endpoints/"+own.ID, map[string]any{"traffic_class": "partner"}, as)
+	requireStatus(t, http.StatusOK, r)
+	require.Equal(t, "partner", decodeJSON[endpointJSON](t, r).TrafficClass)
+	// An admin names any class.
+	requireStatus(t, http.StatusCreated, b.do(t, "POST", "/v1/endpoints", newEndpoint("lenient")))
+	requireStatus(t, http.StatusOK, b.do(t, "PATCH", "/v1/endpoints/"+own.ID, map[string]any{"traffic_class": "lenient"}))
+
+	// A PUT replaces the whole class: left out, tenant_selectable is false.
+	r = b.do(t, "PUT", "/v1/traffic-classes/partner", map[string]any{"failure_rate_threshold": 0.6})
+	requireStatus(t, http.StatusOK, r)
+	require.False(t, decodeJSON[classJSON](t, r).TenantSelectable)
+	requireFieldError(t, http.StatusForbidden, b.do(t, "POST", "/v1/endpoints", newEndpoint("partner"), as), "traffic_class")
 }

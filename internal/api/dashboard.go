@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // The operator dashboard: one app page (the breaker list, one endpoint,
@@ -153,7 +155,14 @@ func handleDashboardPage(d Deps) http.Handler {
 func handleLoginPage(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next := safeNext(r.URL.Query().Get("next"))
-		if _, ok := d.sessions.fromRequest(r); ok {
+		// A session that ended (a logout, its token revoked) shows the form:
+		// its pages would send the browser back here.
+		_, ok, err := d.liveSession(r)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		if ok {
 			http.Redirect(w, r, next, http.StatusSeeOther)
 			return
 		}
@@ -222,10 +231,17 @@ func handleLogin(d Deps) http.Handler {
 			return
 		}
 		name := p.Name
-		value, sess, err := d.sessions.issue(name)
+		value, sess, err := d.sessions.issue(name, p.TokenID)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
+		}
+		if d.Store != nil {
+			err := d.Store.CreateDashboardSession(r.Context(), store.NewDashboardSession{ID: sess.ID, TokenID: p.TokenID, Name: name, ExpiresIn: SessionTTL})
+			if err != nil {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
 		}
 		http.SetCookie(w, sessionCookie(r, value, int(SessionTTL/time.Second)))
 		d.Logger.InfoContext(r.Context(), "dashboard_login", slog.String("name", name),
@@ -235,8 +251,10 @@ func handleLogin(d Deps) http.Handler {
 	})
 }
 
-// handleLogout clears the session cookie. With a valid session it needs
-// the CSRF token, so another site cannot log an operator out.
+// handleLogout ends the session server-side (a copy of its cookie is
+// refused from then on) and clears the session cookie. With a valid
+// session it needs the CSRF token, so another site cannot log an operator
+// out.
 func handleLogout(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if sess, ok := d.sessions.fromRequest(r); ok {
@@ -244,6 +262,13 @@ func handleLogout(d Deps) http.Handler {
 				writeProblem(w, r, d.Logger, errCSRF)
 				return
 			}
+			if d.Store != nil {
+				if err := d.Store.EndDashboardSession(r.Context(), sess.ID); err != nil {
+					writeProblem(w, r, d.Logger, err)
+					return
+				}
+			}
+			d.sessions.forget(sess.ID)
 			d.Logger.InfoContext(r.Context(), "dashboard_logout", slog.String("name", sess.Name))
 		}
 		http.SetCookie(w, sessionCookie(r, "", -1))

@@ -106,6 +106,9 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		if err == nil {
 			err = allowTenant(r, "tenant_id", req.TenantID)
 		}
+		if err == nil && req.TrafficClass != "" {
+			err = allowTrafficClass(r, d, "traffic_class", req.TrafficClass, true)
+		}
 		if err == nil {
 			err = checkTarget(r.Context(), d, req.URL)
 		}
@@ -153,7 +156,7 @@ func handleListEndpoints(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		list, err := d.Store.ListEndpoints(r.Context(), tenant, store.Page{After: page.After, Limit: page.Limit + 1})
+		list, err := d.Store.ListEndpoints(r.Context(), requestTenants(r), store.Page{After: page.After, Limit: page.Limit + 1})
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -211,6 +214,9 @@ func (r updateEndpointRequest) validate() error {
 func handleUpdateEndpoint(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[updateEndpointRequest](r, maxRequestBytes)
+		if err == nil && req.TrafficClass != nil {
+			err = allowTrafficClass(r, d, "traffic_class", *req.TrafficClass, false)
+		}
 		if err == nil && req.URL != nil {
 			err = checkTarget(r.Context(), d, *req.URL)
 		}

@@ -148,7 +148,7 @@ func TestEventTypeTenantTokens(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
 	requireStatus(t, http.StatusCreated, b.do(t, "POST", "/v1/event-types", map[string]any{"name": "invoice.paid"}))
-	tok, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme", TenantID: "acme"})
+	tok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme", TenantID: "acme"})
 	as := withHeader("Authorization", "Bearer "+tok)
 	requireStatus(t, http.StatusOK, b.do(t, "GET", "/v1/event-types", nil, as))
 	requireStatus(t, http.StatusOK, b.do(t, "GET", "/v1/event-types/invoice.paid", nil, as))

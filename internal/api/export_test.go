@@ -21,5 +21,19 @@ func ScopeRules() map[string]string {
 	return out
 }
 
+// RevealingRoutes returns the /v1 routes marked as revealing a secret,
+// keyed "METHOD /v1/pattern".
+func RevealingRoutes() map[string]bool {
+	rules := map[string]scopeRule{}
+	addRoutes(chi.NewRouter(), Deps{}, rules)
+	out := map[string]bool{}
+	for k, r := range rules {
+		if r.revealsSecret {
+			out[k] = true
+		}
+	}
+	return out
+}
+
 // ClientIP exposes clientIP to the external tests.
 var ClientIP = clientIP

@@ -90,7 +90,7 @@ func checkToken(ctx context.Context, auth Authenticator, token string) (Principa
 		return c.Check(ctx, token)
 	}
 	if name, ok := auth.Authenticate(ctx, token); ok {
-		return Principal{Name: name}, nil
+		return adminPrincipal(name, ""), nil
 	}
 	return Principal{}, ErrBadToken
 }

@@ -377,6 +377,7 @@ type (
 		Enforce                bool    `json:"enforce"`
 		AuthDisableAfter       int     `json:"auth_disable_after"`
 		AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
+		TenantSelectable       bool    `json:"tenant_selectable"`
 		Builtin                bool    `json:"builtin"`
 	}
 	transitionJSON struct {

@@ -303,12 +303,16 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
 	why := map[string]any{"reason": "maintenance"}
 	// Tenant tokens: acme's read-only one, and one of another tenant.
-	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Name: "acme-ro", TenantID: "acme", ReadOnly: true})
-	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Name: "globex", TenantID: "globex"})
+	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
+	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex", TenantID: "globex"})
 	asRO, asGlobex := withHeader("Authorization", "Bearer "+acmeRO), withHeader("Authorization", "Bearer "+globexTok)
-	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Name: "doomed"})
+	_, doomedTok := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "doomed"})
 	newToken := map[string]any{"name": "acme-portal", "tenant_id": "acme", "expires_in": "720h"}
 	noTok := "/v1/tokens/" + missingID("tok")
+	r := ok.do(t, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{})
+	requireStatus(t, http.StatusCreated, r)
+	endedPortal := "/v1/portal-sessions/" + decodeJSON[portalSessionJSON](t, r).ID
+	noPortal := "/v1/portal-sessions/" + missingID("ps")
 	bigWhy := map[string]any{"reason": strings.Repeat("x", 70<<10)}
 	bigClass := map[string]any{"name": "huge", "padding": strings.Repeat("x", 70<<10)}
 	// Event types: invoice.paid names a message (deleting it archives it),
@@ -371,6 +375,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 
 			plain(200, "GET", ep+"/secret", nil),
 			plain(401, "GET", ep+"/secret", nil, withoutAuth()),
+			plain(403, "GET", ep+"/secret", nil, asRO),
 			plain(404, "GET", noEp+"/secret", nil),
 			plain(200, "POST", ep+"/secret/rotate", nil),
 			plain(401, "POST", ep+"/secret/rotate", nil, withoutAuth()),
@@ -531,6 +536,15 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, asGlobex),
 			plain(413, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{"padding": strings.Repeat("x", 70<<10)}, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}, withContentType("text/plain")),
+			plain(200, "GET", "/v1/tenants/acme/portal-sessions?limit=1", nil),
+			plain(400, "GET", "/v1/tenants/acme/portal-sessions?after=tok_x", nil),
+			plain(401, "GET", "/v1/tenants/acme/portal-sessions", nil, withoutAuth()),
+			plain(403, "GET", "/v1/tenants/acme/portal-sessions", nil, asGlobex),
+			plain(401, "DELETE", endedPortal, nil, withoutAuth()),
+			plain(403, "DELETE", endedPortal, nil, asGlobex),
+			plain(204, "DELETE", endedPortal, nil),
+			plain(404, "DELETE", endedPortal, nil),
+			plain(404, "DELETE", noPortal, nil),
 			plain(415, "POST", "/v1/tokens", newToken, withContentType("text/plain")),
 			plain(200, "GET", "/v1/tokens?limit=1", nil),
 			plain(400, "GET", "/v1/tokens?after=ep_x", nil),
@@ -650,6 +664,8 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/tokens", nil),
 			plain(bad.want, "DELETE", noTok, nil),
 			plain(bad.want, "POST", "/v1/tenants/acme/portal-sessions", map[string]any{}),
+			plain(bad.want, "GET", "/v1/tenants/acme/portal-sessions", nil),
+			plain(bad.want, "DELETE", noPortal, nil),
 			plain(bad.want, "POST", "/v1/operational-endpoints", newOps),
 			plain(bad.want, "GET", "/v1/operational-endpoints", nil),
 			plain(bad.want, "GET", noOps, nil),

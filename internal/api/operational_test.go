@@ -174,7 +174,7 @@ func TestOperationalRoutesRefuseTenantTokens(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
 	ops := b.createOpsEndpoint(t, map[string]any{"url": "https://ops.example/hook"})
-	tok, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-app", TenantID: "acme"})
+	tok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-app", TenantID: "acme"})
 	as := withHeader("Authorization", "Bearer "+tok)
 	for _, c := range []struct {
 		method, path string

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"embed"
 	"encoding/json"
@@ -144,7 +145,7 @@ type portalInfo struct {
 }
 
 func (d Deps) portalCSRF(sessionID string) string {
-	return b64.EncodeToString(d.sessions.mac("hookd-portal-csrf", sessionID))
+	return b64.EncodeToString(mac(d.sessions.csrfKey, "hookd-portal-csrf", sessionID))
 }
 
 func (d Deps) portalInfo(ps store.PortalSession) portalInfo {
@@ -213,6 +214,36 @@ func handlePortalExchange(d Deps) http.Handler {
 	})
 }
 
+// handlePortalLogout ends the request's portal session server-side (its
+// cookie is refused from then on, a copy included) and clears the cookie.
+// With a live session it needs the session's CSRF token, so another site
+// cannot log a tenant out; without one it only clears the cookie.
+func handlePortalLogout(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ps, ok, err := d.portalSession(r.Context(), r)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		if ok {
+			if !hmac.Equal([]byte(r.Header.Get(CSRFHeader)), []byte(d.portalCSRF(ps.ID))) {
+				writeProblem(w, r, d.Logger, errCSRF)
+				return
+			}
+			_, err := d.Store.EndPortalSession(r.Context(), ps.ID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				writeProblem(w, r, d.Logger, err)
+				return
+			}
+			d.Logger.InfoContext(r.Context(), "portal_session_ended", slog.String("id", ps.ID), slog.String("tenant", ps.TenantID),
+				slog.String("reason", "logout"))
+		}
+		http.SetCookie(w, d.portalCookie(r, "", -1))
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
 // handlePortalSessionInfo tells a reloaded page its session (and CSRF
 // token); 401 without a live portal cookie.
 func handlePortalSessionInfo(d Deps) http.Handler {
@@ -248,7 +279,8 @@ func (d Deps) portalSession(ctx context.Context, r *http.Request) (store.PortalS
 }
 
 // portalPrincipal is who a portal session acts as: a tenant token of its
-// tenant, read-only when the session is.
+// tenant, read-only when the session is. It has no token id: it is no
+// token.
 func portalPrincipal(ps store.PortalSession) Principal {
-	return Principal{Name: "portal:" + ps.ID, TenantID: ps.TenantID, ReadOnly: ps.ReadOnly}
+	return Principal{Name: "portal:" + ps.ID, Scope: store.ScopeTenant, TenantID: ps.TenantID, ReadOnly: ps.ReadOnly}
 }

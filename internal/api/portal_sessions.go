@@ -153,9 +153,10 @@ func handleCreatePortalSession(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
+		p, _ := principalFrom(r)
 		ps, err := d.Store.CreatePortalSession(r.Context(), store.NewPortalSession{
 			TenantID: tenant, ReadOnly: req.ReadOnly, Theme: themeJSON, CodeSum: sum,
-			CodeTTL: PortalCodeTTL, ExpiresIn: expiry, CreatedBy: actorOf(r),
+			CodeTTL: PortalCodeTTL, ExpiresIn: expiry, CreatedBy: actorOf(r), CreatedByTokenID: p.TokenID,
 		})
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
@@ -169,5 +170,92 @@ func handleCreatePortalSession(d Deps) http.Handler {
 			URL:       requestOrigin(r) + "/portal#code=" + code,
 			ExpiresAt: ps.ExpiresAt, CodeExpiresAt: ps.CodeExpiresAt,
 		})
+	})
+}
+
+// portalSessionIDPattern is the shape of a portal session id (store.NewID):
+// "ps_" and a ULID.
+var portalSessionIDPattern = regexp.MustCompile(`^ps_[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
+
+// Portal session statuses, as listed.
+const (
+	portalPending = "pending" // its code is not exchanged yet
+	portalActive  = "active"  // a browser holds its cookie
+	portalEnded   = "ended"   // logged out, ended by an admin or by its token's revoke
+	portalExpired = "expired" // past its expiry, or its code's unused
+)
+
+// portalSessionListed is a portal session as listed: never its code nor
+// its cookie, which only their holders have.
+type portalSessionListed struct {
+	ID            string     `json:"id"`
+	TenantID      string     `json:"tenant_id"`
+	ReadOnly      bool       `json:"read_only"`
+	Status        string     `json:"status"`
+	CreatedBy     string     `json:"created_by"`
+	CreatedAt     time.Time  `json:"created_at"`
+	ExpiresAt     time.Time  `json:"expires_at"`
+	CodeExpiresAt time.Time  `json:"code_expires_at"`
+	LoggedInAt    *time.Time `json:"logged_in_at"`
+	EndedAt       *time.Time `json:"ended_at"`
+}
+
+func toPortalSessionListed(ps store.PortalSession, now time.Time) portalSessionListed {
+	status := portalActive
+	switch {
+	case ps.EndedAt != nil:
+		status = portalEnded
+	case !now.Before(ps.ExpiresAt), ps.CodeUsedAt == nil && !now.Before(ps.CodeExpiresAt):
+		status = portalExpired
+	case ps.CodeUsedAt == nil:
+		status = portalPending
+	}
+	return portalSessionListed{
+		ID: ps.ID, TenantID: ps.TenantID, ReadOnly: ps.ReadOnly, Status: status, CreatedBy: ps.CreatedBy,
+		CreatedAt: ps.CreatedAt, ExpiresAt: ps.ExpiresAt, CodeExpiresAt: ps.CodeExpiresAt, LoggedInAt: ps.CodeUsedAt, EndedAt: ps.EndedAt,
+	}
+}
+
+// handleListPortalSessions lists the path's tenant's portal sessions in
+// creation order: live ones and, for a day after their end, ended and
+// expired ones.
+func handleListPortalSessions(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := chi.URLParam(r, "tenant_id")
+		var fe fieldErrors
+		validateTenantID(&fe, "tenant_id", tenant)
+		page := parsePageAfter(&fe, r.URL.Query(), portalSessionIDPattern)
+		if err := fe.err(); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		list, err := d.Store.ListPortalSessions(r.Context(), tenant, store.Page{After: page.After, Limit: page.Limit + 1})
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		now := d.Now()
+		encode(w, http.StatusOK, pageOf(list, page.Limit, func(ps store.PortalSession) string { return ps.ID },
+			func(ps store.PortalSession) portalSessionListed { return toPortalSessionListed(ps, now) }))
+	})
+}
+
+// handleEndPortalSession ends a live portal session at once: its cookie,
+// and its code if unused, reach nothing from then.
+func handleEndPortalSession(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "id")
+		if !portalSessionIDPattern.MatchString(id) {
+			writeProblem(w, r, d.Logger, store.ErrNotFound)
+			return
+		}
+		ps, err := d.Store.EndPortalSession(r.Context(), id)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		d.Logger.InfoContext(r.Context(), "portal_session_ended", slog.String("id", ps.ID), slog.String("tenant", ps.TenantID),
+			slog.String("reason", "admin"), slog.String("actor", actorOf(r)))
+		w.WriteHeader(http.StatusNoContent)
 	})
 }

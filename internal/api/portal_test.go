@@ -125,7 +125,7 @@ func TestReadOnlyPortalChangesNothing(t *testing.T) {
 func TestPortalSessionBadInput(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
-	tenantTok, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme", TenantID: "acme"})
+	tenantTok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme", TenantID: "acme"})
 	tests := []struct {
 		path  string
 		body  any

@@ -46,9 +46,10 @@ func (p portalClient) send(t *testing.T, method, path string, body any) rawAnswe
 
 // TestPortalSessionSeesNothingOfAnotherTenant walks every /v1 route with a
 // read-write portal session of globex (cookie and CSRF token, as the
-// portal page sends them) against initech's objects: no answer holds
-// initech's data, every change and every route naming initech's object is
-// refused (403 or 404), and nothing in the database changes.
+// portal page sends them) against initech's objects, and every tenant's
+// list with each of its filters: no answer holds initech's data, every
+// change and every route naming initech's object is refused (403 or 404),
+// and nothing in the database changes.
 func TestPortalSessionSeesNothingOfAnotherTenant(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -89,6 +90,7 @@ func TestPortalSessionSeesNothingOfAnotherTenant(t *testing.T) {
 		return nil
 	}))
 	require.Greater(t, walked, 30)
+	in.walkListFilters(t, func(path string) rawAnswer { return pc.send(t, "GET", path, nil) })
 	require.Equal(t, before, in.digest(t), "nothing changed")
 
 	// The session does see its own tenant.

@@ -92,7 +92,10 @@ var problemKinds = []problemKind{
 	{errCSRF, http.StatusForbidden, "csrf", "Forbidden"},
 	{errAdminOnly, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errReadOnly, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errReadOnlySecret, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errOtherTenant, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errNoScope, http.StatusForbidden, "forbidden", "Forbidden"},
+	{errClassNotSelectable, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errDashboardAdmin, http.StatusForbidden, "forbidden", "Forbidden"},
 	{errRouteNotFound, http.StatusNotFound, "not-found", "Not Found"},
 	{store.ErrNotFound, http.StatusNotFound, "not-found", "Not Found"},
@@ -155,6 +158,7 @@ func problemOf(err error) Problem {
 	var ve *ValidationError
 	var tl *tooLargeError
 	var ot *otherTenantError
+	var cs *classNotSelectableError
 	var ue *unprocessableError
 	if errors.As(err, &ve) {
 		return Problem{Type: ProblemTypeBase + "validation", Title: "Bad Request", Status: http.StatusBadRequest, Detail: ve.Error(), Errors: ve.Fields}
@@ -175,6 +179,9 @@ func problemOf(err error) Problem {
 	}
 	if errors.As(err, &ot) {
 		p.Errors = []FieldError{{Field: ot.field, Message: "names another tenant than the token's"}}
+	}
+	if errors.As(err, &cs) {
+		p.Errors = []FieldError{{Field: cs.field, Message: "is not a traffic class an admin made tenant_selectable"}}
 	}
 	if errors.Is(err, store.ErrPayloadExpired) {
 		p.Errors = []FieldError{{Field: "payload", Message: "dropped by payload retention: there is nothing left to send"}}

@@ -79,8 +79,8 @@ func TestRecoverEndpointScope(t *testing.T) {
 	_, b := setup(t)
 	acme := b.createEndpoint(t, "acme")
 	initech := b.createEndpoint(t, "initech")
-	acmeTok, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme", TenantID: "acme"})
-	acmeRO, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-ro", TenantID: "acme", ReadOnly: true})
+	acmeTok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme", TenantID: "acme"})
+	acmeRO, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
 	body := map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)}
 	require.Equal(t, http.StatusNotFound, b.raw(t, "POST", "/v1/endpoints/"+initech.ID+"/recover", "Bearer "+acmeTok, body).status)
 	require.Equal(t, http.StatusForbidden, b.raw(t, "POST", "/v1/endpoints/"+acme.ID+"/recover", "Bearer "+acmeRO, body).status)

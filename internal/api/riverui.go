@@ -64,7 +64,7 @@ func requireAdminSession(d Deps) func(http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("Cache-Control", "no-store")
-			next.ServeHTTP(w, withPrincipal(r, Principal{Name: sess.Name}))
+			next.ServeHTTP(w, withPrincipal(r, adminPrincipal(sess.Name, sess.TokenID)))
 		})
 	}
 }

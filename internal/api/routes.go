@@ -40,14 +40,16 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 	}
 
 	// The tenant portal (portal.go): a static page and its assets, the
-	// one-time code's exchange for the portal cookie, and the session's
-	// description; its data comes from /v1 as the session's tenant.
+	// one-time code's exchange for the portal cookie, the session's
+	// description and its logout; its data comes from /v1 as the
+	// session's tenant.
 	r.Group(func(r chi.Router) {
 		r.Use(portalHeaders(d))
 		r.Method("GET", "/portal", handlePortalPage())
 		r.Method("GET", "/portal/assets/{name}", handlePortalAsset(d))
 		r.Method("POST", "/portal/session", handlePortalExchange(d))
 		r.Method("GET", "/portal/session", handlePortalSessionInfo(d))
+		r.Method("POST", "/portal/logout", handlePortalLogout(d))
 	})
 
 	r.Route("/v1", func(r chi.Router) {
@@ -55,7 +57,8 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		// token (session.go).
 		r.Use(sessionOrToken(d, requireToken(d)), refuseUnstorable(d))
 		// Every /v1 route states what a tenant token may do with it
-		// (scope.go); a read-only token changes nothing anywhere.
+		// (scope.go); a read-only token changes nothing anywhere, and is
+		// refused every route marked revealing: its answer holds a secret.
 		v := scopedRouter{r: r, d: d, prefix: "/v1", rules: rules}
 		endpoint := ownedBy(store.OwnerEndpoint)
 
@@ -66,7 +69,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("DELETE", "/endpoints/{id}", endpoint, handleDeleteEndpoint(d))
 		v.Method("POST", "/endpoints/{id}/disable", endpoint, handleSetEndpointStatus(d, false))
 		v.Method("POST", "/endpoints/{id}/enable", endpoint, handleSetEndpointStatus(d, true))
-		v.Method("GET", "/endpoints/{id}/secret", endpoint, handleGetEndpointSecret(d))
+		v.Method("GET", "/endpoints/{id}/secret", endpoint.revealing(), handleGetEndpointSecret(d))
 		v.Method("POST", "/endpoints/{id}/secret/rotate", endpoint, handleRotateSecret(d))
 		v.Method("GET", "/endpoints/{id}/attempts", endpoint, handleListEndpointAttempts(d))
 		v.Method("POST", "/endpoints/{id}/recover", endpoint, handleRecoverEndpoint(d))
@@ -113,11 +116,13 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/operational-endpoints/{id}", adminOnly, handleGetOperationalEndpoint(d))
 		v.Method("PATCH", "/operational-endpoints/{id}", adminOnly, handleUpdateOperationalEndpoint(d))
 		v.Method("DELETE", "/operational-endpoints/{id}", adminOnly, handleDeleteOperationalEndpoint(d))
-		v.Method("GET", "/operational-endpoints/{id}/secret", adminOnly, handleGetOperationalSecret(d))
+		v.Method("GET", "/operational-endpoints/{id}/secret", adminOnly.revealing(), handleGetOperationalSecret(d))
 
-		v.Method("POST", "/tenants/{tenant_id}/portal-sessions", adminOnly, handleCreatePortalSession(d))
+		v.Method("POST", "/tenants/{tenant_id}/portal-sessions", adminOnly.revealing(), handleCreatePortalSession(d))
+		v.Method("GET", "/tenants/{tenant_id}/portal-sessions", adminOnly, handleListPortalSessions(d))
+		v.Method("DELETE", "/portal-sessions/{id}", adminOnly, handleEndPortalSession(d))
 
-		v.Method("POST", "/tokens", adminOnly, handleCreateToken(d))
+		v.Method("POST", "/tokens", adminOnly.revealing(), handleCreateToken(d))
 		v.Method("GET", "/tokens", adminOnly, handleListTokens(d))
 		v.Method("DELETE", "/tokens/{id}", adminOnly, handleRevokeToken(d))
 	})

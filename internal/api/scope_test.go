@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/api"
@@ -29,6 +30,8 @@ type isolation struct {
 	initechDelivery deliveryJSON
 	initechSecret   string
 	initechToken    store.APIToken
+	// initechPortal is a portal session of initech's, opened by the admin.
+	initechPortal string
 	// globex's own endpoint and message.
 	globexEndpoint endpointJSON
 	globexMessage  messageJSON
@@ -55,43 +58,61 @@ func setupIsolation(t *testing.T) *isolation {
 		Secret string `json:"secret"`
 	}](t, r).Secret
 	_, in.initechToken = b.storedToken(t, "initech-ops")
+	r = b.do(t, "POST", "/v1/tenants/initech/portal-sessions", map[string]any{})
+	requireStatus(t, http.StatusCreated, r)
+	in.initechPortal = decodeJSON[portalSessionJSON](t, r).ID
 
 	in.globexEndpoint = b.createEndpoint(t, "globex")
 	in.globexMessage = b.sendMessage(t, "globex", "invoice.paid")
-	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-app", TenantID: "globex"})
-	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Name: "globex-ro", TenantID: "globex", ReadOnly: true})
+	in.globex, _ = b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex-app", TenantID: "globex"})
+	in.globexRO, _ = b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex-ro", TenantID: "globex", ReadOnly: true})
 	in.opsEndpoint = b.createOpsEndpoint(t, map[string]any{"url": "https://ops.example/hook"})
 	return in
 }
 
 // markers are strings only initech's data holds.
 func (in *isolation) markers() []string {
-	return []string{"initech", in.initechEndpoint.ID, in.initechMessage.ID, in.initechDelivery.ID, in.initechSecret, in.initechToken.ID, "initech-ops", "initech-excerpt"}
+	return []string{"initech", in.initechEndpoint.ID, in.initechMessage.ID, in.initechDelivery.ID, in.initechSecret, in.initechToken.ID, "initech-ops", "initech-excerpt",
+		in.initechPortal}
 }
 
-// digest fingerprints every table a request could change (a token's
-// last_used_at aside, which any authenticated request may stamp).
-func (in *isolation) digest(t *testing.T) string {
+// digestIgnores are the columns of a table that a request may change
+// without changing anything: a token's last_used_at, which any
+// authenticated request may stamp.
+var digestIgnores = map[string][]string{"api_tokens": {"last_used_at"}}
+
+// digestTables are tables the fingerprint must hold, whatever the catalog
+// says: a walk whose fingerprint missed one of them would not see a change
+// to it.
+var digestTables = []string{"endpoints", "messages", "message_payloads", "deliveries", "delivery_attempts", "idempotency_keys",
+	"traffic_classes", "breaker_states", "breaker_transitions", "class_changes", "endpoint_events", "auth_streaks",
+	"event_types", "api_tokens", "portal_sessions", "dashboard_sessions", "river_job"}
+
+// digest fingerprints every table of the schema, read from the catalog (a
+// partitioned table as a whole, with its partitions), by table: a request
+// that changes any row of any table changes it, digestIgnores aside.
+func (in *isolation) digest(t *testing.T) map[string]string {
 	t.Helper()
-	var out strings.Builder
-	for _, q := range []string{
-		`SELECT md5(coalesce(string_agg(e::text, '|' ORDER BY id), '')) FROM endpoints e`,
-		`SELECT md5(coalesce(string_agg(m::text, '|' ORDER BY id), '')) FROM messages m`,
-		`SELECT md5(coalesce(string_agg(d::text, '|' ORDER BY id), '')) FROM deliveries d`,
-		`SELECT md5(coalesce(string_agg(a::text, '|' ORDER BY id), '')) FROM delivery_attempts a`,
-		`SELECT md5(coalesce(string_agg(c::text, '|' ORDER BY name), '')) FROM traffic_classes c`,
-		`SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY endpoint_id), '')) FROM breaker_states s`,
-		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM breaker_transitions x`,
-		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM class_changes x`,
-		`SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY id), '')) FROM endpoint_events x`,
-		`SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY id), '')) FROM river_job j`,
-		`SELECT md5(coalesce(string_agg(concat_ws(',', id, name, scope, tenant_id, read_only, expires_at, revoked_at), '|' ORDER BY id), '')) FROM api_tokens`,
-	} {
+	ctx := context.Background()
+	rows, err := in.b.db.Pool.Query(ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`)
+	require.NoError(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Subset(t, tables, digestTables)
+	out := make(map[string]string, len(tables))
+	for _, table := range tables {
+		ignore := digestIgnores[table]
+		if ignore == nil {
+			ignore = []string{}
+		}
 		var sum string
-		require.NoError(t, in.b.db.Pool.QueryRow(context.Background(), q).Scan(&sum), q)
-		out.WriteString(sum)
+		q := `SELECT md5(coalesce(string_agg(r, '|' ORDER BY r), '')) FROM (SELECT (to_jsonb(t) - $1::text[])::text AS r FROM ` +
+			pgx.Identifier{table}.Sanitize() + ` t) rows`
+		require.NoError(t, in.b.db.Pool.QueryRow(ctx, q, ignore).Scan(&sum), table)
+		out[table] = sum
 	}
-	return out.String()
+	return out
 }
 
 // pathFor fills a route pattern with initech's objects (or, with missing,
@@ -126,6 +147,11 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 		if missing {
 			id = missingID("tok")
 		}
+	case strings.HasPrefix(p, "/v1/portal-sessions/{id}"):
+		id = in.initechPortal
+		if missing {
+			id = missingID("ps")
+		}
 	case strings.Contains(p, "{id}"):
 		t.Fatalf("%s: no fixture for {id}: add the object this route names", pattern)
 	}
@@ -142,20 +168,21 @@ func (in *isolation) pathFor(t *testing.T, pattern string, missing bool) string 
 // initech's tenant where the route takes a tenant_id. A route missing here is
 // sent no body.
 var walkBodies = map[string]any{
-	"POST /v1/endpoints":                      map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
-	"POST /v1/operational-endpoints":          map[string]any{"url": "https://initech.example/ops"},
-	"PATCH /v1/operational-endpoints/{id}":    map[string]any{"url": "https://initech.example/ops"},
-	"PATCH /v1/endpoints/{id}":                map[string]any{"description": "taken over"},
-	"POST /v1/endpoints/{id}/breaker/reset":   map[string]any{"reason": "x"},
-	"POST /v1/endpoints/{id}/breaker/isolate": map[string]any{"reason": "x"},
-	"POST /v1/endpoints/{id}/recover":         map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
-	"POST /v1/messages":                       map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
-	"POST /v1/messages/batch":                 map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
-	"POST /v1/traffic-classes":                map[string]any{"name": "mine"},
-	"PUT /v1/traffic-classes/{name}":          map[string]any{"failure_rate_threshold": 0.9},
-	"POST /v1/tokens":                         map[string]any{"name": "mine", "tenant_id": "initech"},
-	"POST /v1/event-types":                    map[string]any{"name": "mine"},
-	"PATCH /v1/event-types/{name}":            map[string]any{"archived": true},
+	"POST /v1/endpoints":                           map[string]any{"tenant_id": "initech", "url": "https://initech.example/new"},
+	"POST /v1/operational-endpoints":               map[string]any{"url": "https://initech.example/ops"},
+	"PATCH /v1/operational-endpoints/{id}":         map[string]any{"url": "https://initech.example/ops"},
+	"PATCH /v1/endpoints/{id}":                     map[string]any{"description": "taken over"},
+	"POST /v1/endpoints/{id}/breaker/reset":        map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/breaker/isolate":      map[string]any{"reason": "x"},
+	"POST /v1/endpoints/{id}/recover":              map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)},
+	"POST /v1/messages":                            map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}},
+	"POST /v1/messages/batch":                      map[string]any{"messages": []any{map[string]any{"tenant_id": "initech", "event_type": "invoice.paid", "payload": map[string]any{}}}},
+	"POST /v1/traffic-classes":                     map[string]any{"name": "mine"},
+	"PUT /v1/traffic-classes/{name}":               map[string]any{"failure_rate_threshold": 0.9},
+	"POST /v1/tokens":                              map[string]any{"name": "mine", "tenant_id": "initech"},
+	"POST /v1/event-types":                         map[string]any{"name": "mine"},
+	"POST /v1/tenants/{tenant_id}/portal-sessions": map[string]any{},
+	"PATCH /v1/event-types/{name}":                 map[string]any{"archived": true},
 }
 
 // leaks returns the initech markers an answer holds, the request's own path
@@ -195,7 +222,10 @@ func withoutInstance(t *testing.T, body []byte) string {
 //   - a route naming an initech object answers 404 or 403 exactly as it does
 //     for an id that names nothing, so existence does not leak;
 //   - any other route is admin-only (403) unless it is a tenant's list;
-//   - routes outside /v1 answer the token as they answer no token at all.
+//   - routes outside /v1 answer the token as they answer no token at all;
+//   - every tenant's list, run with each of its filters naming initech's
+//     objects, answers globex's rows alone;
+//   - no table changed: the fingerprint covers every table of the schema.
 func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -270,6 +300,7 @@ func TestTenantTokenIsolationOnEveryRoute(t *testing.T) {
 			}
 		})
 	}
+	in.walkListFilters(t, func(path string) rawAnswer { return b.raw(t, "GET", path, auth, nil) })
 	require.Equal(t, before, in.digest(t), "nothing changed")
 	for key := range rules {
 		require.Contains(t, routes, key, "a rule for a route that is not registered")
@@ -349,13 +380,13 @@ func TestTenantTokenReachesItsOwnTenant(t *testing.T) {
 // TestAdminOnlyRoutesRefuseTenantTokens: traffic classes, breaker
 // operations (on the token's own endpoints too), reclassification and
 // tokens answer 403 to a tenant token, and the same to the admin's
-// read-only tokens when they change something.
+// read-only tokens when they change something or reveal a secret.
 func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
 	b := in.b
 	own := "/v1/endpoints/" + in.globexEndpoint.ID
-	adminRO, _ := b.scopedToken(t, store.NewAPIToken{Name: "grafana", ReadOnly: true})
+	adminRO, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "grafana", ReadOnly: true})
 	for _, c := range []struct {
 		method, path string
 		body         any
@@ -385,7 +416,7 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 		require.Equal(t, "this route needs an admin token", p.Detail)
 
 		ro := b.raw(t, c.method, c.path, "Bearer "+adminRO, c.body)
-		if c.method == "GET" {
+		if c.method == "GET" && !strings.HasSuffix(c.path, "/secret") {
 			require.Equal(t, http.StatusOK, ro.status, "an admin's read-only token reads: %s", ro.body)
 		} else {
 			require.Equal(t, http.StatusForbidden, ro.status, "%s %s: %s", c.method, c.path, ro.body)
@@ -394,7 +425,8 @@ func TestAdminOnlyRoutesRefuseTenantTokens(t *testing.T) {
 }
 
 // TestReadOnlyTenantTokenChangesNothing: a read-only tenant token reads
-// its tenant's objects and is refused every change with 403.
+// its tenant's objects and is refused every change with 403, and its
+// endpoints' secrets.
 func TestReadOnlyTenantTokenChangesNothing(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -435,9 +467,10 @@ func TestReadOnlyTenantTokenChangesNothing(t *testing.T) {
 	}))
 	require.Greater(t, walked, 15)
 	require.Equal(t, before, in.digest(t), "nothing changed")
-	for _, path := range []string{"/v1/endpoints", ep, ep + "/secret", dlv} {
+	for _, path := range []string{"/v1/endpoints", ep, dlv} {
 		require.Equal(t, http.StatusOK, b.raw(t, "GET", path, auth, nil).status, path)
 	}
+	require.Equal(t, http.StatusForbidden, b.raw(t, "GET", ep+"/secret", auth, nil).status)
 }
 
 // TestExpiredAndRevokedTokensAreRefusedWithinTheCacheTTL: a token that
@@ -568,4 +601,102 @@ func looseJSON[T any](t *testing.T, r *response) T {
 	var v T
 	require.NoErrorf(t, json.Unmarshal(r.Body, &v), "decode %T from %s", v, r.Body)
 	return v
+}
+
+// listFilterValues are the values a filter walk gives each query parameter
+// of a tenant's list, naming initech's objects wherever a parameter names
+// one; after is the list's own cursor, an initech id of its kind.
+func (in *isolation) listFilterValues(route string) map[string]string {
+	after := map[string]string{
+		"/v1/endpoints": in.initechEndpoint.ID, "/v1/breakers": in.initechEndpoint.ID,
+		"/v1/messages": in.initechMessage.ID, "/v1/deliveries": in.initechDelivery.ID,
+	}[route]
+	return map[string]string{
+		"tenant_id": "initech", "endpoint_id": in.initechEndpoint.ID, "message_id": in.initechMessage.ID,
+		"event_type": "invoice.paid", "status": "failed,pending", "state": "closed", "include": "payload", "limit": "5",
+		"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "until": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
+		"after": after,
+	}
+}
+
+// walkListFilters runs every tenant's list with each query parameter the
+// OpenAPI document gives it, one at a time and all at once, each naming
+// initech's objects, as send (a globex principal): no answer holds
+// initech's data; naming initech's tenant_id is refused (403 naming
+// tenant_id), and any other filter answers globex's rows alone.
+func (in *isolation) walkListFilters(t *testing.T, send func(path string) rawAnswer) {
+	t.Helper()
+	for route := range tenantLists {
+		_, pattern, _ := strings.Cut(route, " ")
+		op := in.b.doc.Paths.Find(pattern).GetOperation("GET")
+		require.NotNil(t, op, route)
+		values := in.listFilterValues(pattern)
+		all := url.Values{}
+		var queries []url.Values
+		for _, p := range op.Parameters {
+			if p.Value.In != "query" {
+				continue
+			}
+			v, ok := values[p.Value.Name]
+			require.True(t, ok && v != "", "%s: no filter value for %s: add one to listFilterValues", route, p.Value.Name)
+			queries = append(queries, url.Values{p.Value.Name: {v}})
+			if p.Value.Name != "tenant_id" {
+				all.Set(p.Value.Name, v)
+			}
+		}
+		require.NotEmpty(t, queries, route)
+		for _, q := range append(queries, all) {
+			path := pattern + "?" + q.Encode()
+			a := send(path)
+			require.Empty(t, in.leaks(a, path), "%s answered %d: %s", path, a.status, a.body)
+			if q.Has("tenant_id") {
+				require.Equal(t, http.StatusForbidden, a.status, "%s: %s", path, a.body)
+				require.Contains(t, string(a.body), `"field":"tenant_id"`)
+				continue
+			}
+			require.Equal(t, http.StatusOK, a.status, "%s: %s", path, a.body)
+			var page struct {
+				Data []struct {
+					TenantID string `json:"tenant_id"`
+				} `json:"data"`
+			}
+			require.NoError(t, json.Unmarshal(a.body, &page), "%s", a.body)
+			for _, row := range page.Data {
+				require.Equal(t, "globex", row.TenantID, path)
+			}
+		}
+	}
+}
+
+// TestDigestSeesEveryTable: the walks' fingerprint changes when a row of
+// any table changes (here tables an earlier fingerprint left out), and
+// only that table's part does; a token's last use does not change it.
+func TestDigestSeesEveryTable(t *testing.T) {
+	t.Parallel()
+	in := setupIsolation(t)
+	ctx := context.Background()
+	r := in.b.do(t, "POST", "/v1/messages", map[string]any{"tenant_id": "globex", "event_type": "a", "payload": 1, "idempotency_key": "k1"})
+	requireStatus(t, http.StatusAccepted, r)
+	for table, stmt := range map[string]string{
+		"auth_streaks":       `INSERT INTO auth_streaks (endpoint_id, failures) VALUES ('ep_x', 1)`,
+		"event_types":        `INSERT INTO event_types (name) VALUES ('digest.check')`,
+		"portal_sessions":    `UPDATE portal_sessions SET read_only = NOT read_only`,
+		"idempotency_keys":   `UPDATE idempotency_keys SET key = key || '-'`,
+		"message_payloads":   `UPDATE message_payloads SET payload = '{"changed": true}'`,
+		"dashboard_sessions": `INSERT INTO dashboard_sessions (id, name, expires_at) VALUES ('s', 'ops', now() + interval '1 hour')`,
+	} {
+		before := in.digest(t)
+		tag, err := in.b.db.Pool.Exec(ctx, stmt)
+		require.NoError(t, err, table)
+		require.NotZero(t, tag.RowsAffected(), table)
+		after := in.digest(t)
+		require.NotEqual(t, before[table], after[table], table)
+		delete(before, table)
+		delete(after, table)
+		require.Equal(t, before, after, "only %s changed", table)
+	}
+	before := in.digest(t)
+	_, err := in.b.db.Pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = now()`)
+	require.NoError(t, err)
+	require.Equal(t, before, in.digest(t), "a token's last use is no change")
 }

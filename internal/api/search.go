@@ -67,9 +67,9 @@ func handleSearchMessages(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		var fe fieldErrors
-		f := store.MessageSearch{TenantID: q.Get("tenant_id"), EventType: q.Get("event_type")}
-		if f.TenantID != "" {
-			validateTenantID(&fe, "tenant_id", f.TenantID)
+		f := store.MessageSearch{Tenants: requestTenants(r), EventType: q.Get("event_type")}
+		if t := q.Get("tenant_id"); t != "" {
+			validateTenantID(&fe, "tenant_id", t)
 		}
 		if f.EventType != "" {
 			validateEventType(&fe, "event_type", f.EventType)
@@ -102,9 +102,9 @@ func handleSearchDeliveries(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		var fe fieldErrors
-		f := store.DeliverySearch{TenantID: q.Get("tenant_id")}
-		if f.TenantID != "" {
-			validateTenantID(&fe, "tenant_id", f.TenantID)
+		f := store.DeliverySearch{Tenants: requestTenants(r)}
+		if t := q.Get("tenant_id"); t != "" {
+			validateTenantID(&fe, "tenant_id", t)
 		}
 		if s := q.Get("status"); s != "" {
 			for _, st := range strings.Split(s, ",") {

@@ -68,8 +68,9 @@ type Deps struct {
 	// RiverUI, when not nil, is River's UI (NewRiverUI), served under
 	// /riverui to admin dashboard sessions only; nil answers 404 there.
 	RiverUI http.Handler
-	// SessionKey signs dashboard sessions (SESSION_KEY); empty means a
-	// random key per process.
+	// SessionKey is the secret the session cookie and CSRF keys are
+	// derived from (SESSION_KEY, or SECRET_KEY when that is unset), shared
+	// by every replica; empty means a random one per process.
 	SessionKey []byte
 	// StrictEventTypes refuses (422) messages of an event type the
 	// catalogue does not hold, or holds archived, and payloads that do not

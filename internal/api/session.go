@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,7 +13,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // Authenticator checks an API token and names it. The dashboard's login
@@ -50,33 +54,66 @@ const (
 // token, or a login posted from another origin.
 var errCSRF = errors.New("cross-site request check failed: a change made with the session cookie needs the X-CSRF-Token header of the dashboard page, and a login must come from this origin")
 
-// sessions signs and checks dashboard sessions: stateless, an HMAC-SHA256
-// over the token's name, the expiry and a random session id, with a key
-// per process or configured (SESSION_KEY) so replicas share sessions.
+// sessions signs and checks dashboard sessions: an HMAC-SHA256 over the
+// token's name and id, the expiry and a random session id. Each session is
+// also a row of the store (dashboard_sessions), which a logout ends;
+// whether a row is live is cached for TokenCacheTTL.
+//
+// Its two keys, one signing session cookies and one making CSRF tokens (the
+// dashboard's and the portal's), are derived with HKDF-SHA256 under
+// distinct labels from one configured secret (SESSION_KEY, or SECRET_KEY
+// when that is unset), so every replica given it shares sessions; from a
+// random one per process when none is.
 type sessions struct {
-	key []byte
-	now func() time.Time
+	sessionKey []byte
+	csrfKey    []byte
+	now        func() time.Time
+
+	mu sync.Mutex
+	// live caches whether a session's row is live, by session id.
+	live map[string]cachedLive
 }
 
 // session is a signed cookie's payload.
 type session struct {
-	Name    string `json:"n"`
+	Name string `json:"n"`
+	// TokenID is the id of the token the session was opened with
+	// (Principal.TokenID).
+	TokenID string `json:"t,omitempty"`
 	Expires int64  `json:"e"` // Unix seconds
 	ID      string `json:"i"` // 128 random bits, base64url
 }
 
-// newSessions signs with key, or with a random key (sessions then last
-// as long as the process) when key is empty.
-func newSessions(key []byte, now func() time.Time) *sessions {
-	if len(key) == 0 {
-		key = make([]byte, 32)
-		_, _ = rand.Read(key) // never fails (crypto/rand, Go 1.24+)
+// HKDF labels of the keys derived from the session secret.
+const (
+	sessionKeyLabel = "hookd dashboard session cookie v1"
+	csrfKeyLabel    = "hookd csrf token v1"
+)
+
+// newSessions derives its keys from secret, or from a random secret
+// (sessions then last as long as the process, on it alone) when secret is
+// empty.
+func newSessions(secret []byte, now func() time.Time) *sessions {
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret) // never fails (crypto/rand, Go 1.24+)
 	}
-	return &sessions{key: key, now: now}
+	return &sessions{sessionKey: deriveKey(secret, sessionKeyLabel), csrfKey: deriveKey(secret, csrfKeyLabel), now: now,
+		live: map[string]cachedLive{}}
 }
 
-func (s *sessions) mac(purpose, msg string) []byte {
-	h := hmac.New(sha256.New, s.key)
+// deriveKey derives a 32-byte key from secret for the use label names.
+func deriveKey(secret []byte, label string) []byte {
+	k, err := hkdf.Key(sha256.New, secret, nil, label, 32)
+	if err != nil {
+		// Only a length beyond 255 hash blocks fails.
+		panic("derive session key: " + err.Error())
+	}
+	return k
+}
+
+func mac(key []byte, purpose, msg string) []byte {
+	h := hmac.New(sha256.New, key)
 	h.Write([]byte(purpose))
 	h.Write([]byte{0})
 	h.Write([]byte(msg))
@@ -85,18 +122,18 @@ func (s *sessions) mac(purpose, msg string) []byte {
 
 var b64 = base64.RawURLEncoding
 
-// issue returns a signed cookie value for name, expiring SessionTTL from
-// now.
-func (s *sessions) issue(name string) (string, session, error) {
+// issue returns a signed cookie value for the token name of id tokenID,
+// expiring SessionTTL from now.
+func (s *sessions) issue(name, tokenID string) (string, session, error) {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
-	sess := session{Name: name, Expires: s.now().Add(SessionTTL).Unix(), ID: b64.EncodeToString(id)}
+	sess := session{Name: name, TokenID: tokenID, Expires: s.now().Add(SessionTTL).Unix(), ID: b64.EncodeToString(id)}
 	raw, err := json.Marshal(sess)
 	if err != nil {
 		return "", session{}, fmt.Errorf("session: %w", err)
 	}
 	payload := b64.EncodeToString(raw)
-	return payload + "." + b64.EncodeToString(s.mac("hookd-session", payload)), sess, nil
+	return payload + "." + b64.EncodeToString(mac(s.sessionKey, "hookd-session", payload)), sess, nil
 }
 
 // parse checks a cookie value's signature and expiry.
@@ -106,7 +143,7 @@ func (s *sessions) parse(value string) (session, bool) {
 		return session{}, false
 	}
 	got, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, s.mac("hookd-session", payload)) {
+	if err != nil || !hmac.Equal(got, mac(s.sessionKey, "hookd-session", payload)) {
 		return session{}, false
 	}
 	raw, err := b64.DecodeString(payload)
@@ -135,12 +172,12 @@ func (s *sessions) fromRequest(r *http.Request) (session, bool) {
 // csrfToken is the session's CSRF token: derived from the session id, so
 // nothing is stored, and useless without the session cookie it belongs to.
 func (s *sessions) csrfToken(sess session) string {
-	return b64.EncodeToString(s.mac("hookd-csrf", sess.ID))
+	return b64.EncodeToString(mac(s.csrfKey, "hookd-csrf", sess.ID))
 }
 
 func (s *sessions) validCSRF(sess session, token string) bool {
 	got, err := b64.DecodeString(token)
-	return err == nil && token != "" && hmac.Equal(got, s.mac("hookd-csrf", sess.ID))
+	return err == nil && token != "" && hmac.Equal(got, mac(s.csrfKey, "hookd-csrf", sess.ID))
 }
 
 // cookie returns the session cookie: HttpOnly, SameSite=Strict, Secure
@@ -160,21 +197,69 @@ func safeMethod(m string) bool {
 }
 
 // liveSession returns the request's valid session, if any, and only while
-// the token it was opened with is live (when d.Auth can tell): revoking a
-// token ends its sessions within TokenCacheTTL. An error means the check
-// could not be made.
+// its row is live (no logout ended it) and the token it was opened with is
+// live (when d.Auth can tell): a logout ends the session at once on this
+// process, and a logout elsewhere or a revoke of its token within
+// TokenCacheTTL. An error means the check could not be made.
 func (d Deps) liveSession(r *http.Request) (session, bool, error) {
 	sess, ok := d.sessions.fromRequest(r)
 	if !ok {
 		return session{}, false, nil
 	}
-	if nc, can := d.Auth.(nameChecker); can {
-		live, err := nc.Live(r.Context(), sess.Name)
+	if d.Store != nil {
+		live, err := d.sessions.rowLive(r.Context(), d.Store, sess.ID)
+		if err != nil || !live {
+			return session{}, false, err
+		}
+	}
+	if lc, can := d.Auth.(liveChecker); can && sess.TokenID != "" {
+		live, err := lc.Live(r.Context(), sess.TokenID)
 		if err != nil || !live {
 			return session{}, false, err
 		}
 	}
 	return sess, true, nil
+}
+
+// dashboardSessionStore is what sessions need of the store.
+type dashboardSessionStore interface {
+	LiveDashboardSession(ctx context.Context, id string) (bool, error)
+}
+
+var _ dashboardSessionStore = (*store.Store)(nil)
+
+// rowLive reports whether the session id's row is live, asking st at most
+// once per TokenCacheTTL.
+func (s *sessions) rowLive(ctx context.Context, st dashboardSessionStore, id string) (bool, error) {
+	now := s.now()
+	s.mu.Lock()
+	c, ok := s.live[id]
+	s.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.live, nil
+	}
+	live, err := st.LiveDashboardSession(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.live) >= 256 {
+		for k, c := range s.live {
+			if !now.Before(c.until) {
+				delete(s.live, k)
+			}
+		}
+	}
+	s.live[id] = cachedLive{live: live, until: now.Add(TokenCacheTTL)}
+	return live, nil
+}
+
+// forget drops the cached answer for the session id (its logout).
+func (s *sessions) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, id)
 }
 
 // sessionOrToken admits a /v1 request by the dashboard's session cookie,
@@ -210,8 +295,8 @@ func sessionOrToken(d Deps, token func(http.Handler) http.Handler) func(http.Han
 				return
 			}
 			// Only writable admin tokens open sessions (handleLogin), and
-			// liveSession checks the name still is one.
-			next.ServeHTTP(w, withPrincipal(r, Principal{Name: sess.Name}))
+			// liveSession checks the token still is one.
+			next.ServeHTTP(w, withPrincipal(r, adminPrincipal(sess.Name, sess.TokenID)))
 		})
 	}
 }

@@ -340,7 +340,7 @@ func TestSessionExpires(t *testing.T) {
 func TestSessionCookieCannotBeForged(t *testing.T) {
 	t.Parallel()
 	key := []byte(strings.Repeat("k", 32))
-	srv, _ := setup(t, func(d *api.Deps) { d.SessionKey = key })
+	srv, bundle := setup(t, func(d *api.Deps) { d.SessionKey = key })
 	b := newBrowser(t, srv.URL)
 	c, _ := b.loggedIn()
 	requireStatus(t, http.StatusOK, b.send("GET", "/v1/endpoints", nil, c))
@@ -363,12 +363,16 @@ func TestSessionCookieCannotBeForged(t *testing.T) {
 		})
 	}
 
-	// A server with another key does not accept it; one with the same key does.
-	other, _ := setup(t, func(d *api.Deps) { d.SessionKey = []byte(strings.Repeat("o", 32)) })
+	// A server with another key does not accept it; one with the same key
+	// does. All are replicas of one database, which holds the session.
+	replica := func(key []byte) func(*api.Deps) {
+		return func(d *api.Deps) { d.SessionKey, d.Store = key, bundle.store }
+	}
+	other, _ := setup(t, replica([]byte(strings.Repeat("o", 32))))
 	requireProblem(t, http.StatusUnauthorized, newBrowser(t, other.URL).send("GET", "/v1/endpoints", nil, c))
-	same, _ := setup(t, func(d *api.Deps) { d.SessionKey = key })
+	same, _ := setup(t, replica(key))
 	requireStatus(t, http.StatusOK, newBrowser(t, same.URL).send("GET", "/v1/endpoints", nil, c))
-	random, _ := setup(t)
+	random, _ := setup(t, replica(nil))
 	// A random key per process.
 	requireProblem(t, http.StatusUnauthorized, newBrowser(t, random.URL).send("GET", "/v1/endpoints", nil, c))
 }

@@ -99,8 +99,8 @@ func TestDashboardLoginTakesWritableAdminTokensOnly(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
 	srv, b := setup(t, func(d *api.Deps) { d.Now = clock.Now })
 	br := newBrowser(t, srv.URL)
-	tenant, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme-app", TenantID: "acme"})
-	readOnly, _ := b.scopedToken(t, store.NewAPIToken{Name: "grafana", ReadOnly: true})
+	tenant, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-app", TenantID: "acme"})
+	readOnly, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "grafana", ReadOnly: true})
 	for _, tok := range []string{tenant, readOnly} {
 		r := br.login(tok)
 		p := requireProblem(t, http.StatusForbidden, r)
@@ -115,7 +115,7 @@ func TestDashboardLoginTakesWritableAdminTokensOnly(t *testing.T) {
 	requireStatus(t, http.StatusOK, br.send("GET", "/v1/traffic-classes", nil, c))
 	_, err := b.store.RevokeAPIToken(context.Background(), store.TokenRef{ID: rec.ID})
 	require.NoError(t, err)
-	b.scopedToken(t, store.NewAPIToken{Name: "shared-name", TenantID: "acme"})
+	b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "shared-name", TenantID: "acme"})
 	clock.Advance(api.TokenCacheTTL)
 	requireProblem(t, http.StatusUnauthorized, br.send("GET", "/v1/traffic-classes", nil, c))
 }

@@ -40,7 +40,7 @@ func toToken(t store.APIToken) tokenResponse {
 		ID: t.ID, Name: t.Name, Scope: t.Scope, ReadOnly: t.ReadOnly,
 		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, RevokedAt: t.RevokedAt,
 	}
-	if t.TenantID != "" {
+	if t.Scope == store.ScopeTenant {
 		out.TenantID = &t.TenantID
 	}
 	return out
@@ -98,9 +98,9 @@ func handleCreateToken(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		in := store.NewAPIToken{Name: req.Name, ReadOnly: req.ReadOnly}
+		in := store.NewAPIToken{Scope: store.ScopeAdmin, Name: req.Name, ReadOnly: req.ReadOnly}
 		if req.TenantID != nil {
-			in.TenantID = *req.TenantID
+			in.Scope, in.TenantID = store.ScopeTenant, *req.TenantID
 		}
 		if req.ExpiresIn != nil {
 			in.ExpiresIn, _ = ParseTokenExpiry(*req.ExpiresIn)

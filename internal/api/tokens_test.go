@@ -58,7 +58,7 @@ func (b *testBundle) raw(t *testing.T, method, path, auth string, body any) rawA
 // storedToken creates a stored admin token named name and returns it.
 func (b *testBundle) storedToken(t *testing.T, name string) (string, store.APIToken) {
 	t.Helper()
-	return b.scopedToken(t, store.NewAPIToken{Name: name})
+	return b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeAdmin, Name: name})
 }
 
 // scopedToken stores the token in describes (its Sum is filled in) and
@@ -236,7 +236,7 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 		wg.Go(func() {
 			p, err := auth.Check(ctx, tok)
 			require.NoError(t, err)
-			require.Equal(t, api.Principal{Name: "ci"}, p)
+			require.Equal(t, api.Principal{Name: "ci", TokenID: rec.ID, Scope: store.ScopeAdmin}, p)
 		})
 	}
 	wg.Wait()
@@ -252,7 +252,7 @@ func TestTokenAuthCachesAndSeesRevocationsWithinTheTTL(t *testing.T) {
 	// The bootstrap token and malformed tokens never reach the store.
 	p, err := auth.Check(ctx, "boot-token")
 	require.NoError(t, err)
-	require.Equal(t, api.Principal{Name: api.BootstrapTokenName}, p)
+	require.Equal(t, api.Principal{Name: api.BootstrapTokenName, TokenID: api.BootstrapTokenName, Scope: store.ScopeAdmin}, p)
 	name, ok := auth.Authenticate(ctx, tok)
 	require.True(t, ok, "the dashboard login's check")
 	require.Equal(t, "ci", name)

@@ -21,6 +21,19 @@ func BindSecretKeys(f *FlagSet) *SecretKeys {
 	}
 }
 
+// Primary returns the --secret-key's bytes, nil when it is unset. Keyring
+// validates it first.
+func (k *SecretKeys) Primary() ([]byte, error) {
+	if *k.primary == "" {
+		return nil, nil
+	}
+	key, err := secretbox.ParseKey(*k.primary)
+	if err != nil {
+		return nil, Invalid("secret-key", "SECRET_KEY", "%v", err)
+	}
+	return key, nil
+}
+
 // Keyring returns the configured keyring (nil without --secret-key), or a
 // UsageError naming the flag at fault.
 func (k *SecretKeys) Keyring() (*secretbox.Keyring, error) {

@@ -156,9 +156,10 @@ func (s *Store) BreakerDetails(ctx context.Context, endpointID string, c breaker
 type BreakerFilter struct {
 	// State is closed, open, half_open or isolated (effective state: an
 	// open breaker past its open_until counts as half_open), or empty.
-	State    string
-	TenantID string
-	Page     Page
+	State string
+	// Tenants is whose endpoints are listed.
+	Tenants Tenants
+	Page    Page
 }
 
 // ListBreakers returns a page of live customer endpoints (never
@@ -167,13 +168,13 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+endpointColumnsQualified+`, `+breakerColumns+`, clock_timestamp(), s.updated_at
 		FROM endpoints e JOIN breaker_states s ON s.endpoint_id = e.id
-		WHERE e.deleted_at IS NULL AND ($1 = '' OR e.tenant_id = $1) AND e.tenant_id <> $5 AND e.id > $2
+		WHERE e.deleted_at IS NULL AND ($6::boolean OR e.tenant_id = $1) AND e.tenant_id <> $5 AND e.id > $2
 			AND CASE $3
 				WHEN '' THEN true
 				WHEN 'open' THEN s.state = 'open' AND s.open_until > clock_timestamp()
 				WHEN 'half_open' THEN s.state = 'half_open' OR (s.state = 'open' AND s.open_until <= clock_timestamp())
 				ELSE s.state = $3 END
-		ORDER BY e.id LIMIT $4`, f.TenantID, f.Page.After, f.State, f.Page.Limit, OperationalTenant)
+		ORDER BY e.id LIMIT $4`, f.Tenants.id, f.Page.After, f.State, f.Page.Limit, OperationalTenant, f.Tenants.all)
 	if err != nil {
 		return nil, fmt.Errorf("list breakers: %w", err)
 	}

@@ -82,11 +82,11 @@ func TestTrialLockIsVisibleAndReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, det.TrialInFlight)
 
-	list, err := s.ListBreakers(ctx, store.BreakerFilter{State: "half_open", Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
+	list, err := s.ListBreakers(ctx, store.BreakerFilter{State: "half_open", Tenants: store.AllTenants(), Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, e.ID, list[0].Endpoint.ID)
-	list, err = s.ListBreakers(ctx, store.BreakerFilter{State: "closed", Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
+	list, err = s.ListBreakers(ctx, store.BreakerFilter{State: "closed", Tenants: store.AllTenants(), Page: store.Page{Limit: 10}}, func(store.Endpoint) breaker.Config { return testCfg })
 	require.NoError(t, err)
 	require.Empty(t, list)
 }

@@ -182,11 +182,11 @@ func (s *Store) DeliveryProgress(ctx context.Context, id string) (Progress, erro
 // in one transaction: one statement locks them, one reads whether their
 // payloads remain, one River insert queues them and one statement updates
 // them. It answers each id in order: nil when queued, else why not
-// (ErrNotFound, also for a delivery of another tenant than tenantID when
-// tenantID is set; ErrNotRetryable; ErrPayloadExpired). An id given twice
+// (ErrNotFound, also for a delivery of a tenant tenants does not hold;
+// ErrNotRetryable; ErrPayloadExpired). An id given twice
 // is answered the same both times. The error is for the transaction as a
 // whole, when nothing was queued.
-func (s *Store) RetryDeliveries(ctx context.Context, ids []string, tenantID string, enq Enqueuer) ([]error, error) {
+func (s *Store) RetryDeliveries(ctx context.Context, ids []string, tenants Tenants, enq Enqueuer) ([]error, error) {
 	out := make([]error, len(ids))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		for i := range out {
@@ -194,7 +194,7 @@ func (s *Store) RetryDeliveries(ctx context.Context, ids []string, tenantID stri
 		}
 		// In id order, so two bulk retries lock rows in the same order.
 		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+deliveryFrom+`
-			WHERE d.id = ANY($1) AND ($2 = '' OR d.tenant_id = $2) ORDER BY d.id FOR UPDATE OF d`, customPlan, ids, tenantID)
+			WHERE d.id = ANY($1) AND ($3::boolean OR d.tenant_id = $2) ORDER BY d.id FOR UPDATE OF d`, customPlan, ids, tenants.id, tenants.all)
 		if err != nil {
 			return fmt.Errorf("lock deliveries: %w", err)
 		}

@@ -180,13 +180,13 @@ type Page struct {
 	Limit int
 }
 
-// ListEndpoints returns live customer endpoints (never operational ones)
-// in id order, optionally of one tenant.
-func (s *Store) ListEndpoints(ctx context.Context, tenantID string, p Page) ([]Endpoint, error) {
+// ListEndpoints returns the live customer endpoints (never operational
+// ones) of tenants in id order.
+func (s *Store) ListEndpoints(ctx context.Context, tenants Tenants, p Page) ([]Endpoint, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+endpointColumns+` FROM endpoints
-		WHERE deleted_at IS NULL AND ($1 = '' OR tenant_id = $1) AND tenant_id <> $4 AND id > $2
-		ORDER BY id LIMIT $3`, tenantID, p.After, p.Limit, OperationalTenant)
+		WHERE deleted_at IS NULL AND ($5::boolean OR tenant_id = $1) AND tenant_id <> $4 AND id > $2
+		ORDER BY id LIMIT $3`, tenants.id, p.After, p.Limit, OperationalTenant, tenants.all)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}

@@ -40,3 +40,24 @@ func (s *Store) OwnerTenant(ctx context.Context, kind, id string) (string, error
 	}
 	return tenant, nil
 }
+
+// Tenants is whose rows a query reads: every tenant's (AllTenants, what an
+// admin reads) or one tenant's (OneTenant). The zero value reads no
+// tenant's rows: a scope that was never set grants nothing, and no tenant
+// id, the empty one included, stands for every tenant.
+type Tenants struct {
+	all bool
+	id  string
+}
+
+// AllTenants reads every tenant's rows.
+func AllTenants() Tenants { return Tenants{all: true} }
+
+// OneTenant reads the rows of tenant id alone.
+func OneTenant(id string) Tenants { return Tenants{id: id} }
+
+// All reports whether t reads every tenant's rows.
+func (t Tenants) All() bool { return t.all }
+
+// ID is the one tenant t reads, when not All.
+func (t Tenants) ID() string { return t.id }

@@ -33,11 +33,12 @@ func searchBounds(prefix string, since, until *time.Time, after string) (lo, hi 
 	return lo, hi
 }
 
-// MessageSearch narrows a search of messages; every field is optional.
-// After is the id of the last message of the previous page (searches run
-// newest first).
+// MessageSearch narrows a search of messages; every field but Tenants is
+// optional. After is the id of the last message of the previous page
+// (searches run newest first).
 type MessageSearch struct {
-	TenantID     string
+	// Tenants is whose messages are searched.
+	Tenants      Tenants
 	EventType    string
 	Since, Until *time.Time
 	After        string
@@ -57,7 +58,7 @@ const searchMessagesSQL = `
 			$6 AND NOT EXISTS (SELECT FROM message_payloads p
 				WHERE p.message_id = m.id AND p.message_id >= $1 AND p.message_id < $2)
 		FROM messages m
-		WHERE m.id >= $1 AND m.id < $2 AND ($3 = '' OR m.tenant_id = $3) AND ($4 = '' OR m.event_type = $4)
+		WHERE m.id >= $1 AND m.id < $2 AND ($7::boolean OR m.tenant_id = $3) AND ($4 = '' OR m.event_type = $4)
 		ORDER BY m.id DESC LIMIT $5`
 
 // SearchMessages returns messages newest first, without their
@@ -65,7 +66,7 @@ const searchMessagesSQL = `
 // payload retention dropped one).
 func (s *Store) SearchMessages(ctx context.Context, f MessageSearch) ([]Message, error) {
 	lo, hi := searchBounds("msg", f.Since, f.Until, f.After)
-	rows, err := s.pool.Query(ctx, searchMessagesSQL, customPlan, lo, hi, f.TenantID, f.EventType, f.Limit, f.WithPayload)
+	rows, err := s.pool.Query(ctx, searchMessagesSQL, customPlan, lo, hi, f.Tenants.id, f.EventType, f.Limit, f.WithPayload, f.Tenants.all)
 	if err != nil {
 		return nil, fmt.Errorf("search messages: %w", err)
 	}
@@ -91,13 +92,14 @@ func (s *Store) SearchMessages(ctx context.Context, f MessageSearch) ([]Message,
 	return out, nil
 }
 
-// DeliverySearch narrows a search of deliveries; every field is
-// optional. Statuses are delivery statuses, DeliveryDelivering included.
-// After is the id of the last delivery of the previous page.
+// DeliverySearch narrows a search of deliveries; every field but Tenants
+// is optional. Statuses are delivery statuses, DeliveryDelivering
+// included. After is the id of the last delivery of the previous page.
 type DeliverySearch struct {
-	Statuses     []string
-	EndpointID   string
-	TenantID     string
+	Statuses   []string
+	EndpointID string
+	// Tenants is whose deliveries are searched.
+	Tenants      Tenants
 	MessageID    string
 	Since, Until *time.Time
 	After        string
@@ -136,7 +138,7 @@ func storedStatuses(statuses []string) []string {
 // the stored statuses to read (an index or the primary key serves each),
 // $7 the statuses as shown, delivering derived from the running job.
 const searchDeliveriesSQL = `SELECT ` + deliveryColumns + deliveryFrom + `
-		WHERE d.id >= $1 AND d.id < $2 AND ($3 = '' OR d.tenant_id = $3) AND ($4 = '' OR d.endpoint_id = $4)
+		WHERE d.id >= $1 AND d.id < $2 AND ($9::boolean OR d.tenant_id = $3) AND ($4 = '' OR d.endpoint_id = $4)
 			AND ($5 = '' OR d.message_id = $5)
 			AND ($6::text[] IS NULL OR d.status = ANY($6))
 			AND ($7::text[] IS NULL OR CASE WHEN d.status IN ('pending', 'waiting') AND j.state = 'running' THEN 'delivering' ELSE d.status END = ANY($7))
@@ -150,7 +152,7 @@ func (s *Store) SearchDeliveries(ctx context.Context, f DeliverySearch) ([]Deliv
 		shown = f.Statuses
 	}
 	rows, err := s.pool.Query(ctx, searchDeliveriesSQL, customPlan,
-		lo, hi, f.TenantID, f.EndpointID, f.MessageID, storedStatuses(f.Statuses), shown, f.Limit)
+		lo, hi, f.Tenants.id, f.EndpointID, f.MessageID, storedStatuses(f.Statuses), shown, f.Limit, f.Tenants.all)
 	if err != nil {
 		return nil, fmt.Errorf("search deliveries: %w", err)
 	}

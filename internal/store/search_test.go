@@ -99,13 +99,13 @@ func TestSearchesPruneToTheirTimeRange(t *testing.T) {
 		name              string
 		tenant, eventType string
 	}{{"messages", "", ""}, {"a tenant's messages", "acme", ""}, {"messages of an event type", "", "invoice.paid"}} {
-		rels := planRelations(t, b, store.SearchMessagesSQL, lo, hi, c.tenant, c.eventType, 50, true)
+		rels := planRelations(t, b, store.SearchMessagesSQL, lo, hi, c.tenant, c.eventType, 50, true, c.tenant == "")
 		check(c.name, "messages", from, to, rels)
 		check(c.name+" (payloads)", "message_payloads", from, to, rels)
 	}
 	msgLo, msgHi := store.SearchBounds("msg", &from, nil, store.IDBound("msg", now.Add(-2*time.Hour)))
 	check("messages since a time, below a cursor", "messages", from, now.Add(-2*time.Hour+time.Millisecond),
-		planRelations(t, b, store.SearchMessagesSQL, msgLo, msgHi, "", "", 50, false))
+		planRelations(t, b, store.SearchMessagesSQL, msgLo, msgHi, "", "", 50, false, true))
 
 	lo, hi = store.SearchBounds("dlv", &from, &to, "")
 	for _, c := range []struct {
@@ -120,9 +120,9 @@ func TestSearchesPruneToTheirTimeRange(t *testing.T) {
 		{"a message's deliveries", "", "", "msg_x", nil, nil},
 	} {
 		check(c.name, "deliveries", from, to,
-			planRelations(t, b, store.SearchDeliveriesSQL, lo, hi, c.tenant, c.endpoint, c.message, c.stored, c.shown, 50))
+			planRelations(t, b, store.SearchDeliveriesSQL, lo, hi, c.tenant, c.endpoint, c.message, c.stored, c.shown, 50, c.tenant == ""))
 	}
 	lo, hi = store.SearchBounds("dlv", &from, nil, cursor)
 	check("deliveries since a time, below a cursor", "deliveries", from, now.Add(-2*time.Hour+time.Millisecond),
-		planRelations(t, b, store.SearchDeliveriesSQL, lo, hi, "", "", "", nil, nil, 50))
+		planRelations(t, b, store.SearchDeliveriesSQL, lo, hi, "", "", "", nil, nil, 50, true))
 }

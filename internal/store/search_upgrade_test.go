@@ -44,11 +44,11 @@ func TestUpgradeAddsSearchIndexes(t *testing.T) {
 			WHERE i.inhparent = $1::regclass`, idx).Scan(&n))
 		require.Positive(t, n, "%s has no partition index", idx)
 	}
-	ms, err := s.SearchMessages(ctx, store.MessageSearch{EventType: "invoice.paid", Limit: 10})
+	ms, err := s.SearchMessages(ctx, store.MessageSearch{Tenants: store.AllTenants(), EventType: "invoice.paid", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ms, 3)
 	require.Equal(t, ids[2], ms[0].ID, "newest first")
-	ds, err := s.SearchDeliveries(ctx, store.DeliverySearch{TenantID: "acme", Statuses: []string{store.DeliveryFailed}, Limit: 10})
+	ds, err := s.SearchDeliveries(ctx, store.DeliverySearch{Tenants: store.OneTenant("acme"), Statuses: []string{store.DeliveryFailed}, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, ids[1], ds[0].MessageID)

@@ -77,7 +77,7 @@ func TestSecretsSealedAtRest(t *testing.T) {
 	byID, err := s.GetEndpoints(ctx, []string{e.ID})
 	require.NoError(t, err)
 	require.Equal(t, replacedHeaders, byID[e.ID].Headers)
-	list, err := s.ListEndpoints(ctx, "acme", store.Page{Limit: 10})
+	list, err := s.ListEndpoints(ctx, store.OneTenant("acme"), store.Page{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, replacedHeaders, list[0].Headers)

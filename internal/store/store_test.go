@@ -159,7 +159,7 @@ func TestListEndpointsPaginates(t *testing.T) {
 	var got []string
 	page := store.Page{Limit: 3}
 	for {
-		list, err := s.ListEndpoints(context.Background(), "acme", page)
+		list, err := s.ListEndpoints(context.Background(), store.OneTenant("acme"), page)
 		require.NoError(t, err)
 		for _, e := range list {
 			got = append(got, e.ID)

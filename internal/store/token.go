@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +49,10 @@ type NewAPIToken struct {
 	Name string
 	// Sum is the token's SHA-256; the token itself is never stored.
 	Sum [32]byte
-	// TenantID binds the token to one tenant; empty makes an admin token.
+	// Scope is ScopeAdmin or ScopeTenant.
+	Scope string
+	// TenantID is the tenant a ScopeTenant token is bound to, and empty
+	// for a ScopeAdmin one.
 	TenantID string
 	ReadOnly bool
 	// ExpiresIn, when positive, ends the token that long after its
@@ -56,12 +60,21 @@ type NewAPIToken struct {
 	ExpiresIn time.Duration
 }
 
+// ErrTokenScope is a token to store whose scope and tenant disagree: an
+// admin token names no tenant, a tenant token names one.
+var ErrTokenScope = errors.New("a token's scope is admin without a tenant or tenant with one")
+
 // CreateAPIToken stores a token by its SHA-256 sum. It returns ErrConflict
-// when a live token already has the name.
+// when a live token already has the name, ErrTokenScope when in's scope and
+// tenant disagree.
 func (s *Store) CreateAPIToken(ctx context.Context, in NewAPIToken) (APIToken, error) {
-	scope, tenant := ScopeAdmin, (*string)(nil)
-	if in.TenantID != "" {
-		scope, tenant = ScopeTenant, &in.TenantID
+	var tenant *string
+	switch {
+	case in.Scope == ScopeAdmin && in.TenantID == "":
+	case in.Scope == ScopeTenant && in.TenantID != "":
+		tenant = &in.TenantID
+	default:
+		return APIToken{}, fmt.Errorf("create api token %q: %w", in.Name, ErrTokenScope)
 	}
 	var expiresIn *float64
 	if in.ExpiresIn > 0 {
@@ -72,7 +85,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, in NewAPIToken) (APIToken, e
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO api_tokens (id, name, sha256, scope, tenant_id, read_only, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
-		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), in.Name, in.Sum[:], scope, tenant, in.ReadOnly, expiresIn).Scan(apiTokenDest(&t)...)
+		RETURNING `+apiTokenColumns, NewID("tok", time.Now()), in.Name, in.Sum[:], in.Scope, tenant, in.ReadOnly, expiresIn).Scan(apiTokenDest(&t)...)
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "api_tokens_live_name_idx":
@@ -116,22 +129,39 @@ type TokenRef struct {
 }
 
 // RevokeAPIToken revokes the unrevoked token ref names (an expired one
-// included) and returns it. It returns ErrNotFound when none matches.
+// included) and returns it, ending in the same transaction every portal
+// session the token opened (its dashboard sessions end as they find it
+// revoked). It returns ErrNotFound when none matches.
 func (s *Store) RevokeAPIToken(ctx context.Context, ref TokenRef) (APIToken, error) {
 	col, val := "id", ref.ID
 	if ref.ID == "" {
 		col, val = "name", ref.Name
 	}
 	var t APIToken
-	err := s.pool.QueryRow(ctx, `
-		UPDATE api_tokens SET revoked_at = now()
-		WHERE `+col+` = $1 AND revoked_at IS NULL
-		RETURNING `+apiTokenColumns, val).Scan(apiTokenDest(&t)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return APIToken{}, ErrNotFound
-	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			UPDATE api_tokens SET revoked_at = now()
+			WHERE `+col+` = $1 AND revoked_at IS NULL
+			RETURNING `+apiTokenColumns, val).Scan(apiTokenDest(&t)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("revoke api token: %w", err)
+		}
+		ended, err := tx.Exec(ctx, `UPDATE portal_sessions SET ended_at = now()
+			WHERE created_by_token_id = $1 AND ended_at IS NULL`, t.ID)
+		if err != nil {
+			return fmt.Errorf("end the revoked token's portal sessions: %w", err)
+		}
+		if n := ended.RowsAffected(); n > 0 {
+			s.logger.InfoContext(ctx, "portal_sessions_ended", slog.String("token_id", t.ID), slog.Int64("sessions", n),
+				slog.String("reason", "token revoked"))
+		}
+		return nil
+	})
 	if err != nil {
-		return APIToken{}, fmt.Errorf("revoke api token: %w", err)
+		return APIToken{}, err
 	}
 	return t, nil
 }
@@ -166,17 +196,17 @@ func (s *Store) LookupAPIToken(ctx context.Context, sum [32]byte) (APIToken, []b
 	return t, stored, nil
 }
 
-// LiveAPITokenName reports whether a live (unrevoked, unexpired), writable
-// admin token has name. A dashboard session names its token, not the token
-// itself, so this is how a session learns that its token was revoked or
-// expired; only such tokens open dashboard sessions, so a later tenant or
-// read-only token of a reused name does not keep one alive.
-func (s *Store) LiveAPITokenName(ctx context.Context, name string) (bool, error) {
+// LiveAdminToken reports whether the token of id is live (unrevoked,
+// unexpired), writable and an admin's. A dashboard session carries its
+// token's id, not the token itself, so this is how a session learns that
+// its token was revoked or expired; a later token of the same name is
+// another token and keeps no earlier session alive.
+func (s *Store) LiveAdminToken(ctx context.Context, id string) (bool, error) {
 	var live bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens
-		WHERE name = $1 AND scope = 'admin' AND NOT read_only AND `+liveToken+`)`, name).Scan(&live)
+		WHERE id = $1 AND scope = 'admin' AND NOT read_only AND `+liveToken+`)`, id).Scan(&live)
 	if err != nil {
-		return false, fmt.Errorf("look up api token name: %w", err)
+		return false, fmt.Errorf("look up api token: %w", err)
 	}
 	return live, nil
 }

@@ -17,7 +17,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	ctx := context.Background()
 	sum := sha256.Sum256([]byte("hkd_ci-token"))
 
-	ci, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sum})
+	ci, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "ci", Sum: sum})
 	require.NoError(t, err)
 	require.Regexp(t, `^tok_[0-9A-Z]{26}$`, ci.ID)
 	require.Equal(t, "ci", ci.Name)
@@ -43,7 +43,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].LastUsedAt, "the lookup stamped its use")
 
-	live, err := s.LiveAPITokenName(ctx, "ci")
+	live, err := s.LiveAdminToken(ctx, ci.ID)
 	require.NoError(t, err)
 	require.True(t, live)
 
@@ -51,9 +51,9 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ci.ID, revoked.ID)
 	require.NotNil(t, revoked.RevokedAt)
-	live, err = s.LiveAPITokenName(ctx, "ci")
+	live, err = s.LiveAdminToken(ctx, ci.ID)
 	require.NoError(t, err)
-	require.False(t, live, "a session of a revoked token's name ends")
+	require.False(t, live, "a session of a revoked token ends")
 
 	_, _, err = s.LookupAPIToken(ctx, sum)
 	require.ErrorIs(t, err, store.ErrNotFound, "a revoked token no longer authenticates")
@@ -65,8 +65,11 @@ func TestAPITokenLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The name is free again once its token is revoked.
-	again, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "ci", Sum: sha256.Sum256([]byte("hkd_ci-token-2"))})
+	again, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "ci", Sum: sha256.Sum256([]byte("hkd_ci-token-2"))})
 	require.NoError(t, err)
+	live, err = s.LiveAdminToken(ctx, ci.ID)
+	require.NoError(t, err)
+	require.False(t, live, "a new token of the name does not revive the revoked one's sessions")
 	list, err = s.ListAPITokens(ctx, store.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
@@ -83,15 +86,15 @@ func TestAPITokenNamesAreUniqueAmongLiveTokens(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	_, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "deploy", Sum: sha256.Sum256([]byte("a"))})
+	_, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "deploy", Sum: sha256.Sum256([]byte("a"))})
 	require.NoError(t, err)
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "deploy", Sum: sha256.Sum256([]byte("b"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "deploy", Sum: sha256.Sum256([]byte("b"))})
 	require.ErrorIs(t, err, store.ErrConflict)
 	require.ErrorContains(t, err, `"deploy"`)
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "Deploy", Sum: sha256.Sum256([]byte("c"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "Deploy", Sum: sha256.Sum256([]byte("c"))})
 	require.NoError(t, err, "names are case-sensitive")
 	// Two tokens can never share a hash.
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Name: "other", Sum: sha256.Sum256([]byte("a"))})
+	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "other", Sum: sha256.Sum256([]byte("a"))})
 	require.ErrorIs(t, err, store.ErrConflict)
 }
 
@@ -103,7 +106,7 @@ func TestAPITokenLastUsedIsWrittenAtMostOnceAMinute(t *testing.T) {
 	s, b := setup(t)
 	ctx := context.Background()
 	sum := sha256.Sum256([]byte("hkd_busy"))
-	tok, err := s.CreateAPIToken(ctx, store.NewAPIToken{Name: "busy", Sum: sum})
+	tok, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeAdmin, Name: "busy", Sum: sum})
 	require.NoError(t, err)
 
 	lastUsed := func() *time.Time {

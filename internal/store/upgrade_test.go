@@ -286,7 +286,7 @@ func TestUpgradeEndpointsGainHeaders(t *testing.T) {
 	e, err := s.UpdateEndpoint(ctx, plain, store.EndpointPatch{Headers: &headers})
 	require.NoError(t, err)
 	require.Equal(t, headers, e.Headers)
-	list, err := s.ListEndpoints(ctx, "", store.Page{Limit: 10})
+	list, err := s.ListEndpoints(ctx, store.AllTenants(), store.Page{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 }

@@ -76,6 +76,12 @@ type Class struct {
 	// also span before the endpoint is disabled (auth_disable_min_duration),
 	// at least 0.
 	AuthDisableMinDuration time.Duration
+	// TenantSelectable reports whether a tenant (a tenant token or a
+	// portal session) may put its endpoints in the class
+	// (tenant_selectable). A class decides how leniently the breaker and
+	// the auth rule treat an endpoint, so only classes an admin marked so
+	// are a tenant's to pick; none is by default.
+	TenantSelectable bool
 	// Builtin reports whether the class is one of the four built-ins
 	// (builtin). It is derived from Name: built-ins can be tuned but not
 	// deleted, and a class named after one is that built-in.

@@ -47,6 +47,7 @@ func Example() {
 	//   "enforce": true,
 	//   "auth_disable_after": 10,
 	//   "auth_disable_min_duration": "5m",
+	//   "tenant_selectable": false,
 	//   "builtin": true
 	// }
 }

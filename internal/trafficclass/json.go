@@ -30,6 +30,7 @@ type wire struct {
 	Enforce                bool    `json:"enforce"`
 	AuthDisableAfter       int     `json:"auth_disable_after"`
 	AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
+	TenantSelectable       bool    `json:"tenant_selectable"`
 	Builtin                bool    `json:"builtin"`
 }
 
@@ -55,6 +56,7 @@ func (c Class) MarshalJSON() ([]byte, error) {
 		Enforce:                c.Enforce,
 		AuthDisableAfter:       c.AuthDisableAfter,
 		AuthDisableMinDuration: FormatDuration(c.AuthDisableMinDuration),
+		TenantSelectable:       c.TenantSelectable,
 		Builtin:                c.Builtin,
 	})
 	if err != nil {
@@ -101,6 +103,7 @@ var fields = []field{
 	{"enforce", boolean(func(c *Class, v bool) { c.Enforce = v })},
 	{"auth_disable_after", integer(func(c *Class, v int) { c.AuthDisableAfter = v })},
 	{"auth_disable_min_duration", dur(func(c *Class, v time.Duration) { c.AuthDisableMinDuration = v })},
+	{"tenant_selectable", boolean(func(c *Class, v bool) { c.TenantSelectable = v })},
 }
 
 // ignored is the output-only member Decode accepts and ignores: Builtin
@@ -111,7 +114,8 @@ const ignored = "builtin"
 // create or a PUT. A PUT replaces the whole class: every omitted member takes
 // its documented default, never the stored value (breaker.DefaultConfig()
 // for the breaker fields, enforce true, auth_disable_after 10,
-// auth_disable_min_duration "5m"); name has no default and is required.
+// auth_disable_min_duration "5m", tenant_selectable false); name has no
+// default and is required.
 // Durations are Go duration strings ("500ms", "30s", "5m"); numbers and null
 // are not accepted for them. The builtin member is ignored whatever its
 // value: Builtin is derived from the name, so tuning a built-in means

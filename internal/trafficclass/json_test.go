@@ -22,11 +22,11 @@ func TestMarshalJSONShape(t *testing.T) {
 		{"high", `{"name":"high","trip":"rate","failure_rate_threshold":0.5,"window":"5s",` +
 			`"min_throughput":50,"consecutive_failures":5,"open_duration":"15s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
-			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","builtin":true}`},
+			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,"builtin":true}`},
 		{"low", `{"name":"low","trip":"rate","failure_rate_threshold":0.6,"window":"10m",` +
 			`"min_throughput":10,"consecutive_failures":5,"open_duration":"30s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
-			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","builtin":true}`},
+			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,"builtin":true}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.class, func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestMarshalJSONHasExactlyTheContractMembers(t *testing.T) {
 	want := []string{
 		"name", "trip", "failure_rate_threshold", "window", "min_throughput", "consecutive_failures",
 		"open_duration", "open_jitter", "open_backoff", "max_open_duration", "half_open_trials",
-		"half_open_concurrency", "enforce", "auth_disable_after", "auth_disable_min_duration", "builtin",
+		"half_open_concurrency", "enforce", "auth_disable_after", "auth_disable_min_duration", "tenant_selectable", "builtin",
 	}
 	require.Len(t, members, len(want))
 	for _, name := range want {
@@ -102,6 +102,11 @@ func TestDecodeFillsOmittedFieldsWithDefaults(t *testing.T) {
 			c.Enforce = false
 			return c
 		}},
+		{"selectable by tenants", `{"name":"bulk","tenant_selectable":true}`, func() trafficclass.Class {
+			c := trafficclass.Default("bulk")
+			c.TenantSelectable = true
+			return c
+		}},
 		{"a PUT of a built-in replaces it wholesale", `{"name":"high","min_throughput":80}`, func() trafficclass.Class {
 			c := trafficclass.Default("high") // breaker.DefaultConfig(), not high's shipped numbers
 			c.Breaker.MinThroughput = 80
@@ -123,6 +128,7 @@ func TestDecodeFillsOmittedFieldsWithDefaults(t *testing.T) {
 	require.True(t, c.Enforce)
 	require.Equal(t, 10, c.AuthDisableAfter)
 	require.Equal(t, 5*time.Minute, c.AuthDisableMinDuration)
+	require.False(t, c.TenantSelectable, "no class is a tenant's to pick unless an admin says so")
 	require.False(t, c.Builtin)
 }
 
@@ -239,6 +245,7 @@ func TestDecodeFieldErrors(t *testing.T) {
 		{"min throughput below one", `{"name":"bulk","min_throughput":0}`, "min_throughput", "must be at least 1"},
 		{"trials below one", `{"name":"bulk","half_open_trials":0}`, "half_open_trials", "must be at least 1"},
 		{"string enforce", `{"name":"bulk","enforce":"false"}`, "enforce", "must be true or false"},
+		{"string tenant_selectable", `{"name":"bulk","tenant_selectable":"yes"}`, "tenant_selectable", "must be true or false"},
 		{"null", `{"name":"bulk","open_jitter":null}`, "open_jitter", "must not be null"},
 		{"array trip", `{"name":"bulk","trip":["rate"]}`, "trip", "must be a string"},
 		{"unknown trip", `{"name":"bulk","trip":"count"}`, "trip", `must be "rate" or "consecutive"`},

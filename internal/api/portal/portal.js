@@ -266,10 +266,27 @@ async function start() {
   say("");
   await load().catch((e) => say(e.message));
   // A refresh rebuilds the cards: none while a recovery form has the focus.
-  setInterval(() => {
+  const refresh = setInterval(() => {
     if (document.activeElement && document.activeElement.closest("form.recover")) return;
     load().catch(() => {});
   }, 5000);
+  // Logging out ends the session on the server: its cookie, a copy of it
+  // included, reaches nothing from then.
+  const logout = document.getElementById("logout");
+  logout.hidden = false;
+  logout.addEventListener("click", async () => {
+    try {
+      await call("POST", "/portal/logout");
+    } catch (e) {
+      say("Failed: " + e.message);
+      return;
+    }
+    clearInterval(refresh);
+    logout.hidden = true;
+    document.getElementById("create").hidden = true;
+    document.getElementById("endpoints").replaceChildren();
+    say("You are logged out. Open the portal from a new link to come back.");
+  });
 }
 
 start();
