@@ -133,6 +133,7 @@ var pagedIterators = map[string]any{
 	"listEventTypes":           (*hookd.EventTypesService).All,
 	"listTokens":               (*hookd.TokensService).All,
 	"listOperationalEndpoints": (*hookd.OperationalEndpointsService).All,
+	"listPortalSessions":       (*hookd.PortalSessionsService).All,
 }
 
 // TestEveryPagedListHasAnIterator: every operation that takes an `after`

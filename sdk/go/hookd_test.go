@@ -334,6 +334,24 @@ func TestPortalSessionAndRecover(t *testing.T) {
 	require.Contains(t, s.URL, "/portal#code=")
 	require.True(t, s.ExpiresAt.After(time.Now()))
 
+	// Listed without its code, then ended: it no longer lists as live.
+	var listed []hookd.PortalSessionSummary
+	for ps, err := range c.PortalSessions.All(ctx, tenant, nil) {
+		require.NoError(t, err)
+		listed = append(listed, ps)
+	}
+	require.Len(t, listed, 1)
+	require.Equal(t, s.ID, listed[0].ID)
+	require.Equal(t, "pending", string(listed[0].Status))
+	require.NoError(t, c.PortalSessions.End(ctx, s.ID))
+	for ps, err := range c.PortalSessions.All(ctx, tenant, nil) {
+		require.NoError(t, err)
+		require.Equal(t, "ended", string(ps.Status))
+	}
+	var ended *hookd.Error
+	require.ErrorAs(t, c.PortalSessions.End(ctx, s.ID), &ended)
+	require.Equal(t, http.StatusNotFound, ended.Status, "an ended session is not live")
+
 	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:9/hooks"})
 	require.NoError(t, err)
 	rec, err := c.Endpoints.Recover(ctx, ep.ID, hookd.RecoverRequest{Since: time.Now().Add(-time.Hour)})

@@ -154,31 +154,31 @@ func (e CreatedTokenScope) Valid() bool {
 
 // Defines values for DeliveryStatus.
 const (
-	Delivered  DeliveryStatus = "delivered"
-	Delivering DeliveryStatus = "delivering"
-	Expired    DeliveryStatus = "expired"
-	Failed     DeliveryStatus = "failed"
-	Held       DeliveryStatus = "held"
-	Pending    DeliveryStatus = "pending"
-	Waiting    DeliveryStatus = "waiting"
+	DeliveryStatusDelivered  DeliveryStatus = "delivered"
+	DeliveryStatusDelivering DeliveryStatus = "delivering"
+	DeliveryStatusExpired    DeliveryStatus = "expired"
+	DeliveryStatusFailed     DeliveryStatus = "failed"
+	DeliveryStatusHeld       DeliveryStatus = "held"
+	DeliveryStatusPending    DeliveryStatus = "pending"
+	DeliveryStatusWaiting    DeliveryStatus = "waiting"
 )
 
 // Valid indicates whether the value is a known member of the DeliveryStatus enum.
 func (e DeliveryStatus) Valid() bool {
 	switch e {
-	case Delivered:
+	case DeliveryStatusDelivered:
 		return true
-	case Delivering:
+	case DeliveryStatusDelivering:
 		return true
-	case Expired:
+	case DeliveryStatusExpired:
 		return true
-	case Failed:
+	case DeliveryStatusFailed:
 		return true
-	case Held:
+	case DeliveryStatusHeld:
 		return true
-	case Pending:
+	case DeliveryStatusPending:
 		return true
-	case Waiting:
+	case DeliveryStatusWaiting:
 		return true
 	default:
 		return false
@@ -359,6 +359,30 @@ func (e Outcome) Valid() bool {
 	case Ignore:
 		return true
 	case Success:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PortalSessionSummaryStatus.
+const (
+	PortalSessionSummaryStatusActive  PortalSessionSummaryStatus = "active"
+	PortalSessionSummaryStatusEnded   PortalSessionSummaryStatus = "ended"
+	PortalSessionSummaryStatusExpired PortalSessionSummaryStatus = "expired"
+	PortalSessionSummaryStatusPending PortalSessionSummaryStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the PortalSessionSummaryStatus enum.
+func (e PortalSessionSummaryStatus) Valid() bool {
+	switch e {
+	case PortalSessionSummaryStatusActive:
+		return true
+	case PortalSessionSummaryStatusEnded:
+		return true
+	case PortalSessionSummaryStatusExpired:
+		return true
+	case PortalSessionSummaryStatusPending:
 		return true
 	default:
 		return false
@@ -676,7 +700,7 @@ type CreateEndpointRequest struct {
 	// Examples: acme
 	TenantID TenantID `json:"tenant_id"`
 
-	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written.
+	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 	//
 	// Examples: auto
 	TrafficClass *TrafficClass `json:"traffic_class,omitempty"`
@@ -827,6 +851,9 @@ type CreateTrafficClassRequest struct {
 
 	// OpenJitter The largest random fraction of the open duration added to it, in [0, 1].
 	OpenJitter *float32 `json:"open_jitter,omitempty"`
+
+	// TenantSelectable Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
+	TenantSelectable *bool `json:"tenant_selectable,omitempty"`
 
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *CreateTrafficClassRequestTrip `json:"trip,omitempty"`
@@ -1121,7 +1148,7 @@ type EndpointTraffic struct {
 	// Reason One sentence saying why, including a warning when the healthy error rate sits too close to the class's threshold.
 	Reason string `json:"reason"`
 
-	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written.
+	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 	//
 	// Examples: auto
 	TrafficClass TrafficClass `json:"traffic_class"`
@@ -1335,8 +1362,10 @@ type PortalSession struct {
 
 	// ExpiresAt When the session ends.
 	ExpiresAt time.Time `json:"expires_at"`
-	ID        string    `json:"id"`
-	ReadOnly  bool      `json:"read_only"`
+
+	// ID Examples: ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H
+	ID       PortalSessionID `json:"id"`
+	ReadOnly bool            `json:"read_only"`
 
 	// TenantID 1-128 letters, digits and `. _ : @ -`, starting with a letter or digit.
 	//
@@ -1346,6 +1375,48 @@ type PortalSession struct {
 	// URL The portal's address with the one-time code in its fragment (`/portal#code=...`): browsers send a fragment to no server and put it in no Referer. The code opens the session once.
 	URL string `json:"url"`
 }
+
+// PortalSessionID Examples: ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H
+type PortalSessionID = string
+
+// PortalSessionList defines model for PortalSessionList.
+type PortalSessionList struct {
+	Data []PortalSessionSummary `json:"data"`
+
+	// NextCursor Pass as `after` for the next page; null on the last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
+// PortalSessionSummary A portal session as listed: never its code nor its cookie.
+type PortalSessionSummary struct {
+	CodeExpiresAt time.Time `json:"code_expires_at"`
+	CreatedAt     time.Time `json:"created_at"`
+
+	// CreatedBy The name of the admin token that opened it.
+	CreatedBy string `json:"created_by"`
+
+	// EndedAt When it was ended before its expiry; null otherwise.
+	EndedAt   *time.Time `json:"ended_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+
+	// ID Examples: ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H
+	ID PortalSessionID `json:"id"`
+
+	// LoggedInAt When its code was exchanged for the cookie; null before.
+	LoggedInAt *time.Time `json:"logged_in_at"`
+	ReadOnly   bool       `json:"read_only"`
+
+	// Status `pending`: its code is not exchanged yet; `active`: a browser holds its cookie; `ended`: logged out, ended by an admin (`DELETE /v1/portal-sessions/{id}`) or by the revoke of the token that opened it; `expired`: past its expiry, or its code expired unused.
+	Status PortalSessionSummaryStatus `json:"status"`
+
+	// TenantID 1-128 letters, digits and `. _ : @ -`, starting with a letter or digit.
+	//
+	// Examples: acme
+	TenantID TenantID `json:"tenant_id"`
+}
+
+// PortalSessionSummaryStatus `pending`: its code is not exchanged yet; `active`: a browser holds its cookie; `ended`: logged out, ended by an admin (`DELETE /v1/portal-sessions/{id}`) or by the revoke of the token that opened it; `expired`: past its expiry, or its code expired unused.
+type PortalSessionSummaryStatus string
 
 // PortalTheme How the portal looks. Every field is optional.
 type PortalTheme struct {
@@ -1505,7 +1576,7 @@ type TooLargeProblem struct {
 	Type     interface{} `json:"type"`
 }
 
-// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written.
+// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 //
 // Examples: auto
 type TrafficClass = string
@@ -1556,6 +1627,9 @@ type TrafficClassConfig struct {
 	// OpenJitter The largest random fraction of the open duration added to it, in [0, 1].
 	OpenJitter float32 `json:"open_jitter"`
 
+	// TenantSelectable Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
+	TenantSelectable bool `json:"tenant_selectable"`
+
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip TrafficClassConfigTrip `json:"trip"`
 
@@ -1566,7 +1640,7 @@ type TrafficClassConfig struct {
 // TrafficClassConfigTrip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 type TrafficClassConfigTrip string
 
-// TrafficClassFields The members of a traffic class: a breaker config (one endpoint's breaker thresholds), the rule that disables an endpoint on a streak of 401/403 answers, and whether the breaker is enforced. In a request every member is optional but `name` (to create), and an omitted member takes its default, never a stored value: a PUT replaces the whole class. A member that is null, of the wrong type or out of range is a field error named by its JSON name, every one at once.
+// TrafficClassFields The members of a traffic class: a breaker config (one endpoint's breaker thresholds), the rule that disables an endpoint on a streak of 401/403 answers, whether the breaker is enforced, and whether tenants may pick the class. In a request every member is optional but `name` (to create), and an omitted member takes its default, never a stored value: a PUT replaces the whole class. A member that is null, of the wrong type or out of range is a field error named by its JSON name, every one at once.
 type TrafficClassFields struct {
 	// AuthDisableAfter The run of consecutive 401/403 answers that disables the endpoint (`disabled_reason` `auth_failures`).
 	AuthDisableAfter *int `json:"auth_disable_after,omitempty"`
@@ -1611,6 +1685,9 @@ type TrafficClassFields struct {
 
 	// OpenJitter The largest random fraction of the open duration added to it, in [0, 1].
 	OpenJitter *float32 `json:"open_jitter,omitempty"`
+
+	// TenantSelectable Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
+	TenantSelectable *bool `json:"tenant_selectable,omitempty"`
 
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *TrafficClassFieldsTrip `json:"trip,omitempty"`
@@ -1699,7 +1776,7 @@ type UpdateEndpointRequest struct {
 	// Examples: 20
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 
-	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written.
+	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 	//
 	// Examples: auto
 	TrafficClass *TrafficClass `json:"traffic_class,omitempty"`
@@ -1804,6 +1881,12 @@ type OperationalEndpointIDPath = EndpointID
 
 // OutcomeParameter defines model for Outcome.
 type OutcomeParameter = Outcome
+
+// PortalSessionAfter Examples: ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H
+type PortalSessionAfter = PortalSessionID
+
+// PortalSessionIDPath Examples: ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H
+type PortalSessionIDPath = PortalSessionID
 
 // SearchSince defines model for SearchSince.
 type SearchSince = time.Time
@@ -2023,6 +2106,15 @@ type ListOperationalEndpointsParams struct {
 
 	// After The `next_cursor` of the previous page.
 	After *EndpointAfter `form:"after,omitempty" json:"after,omitempty"`
+}
+
+// ListPortalSessionsParams defines parameters for ListPortalSessions.
+type ListPortalSessionsParams struct {
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// After The `next_cursor` of the previous page.
+	After *PortalSessionAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListTokensParams defines parameters for ListTokens.
@@ -2461,7 +2553,7 @@ type ClientInterface interface {
 
 	// GetEndpointSecret Get an endpoint's signing secret
 	//
-	// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each.
+	// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each. Revealing a secret is a privileged read: a read-only token or portal session gets 403 (whatever the endpoint's signing), as on every route that answers a secret or credential.
 	//
 	// Corresponds with GET /v1/endpoints/{id}/secret (the `GetEndpointSecret` operationId).
 	GetEndpointSecret(ctx context.Context, id EndpointIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2651,6 +2743,20 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/operational-endpoints/{id}/secret (the `GetOperationalEndpointSecret` operationId).
 	GetOperationalEndpointSecret(ctx context.Context, id OperationalEndpointIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// EndPortalSession End a portal session
+	//
+	// Admin only. Ends a live session at once: its cookie (a copy included) and its code, if unused, reach nothing from then. Revoking the token that opened a session ends it too, and the portal page's logout (`POST /portal/logout`) ends its own.
+	//
+	// Corresponds with DELETE /v1/portal-sessions/{id} (the `EndPortalSession` operationId).
+	EndPortalSession(ctx context.Context, id PortalSessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPortalSessions List a tenant's portal sessions
+	//
+	// Admin only. The tenant's portal sessions in id (creation) order: live ones, and ended or expired ones for a day after their end; never a code or a cookie. `DELETE /v1/portal-sessions/{id}` ends one.
+	//
+	// Corresponds with GET /v1/tenants/{tenant_id}/portal-sessions (the `ListPortalSessions` operationId).
+	ListPortalSessions(ctx context.Context, tenantID TenantID, params *ListPortalSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CreatePortalSessionWithBody Open a tenant portal session
 	//
 	// Admin only. Answers the portal URL for the tenant's browser (or an iframe's `src`): it carries a one-time code, stored only as its SHA-256, that the portal page exchanges once (`POST /portal/session`) for an HttpOnly cookie acting as a tenant token of `tenant_id` (read-only when asked). See docs/portal.md.
@@ -2696,7 +2802,7 @@ type ClientInterface interface {
 
 	// RevokeToken Revoke a token
 	//
-	// Every API process refuses the token within 10 seconds; its name is free again.
+	// Every API process refuses the token within 10 seconds, and the dashboard sessions opened with it; the portal sessions it opened end at once. Its name is free again: a new token of the name revives none of them.
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, id TokenIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3204,7 +3310,7 @@ func (c *Client) RecoverEndpoint(ctx context.Context, id EndpointIDPath, body Re
 
 // GetEndpointSecret Get an endpoint's signing secret
 //
-// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each.
+// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each. Revealing a secret is a privileged read: a read-only token or portal session gets 403 (whatever the endpoint's signing), as on every route that answers a secret or credential.
 //
 // Corresponds with GET /v1/endpoints/{id}/secret (the `GetEndpointSecret` operationId).
 func (c *Client) GetEndpointSecret(ctx context.Context, id EndpointIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3654,6 +3760,40 @@ func (c *Client) GetOperationalEndpointSecret(ctx context.Context, id Operationa
 	return c.Client.Do(req)
 }
 
+// EndPortalSession End a portal session
+//
+// Admin only. Ends a live session at once: its cookie (a copy included) and its code, if unused, reach nothing from then. Revoking the token that opened a session ends it too, and the portal page's logout (`POST /portal/logout`) ends its own.
+//
+// Corresponds with DELETE /v1/portal-sessions/{id} (the `EndPortalSession` operationId).
+func (c *Client) EndPortalSession(ctx context.Context, id PortalSessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndPortalSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPortalSessions List a tenant's portal sessions
+//
+// Admin only. The tenant's portal sessions in id (creation) order: live ones, and ended or expired ones for a day after their end; never a code or a cookie. `DELETE /v1/portal-sessions/{id}` ends one.
+//
+// Corresponds with GET /v1/tenants/{tenant_id}/portal-sessions (the `ListPortalSessions` operationId).
+func (c *Client) ListPortalSessions(ctx context.Context, tenantID TenantID, params *ListPortalSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPortalSessionsRequest(c.Server, tenantID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CreatePortalSessionWithBody Open a tenant portal session
 //
 // Admin only. Answers the portal URL for the tenant's browser (or an iframe's `src`): it carries a one-time code, stored only as its SHA-256, that the portal page exchanges once (`POST /portal/session`) for an HttpOnly cookie acting as a tenant token of `tenant_id` (read-only when asked). See docs/portal.md.
@@ -3749,7 +3889,7 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 
 // RevokeToken Revoke a token
 //
-// Every API process refuses the token within 10 seconds; its name is free again.
+// Every API process refuses the token within 10 seconds, and the dashboard sessions opened with it; the portal sessions it opened end at once. Its name is free again: a new token of the name revives none of them.
 //
 // Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, id TokenIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5909,6 +6049,113 @@ func NewGetOperationalEndpointSecretRequest(server string, id OperationalEndpoin
 	return req, nil
 }
 
+// NewEndPortalSessionRequest constructs an http.Request for the EndPortalSession method
+func NewEndPortalSessionRequest(server string, id PortalSessionIDPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/portal-sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListPortalSessionsRequest constructs an http.Request for the ListPortalSessions method
+func NewListPortalSessionsRequest(server string, tenantID TenantID, params *ListPortalSessionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant_id", tenantID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/portal-sessions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreatePortalSessionRequest calls the generic CreatePortalSession builder with application/json body
 func NewCreatePortalSessionRequest(server string, tenantID TenantID, body CreatePortalSessionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6533,7 +6780,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetEndpointSecretWithResponse Get an endpoint's signing secret
 	//
-	// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each.
+	// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each. Revealing a secret is a privileged read: a read-only token or portal session gets 403 (whatever the endpoint's signing), as on every route that answers a secret or credential.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6751,6 +6998,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/operational-endpoints/{id}/secret (the `GetOperationalEndpointSecret` operationId).
 	GetOperationalEndpointSecretWithResponse(ctx context.Context, id OperationalEndpointIDPath, reqEditors ...RequestEditorFn) (*GetOperationalEndpointSecretResponse, error)
 
+	// EndPortalSessionWithResponse End a portal session
+	//
+	// Admin only. Ends a live session at once: its cookie (a copy included) and its code, if unused, reach nothing from then. Revoking the token that opened a session ends it too, and the portal page's logout (`POST /portal/logout`) ends its own.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/portal-sessions/{id} (the `EndPortalSession` operationId).
+	EndPortalSessionWithResponse(ctx context.Context, id PortalSessionIDPath, reqEditors ...RequestEditorFn) (*EndPortalSessionResponse, error)
+
+	// ListPortalSessionsWithResponse List a tenant's portal sessions
+	//
+	// Admin only. The tenant's portal sessions in id (creation) order: live ones, and ended or expired ones for a day after their end; never a code or a cookie. `DELETE /v1/portal-sessions/{id}` ends one.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant_id}/portal-sessions (the `ListPortalSessions` operationId).
+	ListPortalSessionsWithResponse(ctx context.Context, tenantID TenantID, params *ListPortalSessionsParams, reqEditors ...RequestEditorFn) (*ListPortalSessionsResponse, error)
+
 	// CreatePortalSessionWithBodyWithResponse Open a tenant portal session
 	//
 	// Admin only. Answers the portal URL for the tenant's browser (or an iframe's `src`): it carries a one-time code, stored only as its SHA-256, that the portal page exchanges once (`POST /portal/session`) for an HttpOnly cookie acting as a tenant token of `tenant_id` (read-only when asked). See docs/portal.md.
@@ -6798,7 +7063,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeTokenWithResponse Revoke a token
 	//
-	// Every API process refuses the token within 10 seconds; its name is free again.
+	// Every API process refuses the token within 10 seconds, and the dashboard sessions opened with it; the portal sessions it opened end at once. Its name is free again: a new token of the name revives none of them.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8747,6 +9012,8 @@ type GetEndpointSecretResponse struct {
 	JSON200 *EndpointSecret
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -8769,6 +9036,11 @@ func (r GetEndpointSecretResponse) GetJSON200() *EndpointSecret {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetEndpointSecretResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEndpointSecretResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -10624,6 +10896,179 @@ func (r GetOperationalEndpointSecretResponse) ContentType() string {
 	return ""
 }
 
+// EndPortalSessionResponse401Headers the declared response headers of an HTTP 401 response for EndPortalSession
+type EndPortalSessionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// EndPortalSessionResponse503Headers the declared response headers of an HTTP 503 response for EndPortalSession
+type EndPortalSessionResponse503Headers struct {
+	RetryAfter *int
+}
+
+type EndPortalSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EndPortalSessionResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EndPortalSessionResponse503Headers
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EndPortalSessionResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r EndPortalSessionResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r EndPortalSessionResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r EndPortalSessionResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EndPortalSessionResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EndPortalSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EndPortalSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EndPortalSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EndPortalSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListPortalSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListPortalSessions
+type ListPortalSessionsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListPortalSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListPortalSessions
+type ListPortalSessionsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListPortalSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PortalSessionList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPortalSessionsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPortalSessionsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPortalSessionsResponse) GetJSON200() *PortalSessionList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPortalSessionsResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPortalSessionsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPortalSessionsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPortalSessionsResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPortalSessionsResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPortalSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPortalSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPortalSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPortalSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreatePortalSessionResponse201Headers the declared response headers of an HTTP 201 response for CreatePortalSession
 type CreatePortalSessionResponse201Headers struct {
 	CacheControl string
@@ -11891,7 +12336,7 @@ func (c *ClientWithResponses) RecoverEndpointWithResponse(ctx context.Context, i
 
 // GetEndpointSecretWithResponse Get an endpoint's signing secret
 //
-// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each.
+// For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each. Revealing a secret is a privileged read: a read-only token or portal session gets 403 (whatever the endpoint's signing), as on every route that answers a secret or credential.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12265,6 +12710,36 @@ func (c *ClientWithResponses) GetOperationalEndpointSecretWithResponse(ctx conte
 	return ParseGetOperationalEndpointSecretResponse(rsp)
 }
 
+// EndPortalSessionWithResponse End a portal session
+//
+// Admin only. Ends a live session at once: its cookie (a copy included) and its code, if unused, reach nothing from then. Revoking the token that opened a session ends it too, and the portal page's logout (`POST /portal/logout`) ends its own.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/portal-sessions/{id} (the `EndPortalSession` operationId).
+func (c *ClientWithResponses) EndPortalSessionWithResponse(ctx context.Context, id PortalSessionIDPath, reqEditors ...RequestEditorFn) (*EndPortalSessionResponse, error) {
+	rsp, err := c.EndPortalSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndPortalSessionResponse(rsp)
+}
+
+// ListPortalSessionsWithResponse List a tenant's portal sessions
+//
+// Admin only. The tenant's portal sessions in id (creation) order: live ones, and ended or expired ones for a day after their end; never a code or a cookie. `DELETE /v1/portal-sessions/{id}` ends one.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant_id}/portal-sessions (the `ListPortalSessions` operationId).
+func (c *ClientWithResponses) ListPortalSessionsWithResponse(ctx context.Context, tenantID TenantID, params *ListPortalSessionsParams, reqEditors ...RequestEditorFn) (*ListPortalSessionsResponse, error) {
+	rsp, err := c.ListPortalSessions(ctx, tenantID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPortalSessionsResponse(rsp)
+}
+
 // CreatePortalSessionWithBodyWithResponse Open a tenant portal session
 //
 // Admin only. Answers the portal URL for the tenant's browser (or an iframe's `src`): it carries a one-time code, stored only as its SHA-256, that the portal page exchanges once (`POST /portal/session`) for an HttpOnly cookie acting as a tenant token of `tenant_id` (read-only when asked). See docs/portal.md.
@@ -12342,7 +12817,7 @@ func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body 
 
 // RevokeTokenWithResponse Revoke a token
 //
-// Every API process refuses the token within 10 seconds; its name is free again.
+// Every API process refuses the token within 10 seconds, and the dashboard sessions opened with it; the portal sessions it opened end at once. Its name is free again: a new token of the name revives none of them.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14203,6 +14678,13 @@ func ParseGetEndpointSecretResponse(rsp *http.Response) (*GetEndpointSecretRespo
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15962,6 +16444,170 @@ func ParseGetOperationalEndpointSecretResponse(rsp *http.Response) (*GetOperatio
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetOperationalEndpointSecretResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseEndPortalSessionResponse parses an HTTP response from a EndPortalSessionWithResponse call
+func ParseEndPortalSessionResponse(rsp *http.Response) (*EndPortalSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EndPortalSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers EndPortalSessionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers EndPortalSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPortalSessionsResponse parses an HTTP response from a ListPortalSessionsWithResponse call
+func ParseListPortalSessionsResponse(rsp *http.Response) (*ListPortalSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPortalSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PortalSessionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListPortalSessionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPortalSessionsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

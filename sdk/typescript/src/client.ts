@@ -23,6 +23,7 @@ export type NewMessage = Schemas["CreateMessageRequest"];
 export type Delivery = Schemas["Delivery"];
 export type CreatePortalSessionRequest = Schemas["CreatePortalSessionRequest"];
 export type PortalSession = Schemas["PortalSession"];
+export type PortalSessionSummary = Schemas["PortalSessionSummary"];
 export type Breaker = Schemas["Breaker"];
 export type EventType = Schemas["EventTypeEntry"];
 export type Token = Schemas["Token"];
@@ -37,6 +38,7 @@ export type BreakerFilter = Filter<"listBreakers">;
 export type EventTypeFilter = Filter<"listEventTypes">;
 export type TokenFilter = Filter<"listTokens">;
 export type OperationalEndpointFilter = Filter<"listOperationalEndpoints">;
+export type PortalSessionFilter = Filter<"listPortalSessions">;
 
 export interface HookdOptions {
   /** Replaces parts of defaultRetryPolicy. */
@@ -222,6 +224,16 @@ export class PortalSessions {
   /** A session of the tenant portal: hand its url to the tenant's browser, which opens it once. */
   create(tenantId: string, body: CreatePortalSessionRequest = {}, signal?: AbortSignal): Promise<PortalSession> {
     return expect(this.raw.POST("/v1/tenants/{tenant_id}/portal-sessions", { params: { path: { tenant_id: tenantId } }, body, signal }));
+  }
+  /** The tenant's portal sessions, newest first: never their codes or cookies. */
+  all(tenantId: string, filter: PortalSessionFilter = {}, signal?: AbortSignal): AsyncGenerator<PortalSessionSummary> {
+    return pages((after) =>
+      expect(this.raw.GET("/v1/tenants/{tenant_id}/portal-sessions", { params: { path: { tenant_id: tenantId }, query: { ...filter, after } }, signal })),
+    );
+  }
+  /** Ends a live session at once: its cookie stops working. */
+  async end(id: string, signal?: AbortSignal): Promise<void> {
+    await expect(this.raw.DELETE("/v1/portal-sessions/{id}", { params: { path: { id } }, signal }));
   }
 }
 

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
-import { Breakers, Deliveries, Endpoints, EventTypes, Messages, OperationalEndpoints, Tokens } from "../src/index.js";
+import { Breakers, Deliveries, Endpoints, EventTypes, Messages, OperationalEndpoints, PortalSessions, Tokens } from "../src/index.js";
 import { repoRoot } from "./devserver.js";
 
 /** sdk/typescript: dist/test is two levels below it. */
@@ -72,6 +72,7 @@ const pagedIterators: Record<string, unknown> = {
   listEventTypes: EventTypes.prototype.all,
   listTokens: Tokens.prototype.all,
   listOperationalEndpoints: OperationalEndpoints.prototype.all,
+  listPortalSessions: PortalSessions.prototype.all,
 };
 
 test("every paged list has an async iterator", () => {

@@ -220,6 +220,14 @@ describe("against hookd", { concurrency: true }, () => {
     assert.equal(s.read_only, true);
     assert.match(s.url, /\/portal#code=/);
 
+    // Listed without its code, then ended: it no longer lists as live.
+    const listed = [];
+    for await (const ps of c.portalSessions.all(tenant)) listed.push(ps);
+    assert.deepEqual(listed.map((ps) => [ps.id, ps.status]), [[s.id, "pending"]]);
+    await c.portalSessions.end(s.id);
+    for await (const ps of c.portalSessions.all(tenant)) assert.equal(ps.status, "ended");
+    await assert.rejects(c.portalSessions.end(s.id), (e: unknown) => e instanceof HookdError && e.status === 404);
+
     const ep = await c.endpoints.create({ tenant_id: tenant, url: "http://127.0.0.1:9/hooks" });
     const hourAgo = new Date(Date.now() - 3600_000).toISOString();
     const rec = await c.endpoints.recover(ep.id, { since: hourAgo });

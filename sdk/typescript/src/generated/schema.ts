@@ -150,7 +150,7 @@ export interface paths {
         };
         /**
          * Get an endpoint's signing secret
-         * @description For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each.
+         * @description For an `hmac` endpoint, its `whsec_` secret; for an `ed25519` endpoint, the `whpk_` public key receivers verify `v1a,` signatures with (the private key never leaves hookd). During the 24 hours after a rotation the previous one is shown too: deliveries carry a signature by each. Revealing a secret is a privileged read: a read-only token or portal session gets 403 (whatever the endpoint's signing), as on every route that answers a secret or credential.
          */
         get: operations["getEndpointSecret"];
         put?: never;
@@ -619,7 +619,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke a token
-         * @description Every API process refuses the token within 10 seconds; its name is free again.
+         * @description Every API process refuses the token within 10 seconds, and the dashboard sessions opened with it; the portal sessions it opened end at once. Its name is free again: a new token of the name revives none of them.
          */
         delete: operations["revokeToken"];
         options?: never;
@@ -686,7 +686,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List a tenant's portal sessions
+         * @description Admin only. The tenant's portal sessions in id (creation) order: live ones, and ended or expired ones for a day after their end; never a code or a cookie. `DELETE /v1/portal-sessions/{id}` ends one.
+         */
+        get: operations["listPortalSessions"];
         put?: never;
         /**
          * Open a tenant portal session
@@ -694,6 +698,26 @@ export interface paths {
          */
         post: operations["createPortalSession"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/portal-sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End a portal session
+         * @description Admin only. Ends a live session at once: its cookie (a copy included) and its code, if unused, reach nothing from then. Revoking the token that opened a session ends it too, and the portal page's logout (`POST /portal/logout`) ends its own.
+         */
+        delete: operations["endPortalSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -806,7 +830,7 @@ export interface components {
         EventTypeFilters: components["schemas"]["EventTypeFilter"][];
         Description: string;
         /**
-         * @description `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written.
+         * @description `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
          * @example auto
          */
         TrafficClass: string;
@@ -1151,7 +1175,7 @@ export interface components {
          * @example 500ms
          */
         PositiveDuration: components["schemas"]["Duration"] & unknown;
-        /** @description The members of a traffic class: a breaker config (one endpoint's breaker thresholds), the rule that disables an endpoint on a streak of 401/403 answers, and whether the breaker is enforced. In a request every member is optional but `name` (to create), and an omitted member takes its default, never a stored value: a PUT replaces the whole class. A member that is null, of the wrong type or out of range is a field error named by its JSON name, every one at once. */
+        /** @description The members of a traffic class: a breaker config (one endpoint's breaker thresholds), the rule that disables an endpoint on a streak of 401/403 answers, whether the breaker is enforced, and whether tenants may pick the class. In a request every member is optional but `name` (to create), and an omitted member takes its default, never a stored value: a PUT replaces the whole class. A member that is null, of the wrong type or out of range is a field error named by its JSON name, every one at once. */
         TrafficClassFields: {
             name?: components["schemas"]["ClassName"];
             /**
@@ -1225,6 +1249,11 @@ export interface components {
              * @default 5m
              */
             auth_disable_min_duration?: components["schemas"]["Duration"];
+            /**
+             * @description Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
+             * @default false
+             */
+            tenant_selectable?: boolean;
             /** @description Whether the class is one of the four built-ins (`high`, `medium`, `low`, `trickle`), which can be tuned but not deleted. It follows from the name: ignored in requests. */
             builtin?: boolean;
         };
@@ -1233,7 +1262,7 @@ export interface components {
         /** @description The whole class: every omitted member takes its default. `name`, if given, must be the name in the path. */
         PutTrafficClassRequest: components["schemas"]["TrafficClassFields"];
         /** @description A traffic class, every member present. */
-        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "builtin">;
+        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin">;
         TrafficClassList: {
             /** @description Every class, by name. */
             data: components["schemas"]["TrafficClassConfig"][];
@@ -1618,7 +1647,7 @@ export interface components {
             theme?: components["schemas"]["PortalTheme"];
         };
         PortalSession: {
-            id: string;
+            id: components["schemas"]["PortalSessionID"];
             tenant_id: components["schemas"]["TenantID"];
             read_only: boolean;
             /**
@@ -1711,6 +1740,42 @@ export interface components {
             timestamp: string;
             /** @description Always `endpoint_id` and `tenant_id`; endpoint.* events add `url`, `description`, `event_types` and `status` (endpoint.disabled adds `reason`: `manual` or `auth_failures`); breaker.opened adds `reason`, `failure_rate`, `requests`, `failures`, `consecutive_failures`, `threshold`, `min_requests`, `window_seconds`, `consecutive_threshold`, `trip` and `open_until`; breaker.closed adds `reason`; delivery.failed and delivery.recovered add `delivery_id`, `message_id`, `attempts` and `last_error`. */
             data: Record<string, unknown>;
+        };
+        /** @example ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H */
+        PortalSessionID: string;
+        /** @description A portal session as listed: never its code nor its cookie. */
+        PortalSessionSummary: {
+            id: components["schemas"]["PortalSessionID"];
+            tenant_id: components["schemas"]["TenantID"];
+            read_only: boolean;
+            /**
+             * @description `pending`: its code is not exchanged yet; `active`: a browser holds its cookie; `ended`: logged out, ended by an admin (`DELETE /v1/portal-sessions/{id}`) or by the revoke of the token that opened it; `expired`: past its expiry, or its code expired unused.
+             * @enum {string}
+             */
+            status: "pending" | "active" | "ended" | "expired";
+            /** @description The name of the admin token that opened it. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            code_expires_at: string;
+            /**
+             * Format: date-time
+             * @description When its code was exchanged for the cookie; null before.
+             */
+            logged_in_at: string | null;
+            /**
+             * Format: date-time
+             * @description When it was ended before its expiry; null otherwise.
+             */
+            ended_at: string | null;
+        };
+        PortalSessionList: {
+            data: components["schemas"]["PortalSessionSummary"][];
+            /** @description Pass as `after` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
     };
     responses: {
@@ -1817,7 +1882,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["InternalProblem"];
             };
         };
-        /** @description The token may not do this: the route is admin-only and the token is a tenant token, the token is read-only and the request is a change, or a `tenant_id` (in the body or the query) names another tenant than a tenant token's (`errors` names the field). The answer never depends on whether an object exists. */
+        /** @description The token may not do this: the route is admin-only and the token is a tenant token, the token is read-only and the request is a change or reveals a secret (an endpoint's signing secret, a token, a portal code), a `tenant_id` (in the body or the query) names another tenant than a tenant token's, or a tenant token names a `traffic_class` an admin did not make `tenant_selectable` (`errors` names the field). The answer never depends on whether an object exists. */
         Forbidden: {
             headers: {
                 [name: string]: unknown;
@@ -1920,6 +1985,10 @@ export interface components {
         EventTypeAfter: components["schemas"]["EventType"];
         /** @description The operational endpoint id. */
         OperationalEndpointIDPath: components["schemas"]["EndpointID"];
+        /** @description The portal session id. */
+        PortalSessionIDPath: components["schemas"]["PortalSessionID"];
+        /** @description The `next_cursor` of the previous page. */
+        PortalSessionAfter: components["schemas"]["PortalSessionID"];
     };
     requestBodies: never;
     headers: never;
@@ -2222,6 +2291,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3265,6 +3335,39 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listPortalSessions: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description The `next_cursor` of the previous page. */
+                after?: components["parameters"]["PortalSessionAfter"];
+            };
+            header?: never;
+            path: {
+                /** @description The tenant the session reaches. */
+                tenant_id: components["schemas"]["TenantID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PortalSessionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     createPortalSession: {
         parameters: {
             query?: never;
@@ -3298,6 +3401,32 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    endPortalSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The portal session id. */
+                id: components["parameters"]["PortalSessionIDPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Ended. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
