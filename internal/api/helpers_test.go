@@ -28,6 +28,7 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
+	"github.com/hookd/hookd/internal/tuning"
 )
 
 const testToken = "hookd-test-token-5f1c0e"
@@ -377,6 +378,9 @@ type (
 		Enforce                bool    `json:"enforce"`
 		AuthDisableAfter       int     `json:"auth_disable_after"`
 		AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
+		AutoTune               string  `json:"auto_tune"`
+		TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
+		TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
 		Builtin                bool    `json:"builtin"`
 	}
 	transitionJSON struct {
@@ -474,6 +478,39 @@ func (b *testBundle) createClass(t *testing.T, body map[string]any) classJSON {
 	r := b.do(t, "POST", "/v1/traffic-classes", body)
 	requireStatus(t, http.StatusCreated, r)
 	return decodeJSON[classJSON](t, r)
+}
+
+// propose stores a proposal for class, as a tuning pass would: its current
+// config with the threshold raised to 0.7.
+func (b *testBundle) propose(t *testing.T, class string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := b.store.GetClass(ctx, class)
+	require.NoError(t, err)
+	cur, prop := tuning.ClassConfig(c.Breaker), tuning.ClassConfig(c.Breaker)
+	prop.FailureRateThreshold = 0.7
+	body, err := json.Marshal(tuning.Recommendation{Class: class, Status: tuning.StatusProposed, Current: &cur, Proposed: &prop, Reasons: []string{"proposed by the test"}})
+	require.NoError(t, err)
+	require.NoError(t, b.store.SaveRecommendation(ctx, store.Recommendation{Class: class, Status: "proposed", Body: body}, "", nil))
+}
+
+// holdTuningLock holds class's tuning lock on a session of its own until
+// the test ends, as a pass running elsewhere would.
+func (b *testBundle) holdTuningLock(t *testing.T, class string) {
+	t.Helper()
+	inside, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- b.store.WithTuningLock(context.Background(), class, func(context.Context) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	t.Cleanup(func() {
+		close(release)
+		require.NoError(t, <-done)
+	})
 }
 
 // sendMessage posts a message through the API.

@@ -269,7 +269,7 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 // recommendation's status is still expect. actor names who applied it.
 func Apply(ctx context.Context, st Store, rec Recommendation, actor string, expect Status) (trafficclass.Class, error) {
 	if rec.Proposed == nil || rec.Current == nil {
-		return trafficclass.Class{}, ErrNothingToReject
+		return trafficclass.Class{}, ErrNothingToApply
 	}
 	rec.Status = StatusApplied
 	body, err := json.Marshal(rec)

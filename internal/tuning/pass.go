@@ -415,6 +415,10 @@ func Get(ctx context.Context, st Store, class string) (Recommendation, error) {
 // proposes nothing (kept, applied, rejected or none).
 var ErrNothingToReject = fmt.Errorf("%w: the recommendation proposes nothing to reject", store.ErrConflict)
 
+// ErrNothingToApply is returned when applying a recommendation that
+// proposes nothing (kept, applied, rejected or none).
+var ErrNothingToApply = fmt.Errorf("%w: the recommendation proposes nothing to apply", store.ErrConflict)
+
 // Reject drops class's proposal (proposed or shadowing) as an admin's call.
 func Reject(ctx context.Context, st Store, class string) (Recommendation, error) {
 	rec, err := Get(ctx, st, class)
