@@ -47,13 +47,14 @@ const (
 
 // Config tunes a Tuner.
 type Config struct {
-	// Interval is how often a pass runs over every class not off.
+	// Interval is how often a pass runs over each class not off.
 	Interval time.Duration
 	// Window is how much of the log a periodic pass reads, up to now.
 	Window time.Duration
 	// Shadow is how long a proposal of a class in apply runs in shadow.
 	Shadow time.Duration
-	// Poll is how often shadows read the log and are judged; zero means
+	// Poll is how often the leader looks for passes due and advances the
+	// shadows (and a process not leading tries to lead); zero means
 	// Shadow/10 within [1 s, 1 min].
 	Poll time.Duration
 	// Lag is how far behind the clock shadows read; zero means DefaultLag.
@@ -117,31 +118,83 @@ func New(cfg Config, deps Deps) *Tuner {
 	return &Tuner{cfg: cfg, deps: deps, shadows: map[string]*shadowRun{}}
 }
 
-// Run runs a pass over every class every Interval (the first one Interval
-// after the start) and advances the shadows every Poll, until ctx ends.
+// leaderLock is the tuning lock the fleet's tuning leader holds: a name no
+// class can have.
+const leaderLock = "_leader"
+
+// Run makes this process the fleet's tuning leader when no other process
+// is (a session advisory lock, tried again every Poll), and as leader,
+// every Poll, runs a paced pass over each class whose last pass is older
+// than Interval (or that never had one) and advances the shadows, until
+// ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
-	pass := time.NewTicker(t.cfg.Interval)
-	defer pass.Stop()
-	poll := time.NewTicker(t.cfg.Poll)
-	defer poll.Stop()
 	for {
+		err := t.deps.Store.WithTuningLock(ctx, leaderLock, func(ctx context.Context) error {
+			t.lead(ctx)
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrTuningBusy) && ctx.Err() == nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_lock_failed", slog.String("error", err.Error()))
+		}
+		wait := time.NewTimer(t.cfg.Poll)
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			return
-		case <-pass.C:
-			t.PassAll(ctx)
-		case <-poll.C:
-			if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
-				t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
-			}
+		case <-wait.C:
 		}
 	}
 }
+
+// lead is the leader's loop.
+func (t *Tuner) lead(ctx context.Context) {
+	poll := time.NewTicker(t.cfg.Poll)
+	defer poll.Stop()
+	for {
+		t.PassDue(ctx)
+		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+// PassDue runs a paced pass over the last Window of each class not off
+// whose last pass ran Interval ago or more, or never.
+func (t *Tuner) PassDue(ctx context.Context) {
+	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
+	if err != nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+		return
+	}
+	last := map[string]time.Time{}
+	for _, r := range recs {
+		var rec Recommendation
+		if json.Unmarshal(r.Body, &rec) == nil && rec.RanAt != nil {
+			last[r.Class] = *rec.RanAt
+		}
+	}
+	now := t.deps.Now()
+	t.passAll(ctx, func(class string) bool {
+		at, ok := last[class]
+		return !ok || now.Sub(at) >= t.cfg.Interval
+	})
+}
+
+var allStatuses = []string{string(StatusKept), string(StatusProposed), string(StatusShadowing), string(StatusApplied), string(StatusRejected)}
 
 // PassAll runs a paced pass over the last Window of every class whose
 // auto_tune is not off; a class whose pass another process runs is
 // skipped, a failed one logged.
 func (t *Tuner) PassAll(ctx context.Context) {
+	t.passAll(ctx, func(string) bool { return true })
+}
+
+func (t *Tuner) passAll(ctx context.Context, due func(class string) bool) {
 	classes, err := t.deps.Store.ListClasses(ctx)
 	if err != nil {
 		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
@@ -150,7 +203,7 @@ func (t *Tuner) PassAll(ctx context.Context) {
 	until := t.deps.Now()
 	since := until.Add(-t.cfg.Window)
 	for _, c := range classes {
-		if c.AutoTune == ModeOff {
+		if c.AutoTune == ModeOff || !due(c.Name) {
 			continue
 		}
 		r, err := t.Pass(ctx, c.Name, since, until, true)
