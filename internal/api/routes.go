@@ -23,6 +23,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		r.Method("GET", "/dashboard/endpoints/{id}", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/messages", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/deliveries", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/classes", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/assets/{name}", handleDashboardAsset(d))
 		r.Method("GET", "/dashboard/login", handleLoginPage(d))
 		r.Method("POST", "/dashboard/login", handleLogin(d))

@@ -141,7 +141,7 @@ func EnoughEvidence(ev ClassEvidence, quiet time.Duration) (bool, []string) {
 	}
 	if need := time.Duration(float64(ev.Until.Sub(ev.Since)) * MinQuietShare); quiet < need {
 		why = append(why, fmt.Sprintf("too little evidence: %s of quiet traffic, less than the %s needed (%.0f%% of the range)",
-			quiet.Round(time.Second), need.Round(time.Second), MinQuietShare*100))
+			trafficclass.FormatDuration(quiet.Round(time.Second)), trafficclass.FormatDuration(need.Round(time.Second)), MinQuietShare*100))
 	}
 	return len(why) == 0, why
 }
