@@ -124,8 +124,9 @@ const leaderLock = "_leader"
 
 // Run makes this process the fleet's tuning leader when no other process
 // is (a session advisory lock, tried again every Poll), and as leader,
-// every Poll, runs a paced pass over each class whose last pass is older
-// than Interval (or that never had one) and advances the shadows, until
+// every Poll, runs a paced pass over each class whose last pass is
+// Interval old (a class never passed counts from when this process began
+// to lead, so a restart starts no pass) and advances the shadows, until
 // ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
 	for {
@@ -150,8 +151,9 @@ func (t *Tuner) Run(ctx context.Context) {
 func (t *Tuner) lead(ctx context.Context) {
 	poll := time.NewTicker(t.cfg.Poll)
 	defer poll.Stop()
+	since := t.deps.Now()
 	for {
-		t.PassDue(ctx)
+		t.PassDue(ctx, since)
 		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
 			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
 		}
@@ -164,8 +166,9 @@ func (t *Tuner) lead(ctx context.Context) {
 }
 
 // PassDue runs a paced pass over the last Window of each class not off
-// whose last pass ran Interval ago or more, or never.
-func (t *Tuner) PassDue(ctx context.Context) {
+// whose last pass ran Interval ago or more, or that never had one and
+// Interval has passed since leading.
+func (t *Tuner) PassDue(ctx context.Context, leading time.Time) {
 	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
 	if err != nil {
 		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
@@ -181,7 +184,10 @@ func (t *Tuner) PassDue(ctx context.Context) {
 	now := t.deps.Now()
 	t.passAll(ctx, func(class string) bool {
 		at, ok := last[class]
-		return !ok || now.Sub(at) >= t.cfg.Interval
+		if !ok || at.Before(leading) {
+			at = leading
+		}
+		return now.Sub(at) >= t.cfg.Interval
 	})
 }
 

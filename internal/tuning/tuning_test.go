@@ -428,3 +428,33 @@ func TestRejectDropsAProposal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, tuning.StatusNone, none.Status)
 }
+
+// TestPassesComeOnePerIntervalPerClass: a class never passed gets its first
+// pass an interval after leading began (a restart starts none), and the
+// next an interval after that; a class off never does.
+func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{Interval: time.Hour, Window: span})
+	ctx := context.Background()
+	b.class(t, "hourly", breaker.DefaultConfig(), trafficclass.AutoTuneRecommend)
+	b.class(t, "never", breaker.DefaultConfig(), trafficclass.AutoTuneOff)
+	ranAt := func(class string) *time.Time {
+		rec, err := tuning.Get(ctx, b.st, class)
+		require.NoError(t, err)
+		return rec.RanAt
+	}
+	leading := start
+	b.now = start.Add(59 * time.Minute)
+	b.tuner.PassDue(ctx, leading)
+	require.Nil(t, ranAt("hourly"), "not an interval since leading began")
+	b.now = start.Add(time.Hour)
+	b.tuner.PassDue(ctx, leading)
+	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"))
+	b.now = start.Add(90 * time.Minute)
+	b.tuner.PassDue(ctx, leading)
+	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"), "not due again yet")
+	b.now = start.Add(2 * time.Hour)
+	b.tuner.PassDue(ctx, leading)
+	require.Equal(t, start.Add(2*time.Hour), *ranAt("hourly"))
+	require.Nil(t, ranAt("never"))
+}
