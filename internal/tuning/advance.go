@@ -9,23 +9,22 @@ import (
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
-	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
 // shadowRun is a proposal's shadow breakers in this process: one pure
 // breaker per endpoint of the class with the proposed config, fed every
-// logged outcome of the shadow's range in order, and those outcomes kept
-// to find the range's incidents when it is judged. It is rebuilt from the
+// logged outcome of the shadow's range in order. It is rebuilt from the
 // log (from the shadow's start) by whichever process advances the shadow,
-// so a dispatcher that stops loses nothing.
+// so a dispatcher that stops loses nothing. It keeps no outcome: the
+// judgement reads the range's log again, an endpoint at a time.
 type shadowRun struct {
 	since    time.Time
 	proposed breaker.Config
 	read     time.Time
 	breakers map[string]*breaker.Breaker
-	logs     map[string]*rows
+	outcomes int
 	opens    []ShadowOpen
 }
 
@@ -101,7 +100,7 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 		return err
 	}
 	changed := len(rec.Shadow.Opens) != len(run.opens) || !rec.Shadow.ReadUntil.Equal(run.read)
-	rec.Shadow.ReadUntil, rec.Shadow.Attempts = run.read, countRows(run)
+	rec.Shadow.ReadUntil, rec.Shadow.Attempts = run.read, run.outcomes
 	rec.Shadow.Opens = append([]ShadowOpen{}, run.opens...)
 	if run.read.Before(rec.Shadow.Until) {
 		if changed {
@@ -120,7 +119,7 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 	run := t.shadows[class]
 	if run == nil || !run.since.Equal(rec.Shadow.Since) || run.proposed != proposed {
 		run = &shadowRun{since: rec.Shadow.Since, proposed: proposed, read: rec.Shadow.Since,
-			breakers: map[string]*breaker.Breaker{}, logs: map[string]*rows{}}
+			breakers: map[string]*breaker.Breaker{}}
 		t.shadows[class] = run
 	}
 	to := now.Add(-t.cfg.Lag)
@@ -143,9 +142,7 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 			nb := breaker.New(proposed)
 			b = &nb
 			run.breakers[id] = b
-			run.logs[id] = &rows{base: run.since.UnixNano()}
 		}
-		log := run.logs[id]
 		for _, a := range got[id] {
 			if a.Classification == "blocked" {
 				continue
@@ -154,7 +151,7 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 			if err != nil {
 				return nil, fmt.Errorf("attempt %d: %w", a.ID, err)
 			}
-			log.add(a.At, o)
+			run.outcomes++
 			feed(b, proposed, a.At, o, t.deps.Rand, func(at time.Time) {
 				run.opened(id, at)
 			})
@@ -185,13 +182,6 @@ func (r *shadowRun) opened(id string, at time.Time) {
 	r.opens = append(r.opens, ShadowOpen{EndpointID: id, At: at.UTC()})
 }
 
-func countRows(r *shadowRun) int {
-	n := 0
-	for _, l := range r.logs {
-		n += len(l.v)
-	}
-	return n
-}
 
 // judge compares a finished shadow with the live breakers and applies or
 // rejects the proposal; it waits while a breaker of the class is not
@@ -229,11 +219,11 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 	}
 	incidents := map[string][]Incident{}
 	for _, id := range ids {
-		var rs []replay.Row
-		if l := run.logs[id]; l != nil {
-			rs = l.all()
+		log, err := t.readRows(ctx, id, rec.Shadow.Since, rec.Shadow.Until)
+		if err != nil {
+			return err
 		}
-		incidents[id] = Measure(id, rs, rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
+		incidents[id] = Measure(id, log.all(), rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
 	}
 	liveF, propF, ok, why := JudgeShadow(ids, incidents, rec.Shadow.Opens, live)
 	rec.Shadow.Live, rec.Shadow.Proposed = &liveF, &propF
