@@ -35,7 +35,9 @@ const tuningLockKey = 0x686f6f6b // "hook"
 // WithTuningLock runs fn while this process holds the class's tuning lock,
 // and returns ErrTuningBusy without running it when another session holds
 // it. The lock is a session lock on a connection held for fn's duration
-// (a lock nothing but tuning takes: delivery never waits on it).
+// (a lock nothing but tuning takes: delivery never waits on it). fn's
+// context ends if that connection stops answering (checked every
+// tuningLockCheck), since the lock went with its session.
 func (s *Store) WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -52,8 +54,33 @@ func (s *Store) WithTuningLock(ctx context.Context, class string, fn func(contex
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, int32(tuningLockKey), class)
 	}()
-	return fn(ctx)
+	held, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(tuningLockCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-held.Done():
+				return
+			case <-tick.C:
+				if _, err := conn.Exec(held, `SELECT 1`); err != nil && held.Err() == nil {
+					lost(fmt.Errorf("tuning lock's connection: %w", err))
+					return
+				}
+			}
+		}
+	}()
+	err = fn(held)
+	lost(nil)
+	<-watched
+	return err
 }
+
+// tuningLockCheck is how often a held tuning lock's connection is checked.
+const tuningLockCheck = 5 * time.Second
 
 // ClassEndpointIDs returns the live customer endpoints that run under
 // class, in id order: those naming it, and the auto ones measured into it
