@@ -182,7 +182,6 @@ func (r *shadowRun) opened(id string, at time.Time) {
 	r.opens = append(r.opens, ShadowOpen{EndpointID: id, At: at.UTC()})
 }
 
-
 // judge compares a finished shadow with the live breakers and applies or
 // rejects the proposal; it waits while a breaker of the class is not
 // closed.
