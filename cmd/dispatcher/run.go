@@ -59,6 +59,9 @@ type settings struct {
 	trialPoolSize     *int
 	fleetShare        *float64
 	reclassifyEvery   *time.Duration
+	tuneEvery         *time.Duration
+	tuneWindow        *time.Duration
+	tuneShadow        *time.Duration
 	opsWebhookURL     *string
 	opsWebhookSecret  *string
 	allowPrivate      *bool
@@ -99,6 +102,9 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", def.TrialPoolSize, "connections for half-open trials (each trial holds one for its request)"),
 		fleetShare:        fs.Float("fleet-suspect-share", "BREAKER_FLEET_SUSPECT_SHARE", def.FleetSuspectShare, "share of active endpoints opening within a minute above which no breaker opens on transport errors (our egress is suspect); 0 disables"),
 		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", def.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
+		tuneEvery:         fs.Duration("tune-interval", "TUNE_INTERVAL", def.TuneInterval, "how often each traffic class whose auto_tune is not off gets a tuning pass (by one dispatcher of the fleet)"),
+		tuneWindow:        fs.Duration("tune-window", "TUNE_WINDOW", def.TuneWindow, "how much of the delivery log a periodic tuning pass reads, up to now (at most --retention)"),
+		tuneShadow:        fs.Duration("tune-shadow", "TUNE_SHADOW", def.TuneShadow, "how long a tuning proposal of a class in auto_tune apply runs in shadow beside the live config before it is judged"),
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", def.OperationalWebhookURL, "registers at start an operational endpoint with this URL receiving every operational event (Standard Webhooks format); empty registers none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", def.OperationalWebhookSecret, "whsec_ secret of that operational endpoint (required with the URL)"),
 		allowPrivate:      fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", def.AllowPrivateTargets, "also deliver to loopback, private, link-local and other non-public addresses (development and tests; by default every dialed address is checked)"),
@@ -134,6 +140,9 @@ func (s *settings) config() dispatcher.Config {
 		TrialPoolSize:            *s.trialPoolSize,
 		FleetSuspectShare:        *s.fleetShare,
 		ReclassifyInterval:       *s.reclassifyEvery,
+		TuneInterval:             *s.tuneEvery,
+		TuneWindow:               *s.tuneWindow,
+		TuneShadow:               *s.tuneShadow,
 		OperationalWebhookURL:    *s.opsWebhookURL,
 		OperationalWebhookSecret: *s.opsWebhookSecret,
 		AllowPrivateTargets:      *s.allowPrivate,
@@ -167,6 +176,9 @@ var flagOf = map[string]string{
 	"TrialPoolSize":            "trial-pool-size",
 	"FleetSuspectShare":        "fleet-suspect-share",
 	"ReclassifyInterval":       "reclassify-interval",
+	"TuneInterval":             "tune-interval",
+	"TuneWindow":               "tune-window",
+	"TuneShadow":               "tune-shadow",
 	"OperationalWebhookURL":    "operational-webhook-url",
 	"OperationalWebhookSecret": "operational-webhook-secret",
 	"AllowPrivateTargets":      "allow-private-targets",

@@ -44,6 +44,9 @@ type breakerResponse struct {
 	URL            string  `json:"url"`
 	EndpointStatus string  `json:"endpoint_status"`
 	DisabledReason *string `json:"disabled_reason"`
+	// Tripped is the trip that took a breaker that is not closed out of
+	// closed, with the window that tripped it; null when closed.
+	Tripped *tripResponse `json:"tripped"`
 	// Transitions are the latest transitions, newest first (detail only).
 	Transitions []transitionResponse `json:"transitions,omitempty"`
 }
@@ -64,6 +67,18 @@ type transitionResponse struct {
 	Actor        string     `json:"actor"`
 	Note         string     `json:"note"`
 	Shadow       bool       `json:"shadow"`
+}
+
+// tripResponse is the window's figures at the trip of a breaker that is
+// not closed: its own window starts empty on each open, so these are the
+// figures that tripped it.
+type tripResponse struct {
+	At           time.Time `json:"at"`
+	Reason       string    `json:"reason"`
+	FailureRate  float64   `json:"failure_rate"`
+	Observations int       `json:"observations"`
+	Failures     int       `json:"failures"`
+	Consecutive  int       `json:"consecutive_failures"`
 }
 
 func toTransition(r store.TransitionRecord) transitionResponse {
@@ -112,6 +127,10 @@ func toBreaker(sum store.BreakerSummary, class trafficclass.Class) breakerRespon
 	}
 	if !b.OpenedAt.IsZero() {
 		out.OpenedAt = &b.OpenedAt
+	}
+	if t := sum.Tripped; t != nil && b.State != breaker.StateClosed {
+		out.Tripped = &tripResponse{At: t.At, Reason: t.Reason, FailureRate: t.FailureRate, Observations: t.Observations,
+			Failures: t.Failures, Consecutive: t.Consecutive}
 	}
 	if !b.OpenUntil.IsZero() {
 		out.OpenUntil = &b.OpenUntil

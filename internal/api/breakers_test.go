@@ -273,6 +273,19 @@ func TestListBreakers(t *testing.T) {
 	require.True(t, byID[past.ID].OpenUntil.Before(byID[past.ID].Now))
 	require.Equal(t, "isolated", byID[isolated.ID].State)
 	require.Nil(t, byID[isolated.ID].OpenUntil)
+	// A breaker that is not closed shows the window that tripped it (its
+	// own window starts empty on the open: 0% of 0); a closed one none.
+	for _, id := range []string{open.ID, past.ID} {
+		tr := byID[id].Tripped
+		require.NotNil(t, tr, "a tripped breaker shows its trip")
+		require.Equal(t, breaker.ReasonFailureRate, tr.Reason)
+		require.InDelta(t, 0.9, tr.FailureRate, 1e-9)
+		require.Equal(t, 40, tr.Observations)
+		require.Equal(t, 36, tr.Failures)
+		require.Zero(t, byID[id].Observations, "the live window emptied on the open")
+	}
+	require.Equal(t, "isolate", byID[isolated.ID].Tripped.Reason)
+	require.Nil(t, byID[closed.ID].Tripped)
 
 	t.Run("pages", func(t *testing.T) {
 		var seen []string

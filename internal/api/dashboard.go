@@ -125,7 +125,7 @@ func renderPage(w http.ResponseWriter, r *http.Request, d Deps, status int, name
 
 // nextRE is where a login may send the browser next: a dashboard page, or
 // River's UI.
-var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64}|/messages|/deliveries)?|/riverui)$`)
+var nextRE = regexp.MustCompile(`^(/dashboard(/endpoints/[A-Za-z0-9_]{1,64}|/messages|/deliveries|/classes)?|/riverui)$`)
 
 func safeNext(next string) string {
 	if nextRE.MatchString(next) {

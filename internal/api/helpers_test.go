@@ -28,6 +28,7 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
+	"github.com/hookd/hookd/internal/tuning"
 )
 
 const testToken = "hookd-test-token-5f1c0e"
@@ -378,6 +379,9 @@ type (
 		AuthDisableAfter       int     `json:"auth_disable_after"`
 		AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
 		TenantSelectable       bool    `json:"tenant_selectable"`
+		AutoTune               string  `json:"auto_tune"`
+		TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
+		TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
 		Builtin                bool    `json:"builtin"`
 	}
 	transitionJSON struct {
@@ -395,32 +399,40 @@ type (
 		Shadow       bool       `json:"shadow"`
 	}
 	breakerJSON struct {
-		EndpointID           string           `json:"endpoint_id"`
-		State                string           `json:"state"`
-		Generation           int64            `json:"generation"`
-		OpenedAt             *time.Time       `json:"opened_at"`
-		OpenUntil            *time.Time       `json:"open_until"`
-		FailureRate          float64          `json:"failure_rate"`
-		Observations         int              `json:"observations"`
-		Failures             int              `json:"failures"`
-		TrafficClass         string           `json:"traffic_class"`
-		FailureRateThreshold float64          `json:"failure_rate_threshold"`
-		MinThroughput        int              `json:"min_throughput"`
-		Window               string           `json:"window"`
-		TrialSuccesses       int              `json:"trial_successes"`
-		HalfOpenTrials       int              `json:"half_open_trials"`
-		TrialInFlight        bool             `json:"trial_in_flight"`
-		ConsecutiveFailures  int              `json:"consecutive_failures"`
-		Trips                int64            `json:"trips"`
-		TripsLast24h         int              `json:"trips_last_24h"`
-		Enforce              bool             `json:"enforce"`
-		UpdatedAt            time.Time        `json:"updated_at"`
-		Now                  time.Time        `json:"now"`
-		TenantID             string           `json:"tenant_id"`
-		URL                  string           `json:"url"`
-		EndpointStatus       string           `json:"endpoint_status"`
-		DisabledReason       *string          `json:"disabled_reason"`
-		Transitions          []transitionJSON `json:"transitions"`
+		EndpointID           string     `json:"endpoint_id"`
+		State                string     `json:"state"`
+		Generation           int64      `json:"generation"`
+		OpenedAt             *time.Time `json:"opened_at"`
+		OpenUntil            *time.Time `json:"open_until"`
+		FailureRate          float64    `json:"failure_rate"`
+		Observations         int        `json:"observations"`
+		Failures             int        `json:"failures"`
+		TrafficClass         string     `json:"traffic_class"`
+		FailureRateThreshold float64    `json:"failure_rate_threshold"`
+		MinThroughput        int        `json:"min_throughput"`
+		Window               string     `json:"window"`
+		TrialSuccesses       int        `json:"trial_successes"`
+		HalfOpenTrials       int        `json:"half_open_trials"`
+		TrialInFlight        bool       `json:"trial_in_flight"`
+		ConsecutiveFailures  int        `json:"consecutive_failures"`
+		Trips                int64      `json:"trips"`
+		TripsLast24h         int        `json:"trips_last_24h"`
+		Enforce              bool       `json:"enforce"`
+		UpdatedAt            time.Time  `json:"updated_at"`
+		Now                  time.Time  `json:"now"`
+		TenantID             string     `json:"tenant_id"`
+		URL                  string     `json:"url"`
+		EndpointStatus       string     `json:"endpoint_status"`
+		DisabledReason       *string    `json:"disabled_reason"`
+		Tripped              *struct {
+			At           time.Time `json:"at"`
+			Reason       string    `json:"reason"`
+			FailureRate  float64   `json:"failure_rate"`
+			Observations int       `json:"observations"`
+			Failures     int       `json:"failures"`
+			Consecutive  int       `json:"consecutive_failures"`
+		} `json:"tripped"`
+		Transitions []transitionJSON `json:"transitions"`
 	}
 	trafficJSON struct {
 		EndpointID       string   `json:"endpoint_id"`
@@ -475,6 +487,39 @@ func (b *testBundle) createClass(t *testing.T, body map[string]any) classJSON {
 	r := b.do(t, "POST", "/v1/traffic-classes", body)
 	requireStatus(t, http.StatusCreated, r)
 	return decodeJSON[classJSON](t, r)
+}
+
+// propose stores a proposal for class, as a tuning pass would: its current
+// config with the threshold raised to 0.7.
+func (b *testBundle) propose(t *testing.T, class string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := b.store.GetClass(ctx, class)
+	require.NoError(t, err)
+	cur, prop := tuning.ClassConfig(c.Breaker), tuning.ClassConfig(c.Breaker)
+	prop.FailureRateThreshold = 0.7
+	body, err := json.Marshal(tuning.Recommendation{Class: class, Status: tuning.StatusProposed, Current: &cur, Proposed: &prop, Reasons: []string{"proposed by the test"}})
+	require.NoError(t, err)
+	require.NoError(t, b.store.SaveRecommendation(ctx, store.Recommendation{Class: class, Status: "proposed", Body: body}, "", nil))
+}
+
+// holdTuningLock holds class's tuning lock on a session of its own until
+// the test ends, as a pass running elsewhere would.
+func (b *testBundle) holdTuningLock(t *testing.T, class string) {
+	t.Helper()
+	inside, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- b.store.WithTuningLock(context.Background(), class, func(context.Context) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	t.Cleanup(func() {
+		close(release)
+		require.NoError(t, <-done)
+	})
 }
 
 // sendMessage posts a message through the API.

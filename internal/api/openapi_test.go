@@ -86,8 +86,9 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 }
 
 // optionalBody names the operations whose request body may be left out:
-// a breaker reset or isolation, whose body only carries a reason.
-var optionalBody = map[string]bool{"resetBreaker": true, "isolateBreaker": true}
+// a breaker reset or isolation, whose body only carries a reason, and a
+// tuning pass, whose body only narrows its range.
+var optionalBody = map[string]bool{"resetBreaker": true, "isolateBreaker": true, "tuneClass": true}
 
 func TestOpenAPICoversRoutes(t *testing.T) {
 	t.Parallel()
@@ -235,6 +236,10 @@ func TestOpenAPIRequestExamplesAreAccepted(t *testing.T) {
 					p = strings.ReplaceAll(p, "{name}", name)
 				}
 				p = strings.ReplaceAll(p, "{tenant_id}", "acme")
+				if strings.HasPrefix(p, "/v1/traffic-classes/{name}/") {
+					// A tuning example runs on a built-in.
+					p = strings.ReplaceAll(p, "{name}", "medium")
+				}
 				if strings.Contains(p, "{name}") {
 					// A traffic class example names the class it creates or replaces.
 					className, ok := ex.Value.Value.(map[string]any)["name"].(string)
@@ -302,6 +307,15 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	newClass := map[string]any{"name": "bulk", "failure_rate_threshold": 0.8, "min_throughput": 100}
 	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
 	why := map[string]any{"reason": "maintenance"}
+	// Tuning: two classes with a proposal (one to apply, one to reject) and
+	// one whose tuning lock another session holds.
+	for _, name := range []string{"applying", "rejecting", "locked"} {
+		ok.createClass(t, map[string]any{"name": name})
+	}
+	ok.propose(t, "applying")
+	ok.propose(t, "rejecting")
+	ok.holdTuningLock(t, "locked")
+	week := map[string]any{"since": "2026-11-02T00:00:00Z", "until": "2026-11-09T00:00:00Z"}
 	// Tenant tokens: acme's read-only one, and one of another tenant.
 	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
 	globexTok, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "globex", TenantID: "globex"})
@@ -497,6 +511,29 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(404, "DELETE", "/v1/traffic-classes/doomed", nil),
 			plain(409, "DELETE", "/v1/traffic-classes/medium", nil),
 
+			plain(200, "GET", "/v1/traffic-classes/medium/recommendation", nil),
+			plain(401, "GET", "/v1/traffic-classes/medium/recommendation", nil, withoutAuth()),
+			plain(404, "GET", "/v1/traffic-classes/nope/recommendation", nil),
+			plain(200, "POST", "/v1/traffic-classes/medium/tune", nil),
+			plain(200, "POST", "/v1/traffic-classes/medium/tune", week),
+			plain(400, "POST", "/v1/traffic-classes/medium/tune", map[string]any{"since": "noon"}),
+			plain(401, "POST", "/v1/traffic-classes/medium/tune", nil, withoutAuth()),
+			plain(404, "POST", "/v1/traffic-classes/nope/tune", nil),
+			plain(409, "POST", "/v1/traffic-classes/locked/tune", nil),
+			plain(413, "POST", "/v1/traffic-classes/medium/tune", bigWhy, docBlind(sizeLimit)),
+			plain(415, "POST", "/v1/traffic-classes/medium/tune", week, withContentType("text/plain")),
+			plain(200, "POST", "/v1/traffic-classes/applying/recommendation/apply", nil),
+			plain(401, "POST", "/v1/traffic-classes/applying/recommendation/apply", nil, withoutAuth()),
+			plain(404, "POST", "/v1/traffic-classes/nope/recommendation/apply", nil),
+			plain(409, "POST", "/v1/traffic-classes/applying/recommendation/apply", nil),
+			plain(200, "POST", "/v1/traffic-classes/rejecting/recommendation/reject", nil),
+			plain(401, "POST", "/v1/traffic-classes/rejecting/recommendation/reject", nil, withoutAuth()),
+			plain(404, "POST", "/v1/traffic-classes/nope/recommendation/reject", nil),
+			plain(409, "POST", "/v1/traffic-classes/rejecting/recommendation/reject", nil),
+			plain(200, "GET", "/v1/traffic-classes/applying/tunings", nil),
+			plain(401, "GET", "/v1/traffic-classes/applying/tunings", nil, withoutAuth()),
+			plain(404, "GET", "/v1/traffic-classes/nope/tunings", nil),
+
 			plain(201, "POST", "/v1/event-types", newType),
 			plain(400, "POST", "/v1/event-types", map[string]any{"name": "a..b"}),
 			plain(401, "POST", "/v1/event-types", newType, withoutAuth()),
@@ -606,6 +643,11 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "GET", "/v1/traffic-classes/medium", nil, asGlobex),
 			plain(403, "PUT", "/v1/traffic-classes/medium", tuned, asGlobex),
 			plain(403, "DELETE", "/v1/traffic-classes/medium", nil, asGlobex),
+			plain(403, "GET", "/v1/traffic-classes/medium/recommendation", nil, asRO),
+			plain(403, "POST", "/v1/traffic-classes/medium/tune", nil, asGlobex),
+			plain(403, "POST", "/v1/traffic-classes/medium/recommendation/apply", nil, asGlobex),
+			plain(403, "POST", "/v1/traffic-classes/medium/recommendation/reject", nil, asGlobex),
+			plain(403, "GET", "/v1/traffic-classes/medium/tunings", nil, asRO),
 		},
 		broken: {
 			plain(503, "GET", "/readyz", nil, withoutAuth()),
@@ -655,6 +697,11 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", "/v1/traffic-classes/medium", nil),
 			plain(bad.want, "PUT", "/v1/traffic-classes/medium", tuned),
 			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
+			plain(bad.want, "GET", "/v1/traffic-classes/medium/recommendation", nil),
+			plain(bad.want, "POST", "/v1/traffic-classes/medium/tune", nil),
+			plain(bad.want, "POST", "/v1/traffic-classes/medium/recommendation/apply", nil),
+			plain(bad.want, "POST", "/v1/traffic-classes/medium/recommendation/reject", nil),
+			plain(bad.want, "GET", "/v1/traffic-classes/medium/tunings", nil),
 			plain(bad.want, "POST", "/v1/event-types", newType),
 			plain(bad.want, "GET", "/v1/event-types", nil),
 			plain(bad.want, "GET", "/v1/event-types/invoice.paid", nil),

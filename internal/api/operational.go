@@ -46,7 +46,7 @@ func validateOperationalFilters(fe *fieldErrors, field string, vs []string) {
 	for i, v := range vs {
 		if !store.ValidOperationalFilter(v) {
 			fe.add(fmt.Sprintf("%s[%d]", field, i), "must be one of the operational event types ("+
-				strings.Join(store.OperationalEventTypes, ", ")+`) or a wildcard (endpoint.*, breaker.*, delivery.*, "*")`)
+				strings.Join(store.OperationalEventTypes, ", ")+`) or a wildcard (endpoint.*, breaker.*, delivery.*, traffic_class.*, "*")`)
 		}
 	}
 }

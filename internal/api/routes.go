@@ -23,6 +23,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		r.Method("GET", "/dashboard/endpoints/{id}", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/messages", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/deliveries", handleDashboardPage(d))
+		r.Method("GET", "/dashboard/classes", handleDashboardPage(d))
 		r.Method("GET", "/dashboard/assets/{name}", handleDashboardAsset(d))
 		r.Method("GET", "/dashboard/login", handleLoginPage(d))
 		r.Method("POST", "/dashboard/login", handleLogin(d))
@@ -88,6 +89,13 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/traffic-classes/{name}", adminOnly, handleGetClass(d))
 		v.Method("PUT", "/traffic-classes/{name}", adminOnly, handlePutClass(d))
 		v.Method("DELETE", "/traffic-classes/{name}", adminOnly, handleDeleteClass(d))
+		// Automatic tuning (tuning.go): a class's recommendation, a pass on
+		// demand, and the admin's apply or reject of a proposal.
+		v.Method("GET", "/traffic-classes/{name}/recommendation", adminOnly, handleGetRecommendation(d))
+		v.Method("POST", "/traffic-classes/{name}/tune", adminOnly, handleTuneClass(d))
+		v.Method("POST", "/traffic-classes/{name}/recommendation/apply", adminOnly, handleApplyRecommendation(d))
+		v.Method("POST", "/traffic-classes/{name}/recommendation/reject", adminOnly, handleRejectRecommendation(d))
+		v.Method("GET", "/traffic-classes/{name}/tunings", adminOnly, handleListTunings(d))
 
 		// The event type catalogue is global: every token may read it (a
 		// tenant's senders need its schemas), only admins change it.

@@ -137,6 +137,7 @@ func TestLoginSetsASessionCookie(t *testing.T) {
 		"/dashboard/endpoints/ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR": "/dashboard/endpoints/ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR",
 		"/dashboard/messages":                                "/dashboard/messages",
 		"/dashboard/deliveries":                              "/dashboard/deliveries",
+		"/dashboard/classes":                                 "/dashboard/classes",
 		"https://evil.example/":                              "/dashboard",
 		"//evil.example/dashboard":                           "/dashboard",
 		"/v1/endpoints":                                      "/dashboard",
@@ -423,7 +424,7 @@ func TestDashboardPages(t *testing.T) {
 	r = b.send("GET", "/dashboard/login", nil, c)
 	requireStatus(t, http.StatusSeeOther, r)
 	require.Equal(t, "/dashboard", r.Header.Get("Location"), "logged in already")
-	for _, path := range []string{"/dashboard", "/dashboard/endpoints/ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR", "/dashboard/messages", "/dashboard/deliveries"} {
+	for _, path := range []string{"/dashboard", "/dashboard/endpoints/ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR", "/dashboard/messages", "/dashboard/deliveries", "/dashboard/classes"} {
 		r = b.send("GET", path, nil, c)
 		requireStatus(t, http.StatusOK, r)
 		require.Equal(t, "no-store", r.Header.Get("Cache-Control"))

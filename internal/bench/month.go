@@ -26,8 +26,10 @@ import (
 // dropped first, as retention would have a month in). Then S1's closed
 // loop on top, set against S1 on an empty database in the same run
 // (>= 0.9x); one reclassification pass (delivery.ReclassifyWorker, in this
-// process) over the 1,000 endpoints; and GET /v1/endpoints/{id}/attempts
-// over every endpoint in turn.
+// process) over the 1,000 endpoints; GET /v1/endpoints/{id}/attempts
+// over every endpoint in turn; and a tuning pass over every class (paced,
+// in this process, as the dispatchers' tuning leader runs it) while S1's
+// closed loop runs again (s8Tune).
 
 // s8Days is how many days of history S8 loads.
 const s8Days = 30
@@ -126,6 +128,11 @@ func runS8(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"attempts_list_max_ms":     round1(ms(percentile(lat, 1))),
 		"attempts_list_rule":       "GET /v1/endpoints/{id}/attempts (first page, default limit) for every endpoint in turn, one request at a time, after the closed loop",
 		"loaded_history_attempted": fmt.Sprintf("%s to %s", now.Add(-s8Days*24*time.Hour).UTC().Format(time.DateOnly), now.UTC().Format(time.DateOnly)),
+	}
+	if err := s.s8Tune(ctx, res, func(r *scenarioResult) error {
+		return s.closedRun(ctx, r, roundRobin(set), set.perTenant, p.warmup, p.s1Measure)
+	}); err != nil {
+		return res, err
 	}
 	return res, nil
 }

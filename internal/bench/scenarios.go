@@ -27,6 +27,7 @@ var scenarios = []scenario{
 	{"s1", "S1 healthy fan-out, closed loop", runS1, false, false},
 	{"s1rate", "S1 at a fixed offered rate (latency target)", runS1Rate, false, false},
 	{"s2", "S2 breakers on vs off, alternated", runS2, false, false},
+	{"s2s", "S2s shadow breakers of a tuning proposal on vs off, alternated", runS2s, false, false},
 	{"s1trace", "S1 tracing off vs on (every span exported to a sink), alternated", runS1Trace, false, false},
 	{"s3", "S3 hot endpoint beside the fan-out load", runS3, false, false},
 	{"s4", "S4 head of line: a hanging endpoint gets 20% of messages", runS4, true, false},

@@ -71,6 +71,18 @@ func evaluate(r *results) {
 	} else {
 		add(na("s2", "S2 breaker on >= 0.9 x breaker off"))
 	}
+	if s2s := r.find("s2s"); s2s != nil && s2s.Extra != nil {
+		on, off := toFloat(s2s.Extra["shadow_on_median_per_s"]), toFloat(s2s.Extra["shadow_off_median_per_s"])
+		if off > 0 {
+			add(atLeast("s2s", s2sGoal, on/off, 0.95, fmt.Sprintf("%.2f x (%.0f / %.0f, medians; %.0f outcomes read by the shadows)", on/off, on, off, toFloat(s2s.Extra["shadow_outcomes_read"]))))
+		} else {
+			add(na("s2s", s2sGoal))
+		}
+	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s2s" }) {
+		add(target{Scenario: "s2s", Goal: s2sGoal, Measured: "the scenario failed", Status: "missed"})
+	} else {
+		add(na("s2s", s2sGoal))
+	}
 	const traceGoal = "S1 tracing on >= 0.95 x tracing off"
 	if st := r.find("s1trace"); st != nil && st.Extra != nil {
 		on, off := toFloat(st.Extra["tracing_on_median_per_s"]), toFloat(st.Extra["tracing_off_median_per_s"])
@@ -241,8 +253,17 @@ func evaluate(r *results) {
 		p99 := toFloat(s8.Extra["attempts_list_p99_ms"])
 		add(below("s8", s8AttemptsGoal, p99, 500, fmt.Sprintf("p99 %.1f ms (p50 %.1f ms) over %.0f requests", p99,
 			toFloat(s8.Extra["attempts_list_p50_ms"]), toFloat(s8.Extra["attempts_list_requests"]))))
+		if _, ok := s8.Extra["tune_pass_s"]; ok {
+			pass := toFloat(s8.Extra["tune_pass_s"])
+			add(atMost("s8", s8TuneGoal, pass, 300, fmt.Sprintf("%.1f s over %d classes", pass, countOf(s8.Extra["tune_classes"]))))
+			v := toFloat(s8.Extra["tune_s1_over_without"])
+			add(atLeast("s8", s8TuneS1Goal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f)", v, toFloat(s8.Extra["tune_s1_per_s"]), s8.DeliveriesPerS)))
+		} else {
+			add(target{Scenario: "s8", Goal: s8TuneGoal, Measured: "the tuning phase failed", Status: "missed"})
+			add(target{Scenario: "s8", Goal: s8TuneS1Goal, Measured: "the tuning phase failed", Status: "missed"})
+		}
 	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s8" }) {
-		for _, g := range []string{s8ThroughputGoal, s8ReclassifyGoal, s8AttemptsGoal} {
+		for _, g := range []string{s8ThroughputGoal, s8ReclassifyGoal, s8AttemptsGoal, s8TuneGoal, s8TuneS1Goal} {
 			add(target{Scenario: "s8", Goal: g, Measured: "the scenario failed", Status: "missed"})
 		}
 	}
@@ -432,6 +453,18 @@ func toFloat(v any) float64 {
 		return float64(x)
 	case int64:
 		return float64(x)
+	}
+	return 0
+}
+
+// countOf is the length of a map read from results (in memory or back
+// from JSON).
+func countOf(v any) int {
+	switch m := v.(type) {
+	case map[string]string:
+		return len(m)
+	case map[string]any:
+		return len(m)
 	}
 	return 0
 }

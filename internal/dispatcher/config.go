@@ -8,6 +8,7 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/trafficclass"
+	"github.com/hookd/hookd/internal/tuning"
 )
 
 // Config is the dispatcher's tuning. Start from DefaultConfig: every field is
@@ -56,6 +57,15 @@ type Config struct {
 	// ReclassifyInterval is how often auto endpoints' traffic classes are
 	// re-evaluated.
 	ReclassifyInterval time.Duration
+	// TuneInterval is how often each traffic class not off gets a tuning
+	// pass (by the fleet's tuning leader).
+	TuneInterval time.Duration
+	// TuneWindow is how much of the delivery log a periodic tuning pass
+	// reads, up to now; bounded by Retention.
+	TuneWindow time.Duration
+	// TuneShadow is how long a proposal of a class in apply runs in shadow
+	// before it is judged.
+	TuneShadow time.Duration
 	// OperationalWebhookURL, when set, is registered at start as an
 	// operational endpoint receiving every operational event (once, by
 	// URL); empty registers none. More operational endpoints are managed
@@ -106,6 +116,9 @@ func DefaultConfig() Config {
 		TrialPoolSize:         8,
 		FleetSuspectShare:     0.3,
 		ReclassifyInterval:    trafficclass.ReclassifyInterval,
+		TuneInterval:          tuning.DefaultInterval,
+		TuneWindow:            tuning.DefaultWindow,
+		TuneShadow:            tuning.DefaultShadow,
 		PartitionInterval:     retention.DefaultInterval,
 		Retention:             retention.DefaultRetention,
 		HistoryRetention:      retention.DefaultHistoryRetention,
@@ -178,6 +191,12 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("FleetSuspectShare", "must be in [0, 1)")
 	case c.ReclassifyInterval < time.Minute:
 		return r, invalid("ReclassifyInterval", "must be at least 1m")
+	case c.TuneInterval < time.Minute:
+		return r, invalid("TuneInterval", "must be at least 1m")
+	case c.TuneWindow < time.Minute:
+		return r, invalid("TuneWindow", "must be at least 1m")
+	case c.TuneShadow < 10*time.Second:
+		return r, invalid("TuneShadow", "must be at least 10s")
 	case c.TrialPoolSize < 1 || c.TrialPoolSize > 1000:
 		return r, invalid("TrialPoolSize", "must be from 1 to 1000")
 	}

@@ -1,7 +1,8 @@
 // Package dispatcher runs hookd's delivery process: a River client whose
 // deliver worker signs and sends each queued webhook, and the loops around
 // it (the attempt ledger, the breaker gate, the unparker, the LISTEN
-// connection, the database clock, the queue metrics and the metrics server).
+// connection, the database clock, the queue metrics, the tuning of traffic
+// classes and the metrics server).
 // New checks the Config and wires what needs no I/O; Run connects, starts
 // every part under one errgroup and returns once every goroutine it started
 // has returned.
@@ -36,6 +37,7 @@ import (
 	"github.com/hookd/hookd/internal/secretbox"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/telemetry"
+	"github.com/hookd/hookd/internal/tuning"
 )
 
 // Deps are the dispatcher's collaborators.
@@ -102,6 +104,9 @@ type Dispatcher struct {
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
 	maintainer *retention.Maintainer
+	// tuner tunes traffic classes from their logs; one dispatcher of the
+	// fleet leads it at a time.
+	tuner *tuning.Tuner
 	// senders are closed once River has stopped: their idle keep-alive
 	// connections would otherwise hold goroutines past Run.
 	senders []*delivery.Sender
@@ -179,6 +184,12 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,
 	})
+	d.tuner = tuning.New(tuning.Config{
+		Interval: cfg.TuneInterval, Window: min(cfg.TuneWindow, cfg.Retention), Shadow: cfg.TuneShadow,
+		// An attempt is logged when it ends, stamped with its start.
+		Lag:  cfg.RequestTimeout + 5*time.Second,
+		Pace: tuning.DefaultPace, Actor: cfg.Actor,
+	}, tuning.Deps{Store: d.store, Now: d.clock.Now, Logger: d.logger})
 	return d, nil
 }
 
@@ -245,6 +256,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.clock.Run(gctx, clockSyncInterval); return nil })
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
+	g.Go(func() error { d.tuner.Run(gctx); return nil })
 	// The first heartbeat comes before any delivery, so the fleet counts
 	// this dispatcher from its first delivery on.
 	if err := d.fleet.Beat(ctx); err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -24,7 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
+	"github.com/hookd/hookd/internal/tuning"
 )
 
 // screenshotDir, when set, makes TestDashboardInBrowser save the
@@ -335,6 +338,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Regexp(t, regexp.MustCompile(`^in \d+s$`), h.text(row(sick.ID, "")+" .countdown"), "the time until the next probe")
 	require.Contains(t, h.text(row(sick.ID, "")+" td.rate"), "/ 50%")
 	require.Contains(t, h.text(row(sick.ID, "")+" td.obs"), "/ 20")
+	// An open breaker's row shows the window that tripped it, not its own
+	// window, which the open emptied.
+	require.Contains(t, h.text(row(sick.ID, "")+" td.rate"), "at trip")
+	require.Regexp(t, regexp.MustCompile(`^([5-9]\d|100)%`), h.text(row(sick.ID, "")+" td.rate"), "at least the threshold tripped it")
+	require.Regexp(t, regexp.MustCompile(`^([2-9]\d|\d{3,})/ 20 at trip`), h.text(row(sick.ID, "")+" td.obs"), "at least min_throughput observations")
 	require.Equal(t, "1", h.text(row(sick.ID, "")+" td.trips"))
 
 	// Filters and search narrow the list.
@@ -418,6 +426,33 @@ func TestDashboardInBrowser(t *testing.T) {
 	h.docScreenshot("endpoint-desktop", 1280, 1000, true)
 	h.docScreenshot("endpoint-phone", 390, 844, false)
 
+	// The classes page: a class's proposal beside its config, figures side
+	// by side; apply it from the page.
+	proposeForDashboard(t, db, "dashfast")
+	h.do("classes page", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#tabs a[data-tab="classes"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#classes .card[data-class="dashfast"][data-status="proposed"]`)),
+	)
+	card := `#classes .card[data-class="dashfast"]`
+	require.Equal(t, "0.5", h.text(card+` tr[data-field="failure_rate_threshold"] td.cur`))
+	require.Equal(t, "0.7", h.text(card+` tr[data-field="failure_rate_threshold"] td.prop`))
+	require.Equal(t, "12", h.text(card+` tr[data-figure="opens_quiet"] td.cur`))
+	require.Equal(t, "0", h.text(card+` tr[data-figure="opens_quiet"] td.prop`))
+	// A class with nothing proposed (no pass yet, or a pass that kept its
+	// config for too little evidence) offers nothing to apply.
+	require.Contains(t, []string{"none", "kept"}, eval[string](h, `document.querySelector('#classes .card[data-class="medium"]').dataset.status`))
+	require.False(t, eval[bool](h, `!!document.querySelector('#classes .card[data-class="medium"] button[data-action="apply"]')`))
+	h.docScreenshot("classes-desktop", 1280, 900, false)
+	h.do("apply", 30*time.Second,
+		chromedp.Click(chromedp.CSS(card+` button[data-action="apply"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#classes .card[data-class="dashfast"][data-status="applied"]`)),
+	)
+	require.Contains(t, h.dialogMessages()[len(h.dialogMessages())-1], "Apply the proposed config to class dashfast")
+	var class map[string]any
+	_, err = api.Do(ctx, "GET", "/v1/traffic-classes/dashfast", nil, &class)
+	require.NoError(t, err)
+	require.Equal(t, 0.7, class["failure_rate_threshold"])
+
 	h.requireNoErrors()
 
 	// The capture is not vacuous: a console error and an uncaught exception
@@ -429,4 +464,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		all := strings.Join(h.errors, "\n")
 		return strings.Contains(all, "probe: console") && strings.Contains(all, "probe: exception")
 	})
+}
+
+// proposeForDashboard stores a proposal for class as a tuning pass would:
+// its config with the threshold raised to 0.7, which the replay found
+// opened 12 times on quiet traffic against none.
+func proposeForDashboard(t *testing.T, db *storetest.DB, class string) {
+	t.Helper()
+	ctx := context.Background()
+	st := store.New(db.Pool, nil)
+	c, err := st.GetClass(ctx, class)
+	require.NoError(t, err)
+	cur, prop := tuning.ClassConfig(c.Breaker), tuning.ClassConfig(c.Breaker)
+	prop.FailureRateThreshold = 0.7
+	two := 2.5
+	rec := tuning.Recommendation{Class: class, Status: tuning.StatusProposed, Current: &cur, Proposed: &prop,
+		Figures: tuning.FiguresPair{
+			Current:  &tuning.Figures{OpensQuiet: 12, BlockedHealthy: 340, IncidentsDetected: 1, Incidents: 1, DetectSMedian: &two, DetectSMax: &two, Wasted: 30, Sent: 30},
+			Proposed: &tuning.Figures{OpensQuiet: 0, IncidentsDetected: 1, Incidents: 1, DetectSMedian: &two, DetectSMax: &two, Wasted: 31, Sent: 31},
+		},
+		Reasons: []string{"proposed by the test"}}
+	body, err := json.Marshal(rec)
+	require.NoError(t, err)
+	require.NoError(t, st.SaveRecommendation(ctx, store.Recommendation{Class: class, Status: "proposed", Body: body}, "", nil))
 }

@@ -355,7 +355,7 @@ func WriteSweepText(w io.Writer, ranked []Candidate, name string, seed uint64) e
 	}
 	hasQuiet, hasIncident := ranked[0].Quiet != nil, ranked[0].Incident != nil
 	fmt.Fprintf(&buf, "sweep: %d configs (seed %d); fixed: %s\n", len(ranked), seed, describeFixed(ranked[0].Config))
-	fmt.Fprintf(&buf, "ranked by zero false trips on the quiet trace, then fastest detection of the incident, then fewest sent during it\n")
+	fmt.Fprintf(&buf, "ranked by zero false trips on the quiet trace (then fewest healthy requests blocked), then fastest detection of the incident, then fewest failures and requests sent during it\n")
 	if hasIncident && ranked[0].IncidentPhase != "" {
 		fmt.Fprintf(&buf, "the incident starts at the first row of phase %q; earlier rows are a lead-in\n", ranked[0].IncidentPhase)
 	}

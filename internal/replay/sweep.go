@@ -54,65 +54,121 @@ func (g Grid) Configs(base breaker.Config) []breaker.Config {
 	return out
 }
 
-// Candidate is one config of a sweep with what it did on each trace.
-type Candidate struct {
-	// Config is the candidate config.
-	Config breaker.Config
-	// Quiet is its replay of the quiet trace, nil without one.
-	Quiet *Report
-	// Incident is its replay of the incident trace, nil without one.
-	Incident *Report
-	// IncidentPhase is the phase of the incident trace where the incident
-	// starts, after a lead-in that fills the window as production traffic
-	// would; empty when the incident starts with the trace.
+// Trace is one stretch of one endpoint's traffic that a sweep replays, from
+// an empty breaker: normal traffic, where every open is a false trip, or an
+// incident, perhaps after a lead-in that fills the window as production
+// traffic would.
+type Trace struct {
+	// Rows are the requests, in time order.
+	Rows []Row
+	// Incident marks a trace that holds an incident.
+	Incident bool
+	// IncidentPhase names the phase where the incident starts: rows from
+	// its first row on are the incident, the earlier rows a lead-in. Empty
+	// means the incident starts with the trace.
 	IncidentPhase string
 }
 
-// incident returns the stats of the incident itself: its phase, or the
-// whole incident trace.
-func (c Candidate) incident() (Stats, bool) {
-	if c.Incident == nil {
-		return Stats{}, false
-	}
-	if c.IncidentPhase == "" {
-		return c.Incident.Total, true
-	}
-	return c.Incident.Phase(c.IncidentPhase)
+// Tally is what one config did over some traces, summed: opens and
+// blocked_healthy on the quiet traces, and per incident whether and how
+// fast the breaker opened and what it let through. Tallies of the same
+// config over different traces add up (Add).
+type Tally struct {
+	// OpensQuiet is the opens on quiet traces: trips on traffic that should
+	// not have tripped.
+	OpensQuiet int
+	// BlockedHealthy is the rejected rows of quiet traces that would have
+	// succeeded.
+	BlockedHealthy int
+	// Incidents is the number of incident traces.
+	Incidents int
+	// Detections holds, for each incident the breaker opened during, the
+	// time from the incident's first row to that open.
+	Detections []time.Duration
+	// Wasted is the failures sent during incidents.
+	Wasted int
+	// Sent is the requests sent during incidents, trials included.
+	Sent int
 }
 
-// FalseTrips returns the opens on the quiet trace: each one is a trip on
-// traffic that should not have tripped. It is 0 without a quiet trace.
-func (c Candidate) FalseTrips() int {
-	if c.Quiet == nil {
-		return 0
-	}
-	return c.Quiet.Total.Opens
+// Add adds o's figures to t.
+func (t *Tally) Add(o Tally) {
+	t.OpensQuiet += o.OpensQuiet
+	t.BlockedHealthy += o.BlockedHealthy
+	t.Incidents += o.Incidents
+	t.Detections = append(t.Detections, o.Detections...)
+	t.Wasted += o.Wasted
+	t.Sent += o.Sent
 }
 
-// Detection returns the time from the start of the incident (the first row
-// of IncidentPhase, or of the incident trace) to the breaker's first open
-// during it, and false when it never opened then or there is no incident
-// trace.
+// Figures are a Tally reduced to what the ranking compares.
+type Figures struct {
+	// OpensQuiet is the opens on quiet traces.
+	OpensQuiet int
+	// BlockedHealthy is the rejected successes of quiet traces.
+	BlockedHealthy int
+	// Incidents is the number of incidents replayed.
+	Incidents int
+	// IncidentsDetected is the number of incidents the breaker opened
+	// during.
+	IncidentsDetected int
+	// DetectMedian is the median time to open over the detected incidents
+	// (the lower middle one of an even count); 0 when none was.
+	DetectMedian time.Duration
+	// DetectMax is the slowest detection; 0 when none was.
+	DetectMax time.Duration
+	// Wasted is the failures sent during incidents.
+	Wasted int
+	// Sent is the requests sent during incidents.
+	Sent int
+}
+
+// Figures reduces t.
+func (t Tally) Figures() Figures {
+	f := Figures{OpensQuiet: t.OpensQuiet, BlockedHealthy: t.BlockedHealthy, Incidents: t.Incidents,
+		IncidentsDetected: len(t.Detections), Wasted: t.Wasted, Sent: t.Sent}
+	if len(t.Detections) > 0 {
+		d := slices.Sorted(slices.Values(t.Detections))
+		f.DetectMedian, f.DetectMax = d[(len(d)-1)/2], d[len(d)-1]
+	}
+	return f
+}
+
+// Candidate is one config of a sweep with what it did.
+type Candidate struct {
+	// Config is the candidate config.
+	Config breaker.Config
+	// Figures are its figures over every trace.
+	Figures Figures
+	// Quiet is its replay of the quiet trace of a two-trace Sweep, nil
+	// otherwise.
+	Quiet *Report
+	// Incident is its replay of the incident trace of a two-trace Sweep,
+	// nil otherwise.
+	Incident *Report
+	// IncidentPhase is the phase of that incident trace where the incident
+	// starts; empty when the incident starts with the trace.
+	IncidentPhase string
+}
+
+// FalseTrips returns the opens on the quiet traces.
+func (c Candidate) FalseTrips() int { return c.Figures.OpensQuiet }
+
+// Detection returns the median time from the start of an incident to the
+// breaker's first open during it, and false when it opened during none.
 func (c Candidate) Detection() (time.Duration, bool) {
-	s, ok := c.incident()
-	if !ok || s.FirstOpen == nil {
-		return 0, false
-	}
-	return *s.FirstOpen, true
+	return c.Figures.DetectMedian, c.Figures.IncidentsDetected > 0
 }
 
-// IncidentSent returns the requests sent during the incident, trials
-// included, or 0 without an incident trace.
-func (c Candidate) IncidentSent() int {
-	s, _ := c.incident()
-	return s.Sent
-}
+// IncidentSent returns the requests sent during incidents, trials
+// included.
+func (c Candidate) IncidentSent() int { return c.Figures.Sent }
 
 // SweepOptions tune a sweep.
 type SweepOptions struct {
 	// Seed seeds every replay's jitter source.
 	Seed uint64
-	// IncidentPhase names the phase of the incident trace where the
+	// IncidentPhase names the phase of Sweep's incident trace where the
 	// incident starts; the phases before it are a lead-in. Empty means the
 	// incident starts with the trace.
 	IncidentPhase string
@@ -124,97 +180,183 @@ type SweepOptions struct {
 }
 
 // Sweep replays quiet and incident (either may be nil, not both) through
-// every config and returns the candidates ranked by Rank.
+// every config and returns the candidates ranked by Rank, each with its
+// two reports. It is SweepTraces over the two traces.
 func Sweep(configs []breaker.Config, quiet, incident []Row, opts SweepOptions) ([]Candidate, error) {
 	if quiet == nil && incident == nil {
 		return nil, errors.New("sweep: a quiet or an incident trace is required")
 	}
-	if len(configs) == 0 {
-		return nil, errors.New("sweep: the grid is empty")
-	}
 	if opts.IncidentPhase != "" && !slices.ContainsFunc(incident, func(r Row) bool { return r.Phase == opts.IncidentPhase }) {
 		return nil, fmt.Errorf("sweep: the incident trace has no phase %q", opts.IncidentPhase)
 	}
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+	var traces []Trace
+	if quiet != nil {
+		traces = append(traces, Trace{Rows: quiet})
 	}
-	type job struct {
-		i        int
-		incident bool
+	if incident != nil {
+		traces = append(traces, Trace{Rows: incident, Incident: true, IncidentPhase: opts.IncidentPhase})
+	}
+	tallies, reports, err := score(configs, traces, opts, true)
+	if err != nil {
+		return nil, err
 	}
 	candidates := make([]Candidate, len(configs))
 	for i, c := range configs {
-		candidates[i].Config = c
-		candidates[i].IncidentPhase = opts.IncidentPhase
-	}
-	jobs := make(chan job)
-	errs := make([]error, len(configs)*2)
-	var wg sync.WaitGroup
-	for range min(workers, len(configs)*2) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				rows := quiet
-				if j.incident {
-					rows = incident
-				}
-				r, err := Replay(configs[j.i], rows, Options{Seed: opts.Seed, Progress: opts.Progress})
-				if err != nil {
-					slot := 2 * j.i
-					if j.incident {
-						slot++
-					}
-					errs[slot] = fmt.Errorf("sweep config %d: %w", j.i+1, err)
-					continue
-				}
-				// Each job writes its own field of its own candidate.
-				if j.incident {
-					candidates[j.i].Incident = &r
-				} else {
-					candidates[j.i].Quiet = &r
-				}
+		candidates[i] = Candidate{Config: c, Figures: tallies[i].Figures(), IncidentPhase: opts.IncidentPhase}
+		for j, t := range traces {
+			r := &reports[i][j]
+			if t.Incident {
+				candidates[i].Incident = r
+			} else {
+				candidates[i].Quiet = r
 			}
-		}()
-	}
-	for i := range configs {
-		if quiet != nil {
-			jobs <- job{i: i}
 		}
-		if incident != nil {
-			jobs <- job{i: i, incident: true}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	Rank(candidates)
 	return candidates, nil
 }
 
+// SweepTraces replays every trace through every config, each trace from an
+// empty breaker, and returns the candidates ranked by Rank. It is Score
+// followed by Ranked: the automatic tuning pass scores one endpoint's
+// traces at a time and ranks the sums, which gives the same ranking.
+func SweepTraces(configs []breaker.Config, traces []Trace, opts SweepOptions) ([]Candidate, error) {
+	tallies, err := Score(configs, traces, opts)
+	if err != nil {
+		return nil, err
+	}
+	return Ranked(configs, tallies), nil
+}
+
+// Ranked returns a candidate per config with the figures of its tally
+// (tallies[i] is configs[i]'s), ranked by Rank.
+func Ranked(configs []breaker.Config, tallies []Tally) []Candidate {
+	candidates := make([]Candidate, len(configs))
+	for i, c := range configs {
+		candidates[i] = Candidate{Config: c, Figures: tallies[i].Figures()}
+	}
+	Rank(candidates)
+	return candidates
+}
+
+// Score replays every trace through every config, each trace from an empty
+// breaker, and returns each config's tally, in the order of configs.
+func Score(configs []breaker.Config, traces []Trace, opts SweepOptions) ([]Tally, error) {
+	tallies, _, err := score(configs, traces, opts, false)
+	return tallies, err
+}
+
+// score is Score, keeping every replay's report when keep is set.
+func score(configs []breaker.Config, traces []Trace, opts SweepOptions, keep bool) ([]Tally, [][]Report, error) {
+	if len(configs) == 0 {
+		return nil, nil, errors.New("sweep: the grid is empty")
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	type job struct{ config, trace int }
+	// Each job writes its own slot; the slots are summed in order after,
+	// so the result does not depend on the number of workers.
+	parts := make([][]Tally, len(configs))
+	var reports [][]Report
+	for i := range parts {
+		parts[i] = make([]Tally, len(traces))
+	}
+	if keep {
+		reports = make([][]Report, len(configs))
+		for i := range reports {
+			reports[i] = make([]Report, len(traces))
+		}
+	}
+	jobs := make(chan job)
+	errs := make([]error, len(configs)*len(traces))
+	var wg sync.WaitGroup
+	for range min(workers, max(len(configs)*len(traces), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				t := traces[j.trace]
+				r, err := Replay(configs[j.config], t.Rows, Options{Seed: opts.Seed, Progress: opts.Progress})
+				if err != nil {
+					errs[j.config*len(traces)+j.trace] = fmt.Errorf("sweep config %d: %w", j.config+1, err)
+					continue
+				}
+				parts[j.config][j.trace] = tallyOf(t, r)
+				if keep {
+					reports[j.config][j.trace] = r
+				}
+			}
+		}()
+	}
+	for i := range configs {
+		for j := range traces {
+			jobs <- job{config: i, trace: j}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	tallies := make([]Tally, len(configs))
+	for i := range configs {
+		for _, p := range parts[i] {
+			tallies[i].Add(p)
+		}
+	}
+	return tallies, reports, nil
+}
+
+// tallyOf returns what report says about trace: quiet figures of the whole
+// of a quiet trace, or the figures of an incident's own rows.
+func tallyOf(t Trace, r Report) Tally {
+	if !t.Incident {
+		return Tally{OpensQuiet: r.Total.Opens, BlockedHealthy: r.Total.BlockedHealthy}
+	}
+	s := r.Total
+	if t.IncidentPhase != "" {
+		s, _ = r.Phase(t.IncidentPhase)
+	}
+	out := Tally{Incidents: 1, Wasted: s.Wasted, Sent: s.Sent}
+	if s.FirstOpen != nil {
+		out.Detections = []time.Duration{*s.FirstOpen}
+	}
+	return out
+}
+
 // Rank sorts candidates best first: zero false trips first (then fewer
-// false trips), then the fastest detection of the incident (never opening
-// comes last), then the fewest requests sent during the incident. Ties keep
-// their order.
+// false trips, then fewer healthy requests they blocked), then the most
+// incidents detected, then the fastest median and then slowest detection
+// (never opening comes last), then the fewest failures and then requests
+// sent during the incidents. Ties keep their order.
 func Rank(candidates []Candidate) {
 	slices.SortStableFunc(candidates, func(a, b Candidate) int {
-		if c := cmp.Compare(a.FalseTrips(), b.FalseTrips()); c != 0 {
-			return c
-		}
-		da, oka := a.Detection()
-		db, okb := b.Detection()
-		switch {
-		case oka && !okb:
-			return -1
-		case !oka && okb:
-			return 1
-		}
-		if c := cmp.Compare(da, db); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.IncidentSent(), b.IncidentSent())
+		return Compare(a.Figures, b.Figures)
 	})
+}
+
+// Compare orders two configs' figures as Rank does: negative when a ranks
+// before b, zero when they tie.
+func Compare(a, b Figures) int {
+	if c := cmp.Compare(a.OpensQuiet, b.OpensQuiet); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.BlockedHealthy, b.BlockedHealthy); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.IncidentsDetected, a.IncidentsDetected); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.DetectMedian, b.DetectMedian); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.DetectMax, b.DetectMax); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Wasted, b.Wasted); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Sent, b.Sent)
 }

@@ -32,11 +32,11 @@ func TestRank(t *testing.T) {
 	cand := func(name int, falseTrips int, detect *time.Duration, sent int) replay.Candidate {
 		c := breaker.DefaultConfig()
 		c.MinThroughput = name
-		return replay.Candidate{
-			Config:   c,
-			Quiet:    &replay.Report{Total: replay.Stats{Opens: falseTrips}},
-			Incident: &replay.Report{Total: replay.Stats{FirstOpen: detect, Sent: sent}},
+		tally := replay.Tally{OpensQuiet: falseTrips, Incidents: 1, Sent: sent}
+		if detect != nil {
+			tally.Detections = []time.Duration{*detect}
 		}
+		return replay.Candidate{Config: c, Figures: tally.Figures()}
 	}
 	cands := []replay.Candidate{
 		cand(1, 1, secs(1), 10),  // fastest but a false trip

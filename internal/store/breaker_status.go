@@ -129,6 +129,45 @@ type BreakerSummary struct {
 	Endpoint      Endpoint
 	TrialInFlight bool
 	TripsLast24h  int
+	// Tripped is the transition that took a breaker that is not closed
+	// out of closed, with the window that tripped it (the window itself
+	// starts empty on each open); nil for a closed breaker.
+	Tripped *breaker.Transition
+}
+
+// trips returns, for each of ids, the last transition of its breaker out
+// of closed (shadow ones aside): the trip of a breaker that is not closed
+// now, with the window's figures at that moment.
+func (s *Store) trips(ctx context.Context, ids []string) (map[string]breaker.Transition, error) {
+	out := map[string]breaker.Transition{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT i.id, t.from_state, t.to_state, t.at, t.reason, t.failure_rate, t.observations, t.failures, t.consecutive
+		FROM unnest($1::text[]) AS i(id) CROSS JOIN LATERAL (
+			SELECT from_state, to_state, at, reason, failure_rate, observations, failures, consecutive FROM breaker_transitions
+			WHERE endpoint_id = i.id AND from_state = 'closed' AND to_state <> 'closed' AND NOT shadow
+			ORDER BY id DESC LIMIT 1) t`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load breaker trips: %w", err)
+	}
+	var (
+		id       string
+		from, to string
+		t        breaker.Transition
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &from, &to, &t.At, &t.Reason, &t.FailureRate, &t.Observations, &t.Failures, &t.Consecutive}, func() error {
+		t.From, _ = breaker.ParseState(from)
+		t.To, _ = breaker.ParseState(to)
+		t.At = t.At.UTC()
+		out[id] = t
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load breaker trips: %w", err)
+	}
+	return out, nil
 }
 
 // trialInFlightSQL reports whether any trial slot lock of the endpoint $1
@@ -148,6 +187,15 @@ func (s *Store) BreakerDetails(ctx context.Context, endpointID string, c breaker
 		endpointID, c.HalfOpenConcurrency).Scan(&out.TrialInFlight, &out.TripsLast24h)
 	if err != nil {
 		return BreakerSummary{}, fmt.Errorf("load breaker details: %w", err)
+	}
+	if st.Breaker.State != breaker.StateClosed {
+		trips, err := s.trips(ctx, []string{endpointID})
+		if err != nil {
+			return BreakerSummary{}, err
+		}
+		if t, ok := trips[endpointID]; ok {
+			out.Tripped = &t
+		}
 	}
 	return out, nil
 }
@@ -275,9 +323,22 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	if err := xrows.Err(); err != nil {
 		return nil, fmt.Errorf("list breaker activity: %w", err)
 	}
+	var notClosed []string
 	for i := range out {
 		st := &out[i].Status
 		st.Observations, st.Failures = st.Breaker.Window.Counts(st.Now)
+		if st.Breaker.State != breaker.StateClosed {
+			notClosed = append(notClosed, st.EndpointID)
+		}
+	}
+	trips, err := s.trips(ctx, notClosed)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if t, ok := trips[out[i].Status.EndpointID]; ok {
+			out[i].Tripped = &t
+		}
 	}
 	return out, nil
 }

@@ -35,6 +35,7 @@ const (
 var OperationalEventTypes = []string{
 	OpEndpointCreated, OpEndpointUpdated, OpEndpointDeleted, OpEndpointDisabled, OpEndpointEnabled,
 	OpBreakerOpened, OpBreakerClosed, OpDeliveryFailed, OpDeliveryRecovered,
+	OpTrafficClassRecommended, OpTrafficClassTuned,
 }
 
 // ValidOperationalFilter reports whether f may be in an operational
@@ -53,7 +54,9 @@ func ValidOperationalFilter(f string) bool {
 type OperationalEvent struct {
 	Type string
 	At   time.Time
-	// EndpointID is the customer endpoint the event is about.
+	// EndpointID is the customer endpoint the event is about; empty for
+	// an event about the service as a whole (traffic_class.*), which
+	// names no endpoint or tenant.
 	EndpointID string
 	// TenantID is the endpoint's tenant; empty has the emitter look it up
 	// (breaker transitions know only the endpoint).
@@ -199,7 +202,7 @@ func (s *Store) emitOperational(ctx context.Context, tx pgx.Tx, events []Operati
 		if ev.TenantID == OperationalTenant || !subscribed(subs, ev.Type) {
 			continue
 		}
-		if ev.TenantID == "" {
+		if ev.TenantID == "" && ev.EndpointID != "" {
 			lookup = append(lookup, ev.EndpointID)
 		}
 		keep = append(keep, ev)
@@ -220,10 +223,10 @@ func (s *Store) emitOperational(ctx context.Context, tx pgx.Tx, events []Operati
 		}
 		kept := keep[:0]
 		for _, ev := range keep {
-			if ev.TenantID == "" {
+			if ev.TenantID == "" && ev.EndpointID != "" {
 				ev.TenantID = tenants[ev.EndpointID]
 			}
-			if ev.TenantID != "" && ev.TenantID != OperationalTenant {
+			if ev.EndpointID == "" || (ev.TenantID != "" && ev.TenantID != OperationalTenant) {
 				kept = append(kept, ev)
 			}
 		}
@@ -237,7 +240,9 @@ func (s *Store) emitOperational(ctx context.Context, tx pgx.Tx, events []Operati
 		for k, v := range ev.Data {
 			data[k] = v
 		}
-		data["endpoint_id"], data["tenant_id"] = ev.EndpointID, ev.TenantID
+		if ev.EndpointID != "" {
+			data["endpoint_id"], data["tenant_id"] = ev.EndpointID, ev.TenantID
+		}
 		body, err := json.Marshal(map[string]any{"type": ev.Type, "timestamp": ev.At.UTC(), "data": data})
 		if err != nil {
 			return fmt.Errorf("encode operational event: %w", err)

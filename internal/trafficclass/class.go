@@ -82,11 +82,31 @@ type Class struct {
 	// the auth rule treat an endpoint, so only classes an admin marked so
 	// are a tenant's to pick; none is by default.
 	TenantSelectable bool
+	// AutoTune is what automatic tuning may do to the class (auto_tune):
+	// AutoTuneOff, AutoTuneRecommend (the default) or AutoTuneApply.
+	AutoTune string
+	// TuneMinThroughputFloor is the lowest min_throughput automatic tuning
+	// may set (tune_min_throughput_floor), at least 1.
+	TuneMinThroughputFloor int
+	// TuneFailureRateFloor is the lowest failure_rate_threshold automatic
+	// tuning may set (tune_failure_rate_floor), in [0, 1].
+	TuneFailureRateFloor float64
 	// Builtin reports whether the class is one of the four built-ins
 	// (builtin). It is derived from Name: built-ins can be tuned but not
 	// deleted, and a class named after one is that built-in.
 	Builtin bool
 }
+
+// What automatic tuning may do to a class (Class.AutoTune).
+const (
+	// AutoTuneOff runs no periodic pass and never changes the class.
+	AutoTuneOff = "off"
+	// AutoTuneRecommend proposes configs for an admin to apply.
+	AutoTuneRecommend = "recommend"
+	// AutoTuneApply tries each proposal in shadow and applies it when the
+	// shadow agrees with the replay.
+	AutoTuneApply = "apply"
+)
 
 // Range is the band of quiet-time volume a built-in class is for, with the
 // floor its min_throughput was derived with.
@@ -152,6 +172,8 @@ func newBuiltin(name string, window time.Duration, threshold float64, open time.
 		Enforce:                true,
 		AuthDisableAfter:       DefaultAuthDisableAfter,
 		AuthDisableMinDuration: DefaultAuthDisableMinDuration,
+		AutoTune:               AutoTuneRecommend,
+		TuneMinThroughputFloor: 1,
 		Builtin:                true,
 	}
 }
@@ -201,6 +223,8 @@ func Default(name string) Class {
 		Enforce:                true,
 		AuthDisableAfter:       DefaultAuthDisableAfter,
 		AuthDisableMinDuration: DefaultAuthDisableMinDuration,
+		AutoTune:               AutoTuneRecommend,
+		TuneMinThroughputFloor: 1,
 		Builtin:                IsBuiltin(name),
 	}
 }
@@ -255,7 +279,9 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 // by their JSON names in field order, or returns nil when c is usable: name
 // is required, matches ^[a-z0-9][a-z0-9_-]{0,63}$ and is not Auto; every
 // breaker field passes breaker.Config.Validate; auth_disable_after is at
-// least 1; auth_disable_min_duration is at least 0.
+// least 1; auth_disable_min_duration is at least 0; auto_tune is off,
+// recommend or apply; tune_min_throughput_floor is at least 1;
+// tune_failure_rate_floor is in [0, 1].
 func (c Class) Validate() error {
 	var errs breaker.FieldErrors
 	bad := func(field, message string) {
@@ -281,6 +307,17 @@ func (c Class) Validate() error {
 	}
 	if c.AuthDisableMinDuration < 0 {
 		bad("auth_disable_min_duration", "must not be negative")
+	}
+	switch c.AutoTune {
+	case AutoTuneOff, AutoTuneRecommend, AutoTuneApply:
+	default:
+		bad("auto_tune", `must be "off", "recommend" or "apply"`)
+	}
+	if c.TuneMinThroughputFloor < 1 {
+		bad("tune_min_throughput_floor", "must be at least 1")
+	}
+	if !(c.TuneFailureRateFloor >= 0 && c.TuneFailureRateFloor <= 1) {
+		bad("tune_failure_rate_floor", "must be in [0, 1]")
 	}
 	if len(errs) == 0 {
 		return nil

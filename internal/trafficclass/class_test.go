@@ -35,6 +35,8 @@ func TestBuiltinNumbers(t *testing.T) {
 			Enforce:                true,
 			AuthDisableAfter:       10,
 			AuthDisableMinDuration: 5 * time.Minute,
+			AutoTune:               trafficclass.AutoTuneRecommend,
+			TuneMinThroughputFloor: 1,
 			Builtin:                true,
 		}
 	}
@@ -275,6 +277,8 @@ func TestDefault(t *testing.T) {
 		Enforce:                true,
 		AuthDisableAfter:       10,
 		AuthDisableMinDuration: 5 * time.Minute,
+		AutoTune:               trafficclass.AutoTuneRecommend,
+		TuneMinThroughputFloor: 1,
 	}, c)
 	require.True(t, trafficclass.Default("high").Builtin)
 }
@@ -311,6 +315,11 @@ func TestValidateReportsEachBadField(t *testing.T) {
 		{"zero concurrency", func(c *trafficclass.Class) { c.Breaker.HalfOpenConcurrency = 0 }, "half_open_concurrency"},
 		{"zero auth disable after", func(c *trafficclass.Class) { c.AuthDisableAfter = 0 }, "auth_disable_after"},
 		{"negative auth min duration", func(c *trafficclass.Class) { c.AuthDisableMinDuration = -time.Second }, "auth_disable_min_duration"},
+		{"unknown auto-tune mode", func(c *trafficclass.Class) { c.AutoTune = "always" }, "auto_tune"},
+		{"empty auto-tune mode", func(c *trafficclass.Class) { c.AutoTune = "" }, "auto_tune"},
+		{"zero min throughput floor", func(c *trafficclass.Class) { c.TuneMinThroughputFloor = 0 }, "tune_min_throughput_floor"},
+		{"failure rate floor above one", func(c *trafficclass.Class) { c.TuneFailureRateFloor = 1.5 }, "tune_failure_rate_floor"},
+		{"NaN failure rate floor", func(c *trafficclass.Class) { c.TuneFailureRateFloor = math.NaN() }, "tune_failure_rate_floor"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -48,6 +48,9 @@ func Example() {
 	//   "auth_disable_after": 10,
 	//   "auth_disable_min_duration": "5m",
 	//   "tenant_selectable": false,
+	//   "auto_tune": "recommend",
+	//   "tune_min_throughput_floor": 1,
+	//   "tune_failure_rate_floor": 0,
 	//   "builtin": true
 	// }
 }

@@ -31,6 +31,9 @@ type wire struct {
 	AuthDisableAfter       int     `json:"auth_disable_after"`
 	AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
 	TenantSelectable       bool    `json:"tenant_selectable"`
+	AutoTune               string  `json:"auto_tune"`
+	TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
+	TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
 	Builtin                bool    `json:"builtin"`
 }
 
@@ -57,6 +60,9 @@ func (c Class) MarshalJSON() ([]byte, error) {
 		AuthDisableAfter:       c.AuthDisableAfter,
 		AuthDisableMinDuration: FormatDuration(c.AuthDisableMinDuration),
 		TenantSelectable:       c.TenantSelectable,
+		AutoTune:               c.AutoTune,
+		TuneMinThroughputFloor: c.TuneMinThroughputFloor,
+		TuneFailureRateFloor:   c.TuneFailureRateFloor,
 		Builtin:                c.Builtin,
 	})
 	if err != nil {
@@ -104,6 +110,9 @@ var fields = []field{
 	{"auth_disable_after", integer(func(c *Class, v int) { c.AuthDisableAfter = v })},
 	{"auth_disable_min_duration", dur(func(c *Class, v time.Duration) { c.AuthDisableMinDuration = v })},
 	{"tenant_selectable", boolean(func(c *Class, v bool) { c.TenantSelectable = v })},
+	{"auto_tune", str(func(c *Class, v string) { c.AutoTune = v })},
+	{"tune_min_throughput_floor", integer(func(c *Class, v int) { c.TuneMinThroughputFloor = v })},
+	{"tune_failure_rate_floor", num(func(c *Class, v float64) { c.TuneFailureRateFloor = v })},
 }
 
 // ignored is the output-only member Decode accepts and ignores: Builtin
@@ -114,8 +123,9 @@ const ignored = "builtin"
 // create or a PUT. A PUT replaces the whole class: every omitted member takes
 // its documented default, never the stored value (breaker.DefaultConfig()
 // for the breaker fields, enforce true, auth_disable_after 10,
-// auth_disable_min_duration "5m", tenant_selectable false); name has no
-// default and is required.
+// auth_disable_min_duration "5m", tenant_selectable false, auto_tune
+// "recommend", tune_min_throughput_floor 1, tune_failure_rate_floor 0);
+// name has no default and is required.
 // Durations are Go duration strings ("500ms", "30s", "5m"); numbers and null
 // are not accepted for them. The builtin member is ignored whatever its
 // value: Builtin is derived from the name, so tuning a built-in means

@@ -22,11 +22,13 @@ func TestMarshalJSONShape(t *testing.T) {
 		{"high", `{"name":"high","trip":"rate","failure_rate_threshold":0.5,"window":"5s",` +
 			`"min_throughput":50,"consecutive_failures":5,"open_duration":"15s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
-			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,"builtin":true}`},
+			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,` +
+			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_failure_rate_floor":0,"builtin":true}`},
 		{"low", `{"name":"low","trip":"rate","failure_rate_threshold":0.6,"window":"10m",` +
 			`"min_throughput":10,"consecutive_failures":5,"open_duration":"30s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
-			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,"builtin":true}`},
+			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,` +
+			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_failure_rate_floor":0,"builtin":true}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.class, func(t *testing.T) {
@@ -50,7 +52,8 @@ func TestMarshalJSONHasExactlyTheContractMembers(t *testing.T) {
 	want := []string{
 		"name", "trip", "failure_rate_threshold", "window", "min_throughput", "consecutive_failures",
 		"open_duration", "open_jitter", "open_backoff", "max_open_duration", "half_open_trials",
-		"half_open_concurrency", "enforce", "auth_disable_after", "auth_disable_min_duration", "tenant_selectable", "builtin",
+		"half_open_concurrency", "enforce", "auth_disable_after", "auth_disable_min_duration", "tenant_selectable",
+		"auto_tune", "tune_min_throughput_floor", "tune_failure_rate_floor", "builtin",
 	}
 	require.Len(t, members, len(want))
 	for _, name := range want {

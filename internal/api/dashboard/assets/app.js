@@ -1,7 +1,8 @@
 // hookd operator dashboard: the breaker list (/dashboard), one endpoint's
 // page (/dashboard/endpoints/{id}), the message search
-// (/dashboard/messages) and the delivery search with retry and recovery
-// (/dashboard/deliveries). Data comes from the /v1 API
+// (/dashboard/messages), the delivery search with retry and recovery
+// (/dashboard/deliveries) and the traffic classes with their tuning
+// recommendations, to apply or reject (/dashboard/classes). Data comes from the /v1 API
 // with the session cookie; changes send the page's CSRF token. Polls every
 // 2 s. Text from the API is only ever set as textContent.
 'use strict';
@@ -226,20 +227,37 @@
     bar.append(fill);
     return el('div', { class: 'meter' }, el('span', { class: 'v' }, text, el('small', { text: limitText })), bar);
   }
+  // shown returns the window figures a row shows: a breaker that tripped
+  // shows the window that tripped it (its own window starts empty on the
+  // open), the others (an operator's isolation too) their current window.
+  function shown(b) {
+    if (b.state !== 'closed' && b.tripped && b.tripped.reason !== 'isolate') {
+      const t = b.tripped;
+      return { failure_rate: t.failure_rate, observations: t.observations, failures: t.failures, atTrip: true, at: t.at };
+    }
+    return { failure_rate: b.failure_rate, observations: b.observations, failures: b.failures, atTrip: false };
+  }
   function rateMeter(b) {
+    const v = shown(b);
     // The bar spans 0-100%; the tick marks the threshold.
-    const bar = el('div', { class: 'bar' + (b.failure_rate >= b.failure_rate_threshold && b.observations > 0 ? ' over' : b.failure_rate >= b.failure_rate_threshold * 0.75 && b.observations > 0 ? ' near' : '') });
+    const bar = el('div', { class: 'bar' + (v.failure_rate >= b.failure_rate_threshold && v.observations > 0 ? ' over' : v.failure_rate >= b.failure_rate_threshold * 0.75 && v.observations > 0 ? ' near' : '') });
     const fill = el('i');
-    fill.style.width = (Math.min(1, b.failure_rate) * 100).toFixed(1) + '%';
+    fill.style.width = (Math.min(1, v.failure_rate) * 100).toFixed(1) + '%';
     const tick = el('b');
     tick.style.left = `calc(${(b.failure_rate_threshold * 100).toFixed(1)}% - 1px)`;
     bar.append(fill, tick);
-    return el('div', { class: 'meter', title: `${b.failures} failures of ${b.observations} in the last ${b.window}` },
-      el('span', { class: 'v' }, pct(b.failure_rate), el('small', { text: '/ ' + pct(b.failure_rate_threshold) })), bar);
+    const title = v.atTrip
+      ? `${v.failures} failures of ${v.observations} in the window that tripped it (${localTime(v.at)})`
+      : `${v.failures} failures of ${v.observations} in the last ${b.window}`;
+    return el('div', { class: 'meter', title, dataset: { atTrip: v.atTrip ? 'true' : 'false' } },
+      el('span', { class: 'v' }, pct(v.failure_rate), el('small', { text: '/ ' + pct(b.failure_rate_threshold) + (v.atTrip ? ' at trip' : '') })), bar);
   }
   function obsMeter(b) {
-    const m = meter(b.observations, b.min_throughput, String(b.observations), '/ ' + b.min_throughput, false);
-    m.title = `${b.observations} observations in the last ${b.window}; the breaker may trip from ${b.min_throughput}`;
+    const v = shown(b);
+    const m = meter(v.observations, b.min_throughput, String(v.observations), '/ ' + b.min_throughput + (v.atTrip ? ' at trip' : ''), false);
+    m.title = v.atTrip
+      ? `${v.observations} observations in the window that tripped it; the breaker may trip from ${b.min_throughput}`
+      : `${v.observations} observations in the last ${b.window}; the breaker may trip from ${b.min_throughput}`;
     return m;
   }
 
@@ -848,6 +866,94 @@
     $('#recover').hidden = !applied.endpoint_id;
   }
 
+  // ---- Classes view -------------------------------------------------------
+
+  const TUNE_FIGURES = [
+    ['opens_quiet', 'Quiet-time opens', (x) => String(x)],
+    ['blocked_healthy', 'Healthy requests blocked', (x) => String(x)],
+    ['incidents_detected', 'Incidents detected', (x, f) => `${x} of ${f.incidents}`],
+    ['detect_s_median', 'Detection, median', (x) => (x === null ? 'never' : x.toFixed(2) + ' s')],
+    ['detect_s_max', 'Detection, slowest', (x) => (x === null ? 'never' : x.toFixed(2) + ' s')],
+    ['wasted', 'Failures sent in incidents', (x) => String(x)],
+  ];
+  const CONFIG_ROWS = [
+    ['trip', 'Trip'], ['failure_rate_threshold', 'Failure rate'], ['window', 'Window'], ['min_throughput', 'Min throughput'],
+    ['consecutive_failures', 'Consecutive failures'], ['open_duration', 'Open duration'],
+  ];
+
+  function classesView() {
+    $('#classes-view').hidden = false;
+    $('#crumbs').hidden = true;
+    markTab('classes');
+    document.title = 'hookd · classes';
+    const box = $('#classes');
+
+    async function act(name, what) {
+      const verb = what === 'apply' ? 'Apply' : 'Reject';
+      const q = what === 'apply'
+        ? `Apply the proposed config to class ${name}?\n\nEvery endpoint of the class runs under it at once.`
+        : `Reject the proposal for class ${name}?\n\nThe class keeps its config.`;
+      if (!window.confirm(q)) return;
+      try {
+        await api('POST', `/v1/traffic-classes/${encodeURIComponent(name)}/recommendation/${what}`);
+        toast(`${verb}: ${name}`);
+      } catch (e) {
+        if (!(e instanceof Unauthorized)) toast(`${verb} failed: ${e.message}`, true);
+      }
+      refresh();
+    }
+
+    function card(c, rec) {
+      const cur = rec.current || c;
+      const prop = rec.proposed;
+      const cfg = el('table', { class: 'list side' },
+        el('thead', {}, el('tr', {}, el('th', { text: 'Config' }), el('th', { text: 'Current' }), el('th', { text: 'Proposed' }))),
+        el('tbody', {}, ...CONFIG_ROWS.map(([k, label]) => el('tr', { dataset: { field: k } },
+          el('th', { scope: 'row', text: label }),
+          el('td', { class: 'cur', text: String(cur[k]) }),
+          el('td', { class: 'prop' + (prop && String(prop[k]) !== String(cur[k]) ? ' changed' : ''), text: prop ? String(prop[k]) : '—' })))));
+      const fc = rec.figures.current;
+      const fp = rec.figures.proposed;
+      const figs = el('table', { class: 'list side' },
+        el('thead', {}, el('tr', {}, el('th', { text: 'Replayed figures' }), el('th', { text: 'Current' }), el('th', { text: 'Proposed' }))),
+        el('tbody', {}, ...TUNE_FIGURES.map(([k, label, fmt]) => el('tr', { dataset: { figure: k } },
+          el('th', { scope: 'row', text: label }),
+          el('td', { class: 'cur', text: fc ? fmt(fc[k], fc) : '—' }),
+          el('td', { class: 'prop', text: fp ? fmt(fp[k], fp) : '—' })))));
+      const ev = rec.evidence;
+      const evText = ev
+        ? `Evidence: ${ev.endpoints} endpoints, ${ev.attempts} attempts, ${ev.incidents} incidents, from ${localTime(ev.since)} to ${localTime(ev.until)}`
+        : 'No tuning pass has run.';
+      const actions = el('div', { class: 'actions' });
+      if (rec.status === 'proposed' || rec.status === 'shadowing') {
+        actions.append(
+          el('button', { type: 'button', class: 'go', dataset: { action: 'apply' }, text: 'Apply', onclick: () => act(c.name, 'apply') }),
+          el('button', { type: 'button', class: 'warn', dataset: { action: 'reject' }, text: 'Reject', onclick: () => act(c.name, 'reject') }));
+      }
+      const shadow = rec.shadow
+        ? el('p', { class: 'sub', text: `Shadow from ${localTime(rec.shadow.since)} to ${localTime(rec.shadow.until)}: ${rec.shadow.opens.length} would-be opens over ${rec.shadow.attempts} outcomes` })
+        : null;
+      return el('div', { class: 'card', dataset: { class: c.name, status: rec.status } },
+        el('div', { class: 'card-head' },
+          el('h2', { text: c.name }),
+          el('span', { class: 'badge st-' + rec.status, dataset: { status: rec.status }, text: rec.status }),
+          el('span', { class: 'reason', text: 'auto_tune: ' + c.auto_tune }),
+          actions),
+        el('div', { class: 'side-by-side' }, cfg, figs),
+        el('p', { class: 'sub', text: evText }),
+        shadow,
+        el('ul', { class: 'reasons' }, ...(rec.reasons || []).map((r) => el('li', { text: r }))));
+    }
+
+    async function load() {
+      const classes = (await api('GET', '/v1/traffic-classes')).data;
+      const recs = await Promise.all(classes.map((c) => api('GET', `/v1/traffic-classes/${encodeURIComponent(c.name)}/recommendation`)));
+      box.replaceChildren(...classes.map((c, i) => card(c, recs[i])));
+      $('#classes-empty').hidden = classes.length > 0;
+    }
+    const refresh = poll(load, POLL_MS * 5);
+  }
+
   // ---- Start --------------------------------------------------------------
 
   $('#logout').addEventListener('click', async () => {
@@ -864,6 +970,7 @@
     endpointView(m[1]);
   } else if (location.pathname === '/dashboard/messages') messagesView();
   else if (location.pathname === '/dashboard/deliveries') deliveriesView();
+  else if (location.pathname === '/dashboard/classes') classesView();
   else {
     markTab('breakers');
     listView();

@@ -1,0 +1,261 @@
+package tuning
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
+	"github.com/hookd/hookd/internal/trafficclass"
+)
+
+// Bounds of a derived config.
+const (
+	// MinOpenDuration and MaxOpenDuration bound the open duration a
+	// recovery time anchors: the aggressive floor and the point past which
+	// dead-lettering beats waiting.
+	MinOpenDuration = 15 * time.Second
+	MaxOpenDuration = 120 * time.Second
+	// MinThroughputFloor is the floor of the min_throughput rule.
+	MinThroughputFloor = 20
+	// MaxThreshold caps a derived failure-rate threshold: above it the
+	// breaker barely trips at all.
+	MaxThreshold = 0.9
+)
+
+// windowLadder are the windows a derivation picks from.
+var windowLadder = []time.Duration{
+	5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second,
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute,
+}
+
+// Bounds are the limits an admin sets on what tuning may propose for a
+// class.
+type Bounds struct {
+	// MinThroughputFloor is the lowest min_throughput a proposal may have.
+	MinThroughputFloor int
+	// FailureRateFloor is the lowest failure_rate_threshold a proposal may
+	// have.
+	FailureRateFloor float64
+}
+
+// Allows reports whether c is within b.
+func (b Bounds) Allows(c breaker.Config) bool {
+	return c.MinThroughput >= b.MinThroughputFloor && c.FailureRateThreshold >= b.FailureRateFloor
+}
+
+// ClassEvidence is the evidence of every endpoint of a class, reduced.
+type ClassEvidence struct {
+	Since, Until time.Time
+	Endpoints    []EndpointEvidence
+	// Attempts and Incidents sum the endpoints'.
+	Attempts, Incidents int
+	// QuietRPS is the median of the endpoints' quiet-time volumes.
+	QuietRPS float64
+	// HealthyErrorRate is the highest of the endpoints' healthy error
+	// rates: the threshold must stay clear of the noisiest one.
+	HealthyErrorRate float64
+	// Recovery is the median recovery time over every incident; 0 without
+	// one.
+	Recovery time.Duration
+}
+
+// Reduce sums and summarises the endpoints' evidence.
+func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
+	ce := ClassEvidence{Since: since, Until: until, Endpoints: eps}
+	var quiet []float64
+	var recoveries []time.Duration
+	for _, e := range eps {
+		ce.Attempts += e.Attempts
+		ce.Incidents += len(e.Incidents)
+		if e.Attempts > 0 {
+			quiet = append(quiet, e.QuietRPS)
+		}
+		if !math.IsNaN(e.HealthyErrorRate) {
+			ce.HealthyErrorRate = max(ce.HealthyErrorRate, e.HealthyErrorRate)
+		}
+		for _, in := range e.Incidents {
+			if in.Recovery > 0 {
+				recoveries = append(recoveries, in.Recovery)
+			}
+		}
+	}
+	if len(quiet) > 0 {
+		slices.Sort(quiet)
+		ce.QuietRPS = trafficclass.Percentile(quiet, 0.5)
+	}
+	if len(recoveries) > 0 {
+		slices.Sort(recoveries)
+		ce.Recovery = recoveries[(len(recoveries)-1)/2]
+	}
+	return ce
+}
+
+// Derive returns the config the traffic-class rules give for the
+// evidence, from current's other settings: the threshold NoiseFactor times
+// the healthy error rate (at least 0.5, rounded up to 0.05, at most
+// MaxThreshold), the shortest window of the ladder in which half the
+// quiet-time requests reach the floor of 20, min_throughput by
+// MinThroughputFor, and the open duration the median recovery time within
+// [15 s, 120 s] (current's without a recovery). Bounds raise what they
+// floor.
+func Derive(ev ClassEvidence, current breaker.Config, b Bounds) breaker.Config {
+	c := current
+	c.Trip = breaker.TripRate
+	t := math.Max(0.5, trafficclass.NoiseFactor*ev.HealthyErrorRate)
+	t = math.Min(math.Ceil(t*20-1e-9)/20, MaxThreshold)
+	c.FailureRateThreshold = math.Max(t, b.FailureRateFloor)
+	c.Window = windowLadder[len(windowLadder)-1]
+	for _, w := range windowLadder {
+		if trafficclass.MinThroughputFor(ev.QuietRPS, w, 0) >= MinThroughputFloor {
+			c.Window = w
+			break
+		}
+	}
+	c.MinThroughput = max(trafficclass.MinThroughputFor(ev.QuietRPS, c.Window, MinThroughputFloor), b.MinThroughputFloor)
+	if ev.Recovery > 0 {
+		c.OpenDuration = min(max(ev.Recovery.Round(time.Second), MinOpenDuration), MaxOpenDuration)
+	}
+	c.MaxOpenDuration = max(c.MaxOpenDuration, c.OpenDuration)
+	return c
+}
+
+// Grid returns the configs a pass ranks: current first, then rates 0.1
+// either side, windows half and double, and minimums half and double,
+// around derived and around current (a consecutive current contributes
+// only itself), without duplicates and without the configs bounds forbid
+// (current stays, as the one to beat).
+func Grid(derived, current breaker.Config, b Bounds) []breaker.Config {
+	out := []breaker.Config{current}
+	seen := map[breaker.Config]bool{current: true}
+	around := func(c breaker.Config) {
+		for _, dr := range []float64{0, -0.1, 0.1} {
+			for _, w := range []time.Duration{c.Window, c.Window / 2, c.Window * 2} {
+				for _, m := range []int{c.MinThroughput, c.MinThroughput / 2, c.MinThroughput * 2} {
+					x := c
+					x.FailureRateThreshold = math.Round((c.FailureRateThreshold+dr)*100) / 100
+					x.Window, x.MinThroughput = w, m
+					if x.Validate() != nil || !b.Allows(x) || seen[x] {
+						continue
+					}
+					seen[x] = true
+					out = append(out, x)
+				}
+			}
+		}
+	}
+	around(derived)
+	if current.Trip == breaker.TripRate {
+		around(current)
+	}
+	return out
+}
+
+// Lead-in and tail of an incident's trace.
+const (
+	// IncidentTail is how long an incident's trace runs on after its last
+	// failure, so that opens that last past it count against the incident
+	// rather than the quiet traffic.
+	IncidentTail = 2 * time.Minute
+)
+
+// Segment is a range of an endpoint's log that a pass replays as one
+// trace: quiet traffic, or an incident after a lead-in.
+type Segment struct {
+	Interval
+	// Incident, when set, is when the incident starts; the rows before are
+	// the lead-in.
+	Incident *time.Time
+}
+
+// Segments cuts [since, until) into the ranges a pass replays: each
+// incident from lead before its start (no earlier than the previous
+// range's end) to IncidentTail after its end, and the quiet ranges
+// between them.
+func Segments(since, until time.Time, incidents []Incident, lead time.Duration) []Segment {
+	var out []Segment
+	at := since
+	for _, in := range incidents {
+		if n := len(out); n > 0 && out[n-1].Incident != nil && in.From.Before(at) {
+			// It starts inside the previous incident's trace: one trace.
+			to := in.To.Add(IncidentTail)
+			if to.After(until) {
+				to = until
+			}
+			if to.After(at) {
+				out[n-1].To, at = to, to
+			}
+			continue
+		}
+		from := in.From.Add(-lead)
+		if from.Before(at) {
+			from = at
+		}
+		if from.After(at) {
+			out = append(out, Segment{Interval: Interval{From: at, To: from}})
+		}
+		to := in.To.Add(IncidentTail)
+		if to.After(until) {
+			to = until
+		}
+		if !to.After(from) {
+			continue
+		}
+		start := in.From
+		out = append(out, Segment{Interval: Interval{From: from, To: to}, Incident: &start})
+		at = to
+	}
+	if until.After(at) {
+		out = append(out, Segment{Interval: Interval{From: at, To: until}})
+	}
+	return out
+}
+
+// Traces cuts rows (in time order) into the segments' traces, labelling an
+// incident's rows replay.PhaseLeadIn and replay.PhaseIncident as the
+// sweep's --from-db does.
+func Traces(rows []replay.Row, segs []Segment) []replay.Trace {
+	out := make([]replay.Trace, 0, len(segs))
+	for _, s := range segs {
+		lo, _ := slices.BinarySearchFunc(rows, time.Duration(s.From.UnixNano()), func(r replay.Row, t time.Duration) int { return cmpDur(r.TS, t) })
+		hi, _ := slices.BinarySearchFunc(rows, time.Duration(s.To.UnixNano()), func(r replay.Row, t time.Duration) int { return cmpDur(r.TS, t) })
+		part := slices.Clone(rows[lo:hi])
+		if len(part) == 0 {
+			continue
+		}
+		t := replay.Trace{Rows: part}
+		if s.Incident != nil {
+			start := time.Duration(s.Incident.UnixNano())
+			for i := range part {
+				part[i].Phase = replay.PhaseIncident
+				if part[i].TS < start {
+					part[i].Phase = replay.PhaseLeadIn
+				}
+			}
+			t.Incident, t.IncidentPhase = true, replay.PhaseIncident
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// LeadFor returns the lead-in a pass reads before each incident: the
+// largest window of configs, as the sweep's --from-db does.
+func LeadFor(configs []breaker.Config) time.Duration {
+	var lead time.Duration
+	for _, c := range configs {
+		lead = max(lead, c.Window)
+	}
+	return lead
+}
+
+// describe names a config's ranked settings in words.
+func describe(c breaker.Config) string {
+	if c.Trip == breaker.TripConsecutive {
+		return fmt.Sprintf("%d consecutive failures, open %s", c.ConsecutiveFailures, trafficclass.FormatDuration(c.OpenDuration))
+	}
+	return fmt.Sprintf("rate >= %g over %s, min %d, open %s", c.FailureRateThreshold, trafficclass.FormatDuration(c.Window),
+		c.MinThroughput, trafficclass.FormatDuration(c.OpenDuration))
+}

@@ -1,0 +1,509 @@
+package tuning
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
+	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/trafficclass"
+)
+
+// Store is what tuning needs of the database.
+type Store interface {
+	GetClass(ctx context.Context, name string) (trafficclass.Class, error)
+	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
+	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
+	StreamAttemptOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(store.AttemptOutcome) error) error
+	ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]store.AttemptOutcome, error)
+	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
+	BusyBreaker(ctx context.Context, endpointIDs []string) (string, error)
+	WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error
+	GetRecommendation(ctx context.Context, class string) (store.Recommendation, error)
+	ListRecommendations(ctx context.Context, statuses ...string) ([]store.Recommendation, error)
+	SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error
+	ApplyTuning(ctx context.Context, class string, expect, next breaker.Config, t store.Tuning, r store.Recommendation, data map[string]any) (trafficclass.Class, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Defaults of a Tuner's Config.
+const (
+	DefaultInterval = 24 * time.Hour
+	DefaultWindow   = 7 * 24 * time.Hour
+	DefaultShadow   = 24 * time.Hour
+	// DefaultLag is how far behind the database clock a shadow reads the
+	// log: an attempt is logged when it ends, stamped with its start.
+	DefaultLag = 45 * time.Second
+	// DefaultPace is the share of one core a periodic pass uses: it sleeps
+	// between endpoints so that delivery keeps the machine.
+	DefaultPace = 0.2
+)
+
+// Config tunes a Tuner.
+type Config struct {
+	// Interval is how often a pass runs over each class not off.
+	Interval time.Duration
+	// Window is how much of the log a periodic pass reads, up to now.
+	Window time.Duration
+	// Shadow is how long a proposal of a class in apply runs in shadow.
+	Shadow time.Duration
+	// Poll is how often the leader looks for passes due and advances the
+	// shadows (and a process not leading tries to lead); zero means
+	// Shadow/10 within [1 s, 1 min].
+	Poll time.Duration
+	// Lag is how far behind the clock shadows read; zero means DefaultLag.
+	Lag time.Duration
+	// Pace is the share of one core a periodic pass may use (it sleeps
+	// between endpoints); zero or less, or one and more, does not pace.
+	Pace float64
+	// Actor names this process in the history of applied changes.
+	Actor string
+	// Seed seeds the replays' jitter.
+	Seed uint64
+}
+
+// Deps are a Tuner's collaborators.
+type Deps struct {
+	Store Store
+	// Now is the database's time.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Rand draws the shadow breakers' open jitter; nil means a seeded
+	// source.
+	Rand func() float64
+}
+
+// Tuner runs tuning passes and advances shadows.
+type Tuner struct {
+	cfg     Config
+	deps    Deps
+	shadows map[string]*shadowRun
+}
+
+// New returns a tuner, with cfg's zero fields at their defaults.
+func New(cfg Config, deps Deps) *Tuner {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Shadow <= 0 {
+		cfg.Shadow = DefaultShadow
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = min(max(cfg.Shadow/10, time.Second), time.Minute)
+	}
+	if cfg.Lag <= 0 {
+		cfg.Lag = DefaultLag
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = replay.DefaultSeed
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Rand == nil {
+		deps.Rand = replay.NewRand(cfg.Seed)
+	}
+	return &Tuner{cfg: cfg, deps: deps, shadows: map[string]*shadowRun{}}
+}
+
+// leaderLock is the tuning lock the fleet's tuning leader holds: a name no
+// class can have.
+const leaderLock = "_leader"
+
+// Run makes this process the fleet's tuning leader when no other process
+// is (a session advisory lock, tried again every Poll), and as leader,
+// every Poll, runs a paced pass over each class whose last pass is
+// Interval old (a class never passed counts from when this process began
+// to lead, so a restart starts no pass) and advances the shadows, until
+// ctx ends.
+func (t *Tuner) Run(ctx context.Context) {
+	for {
+		err := t.deps.Store.WithTuningLock(ctx, leaderLock, func(ctx context.Context) error {
+			t.lead(ctx)
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrTuningBusy) && ctx.Err() == nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_lock_failed", slog.String("error", err.Error()))
+		}
+		wait := time.NewTimer(t.cfg.Poll)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
+	}
+}
+
+// lead is the leader's loop.
+func (t *Tuner) lead(ctx context.Context) {
+	poll := time.NewTicker(t.cfg.Poll)
+	defer poll.Stop()
+	since := t.deps.Now()
+	for {
+		t.PassDue(ctx, since)
+		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+// PassDue runs a paced pass over the last Window of each class not off
+// whose last pass ran Interval ago or more, or that never had one and
+// Interval has passed since leading.
+func (t *Tuner) PassDue(ctx context.Context, leading time.Time) {
+	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
+	if err != nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+		return
+	}
+	last := map[string]time.Time{}
+	for _, r := range recs {
+		var rec Recommendation
+		if json.Unmarshal(r.Body, &rec) == nil && rec.RanAt != nil {
+			last[r.Class] = *rec.RanAt
+		}
+	}
+	now := t.deps.Now()
+	t.passAll(ctx, func(class string) bool {
+		at, ok := last[class]
+		if !ok || at.Before(leading) {
+			at = leading
+		}
+		return now.Sub(at) >= t.cfg.Interval
+	})
+}
+
+var allStatuses = []string{string(StatusKept), string(StatusProposed), string(StatusShadowing), string(StatusApplied), string(StatusRejected)}
+
+// PassAll runs a paced pass over the last Window of every class whose
+// auto_tune is not off; a class whose pass another process runs is
+// skipped, a failed one logged.
+func (t *Tuner) PassAll(ctx context.Context) {
+	t.passAll(ctx, func(string) bool { return true })
+}
+
+func (t *Tuner) passAll(ctx context.Context, due func(class string) bool) {
+	classes, err := t.deps.Store.ListClasses(ctx)
+	if err != nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+		return
+	}
+	until := t.deps.Now()
+	since := until.Add(-t.cfg.Window)
+	for _, c := range classes {
+		if c.AutoTune == ModeOff || !due(c.Name) {
+			continue
+		}
+		r, err := t.Pass(ctx, c.Name, since, until, true)
+		switch {
+		case errors.Is(err, store.ErrTuningBusy):
+			continue
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", c.Name), slog.String("error", err.Error()))
+			continue
+		}
+		t.deps.Logger.InfoContext(ctx, "tuning_pass", slog.String("class", c.Name), slog.String("status", string(r.Status)),
+			slog.Int("endpoints", r.Evidence.Endpoints), slog.Int("attempts", r.Evidence.Attempts))
+	}
+}
+
+// rows is one endpoint's log, compact: each outcome is its time since the
+// range's start, in nanoseconds, shifted left two bits with the outcome
+// below (8 bytes a row, where a replay.Row takes 32).
+type rows struct {
+	base int64
+	v    []uint64
+}
+
+func (r *rows) add(at time.Time, o breaker.Outcome) {
+	r.v = append(r.v, uint64(at.UnixNano()-r.base)<<2|uint64(o))
+}
+
+func (r *rows) row(i int) replay.Row {
+	x := r.v[i]
+	return replay.Row{TS: time.Duration(r.base + int64(x>>2)), Outcome: breaker.Outcome(x & 3)}
+}
+
+// all returns every row as replay rows.
+func (r *rows) all() []replay.Row {
+	out := make([]replay.Row, len(r.v))
+	for i := range r.v {
+		out[i] = r.row(i)
+	}
+	return out
+}
+
+// readRows reads an endpoint's log in [since, until) in one streaming pass,
+// skipping attempts that never reached it (blocked), as
+// replay.LoadAttempts does.
+func (t *Tuner) readRows(ctx context.Context, id string, since, until time.Time) (*rows, error) {
+	r := &rows{base: since.UnixNano()}
+	err := t.deps.Store.StreamAttemptOutcomes(ctx, id, since, until, func(a store.AttemptOutcome) error {
+		if a.Classification == "blocked" {
+			return nil
+		}
+		o, err := breaker.ParseOutcome(a.Classification)
+		if err != nil {
+			return fmt.Errorf("attempt %d: %w", a.ID, err)
+		}
+		r.add(a.At, o)
+		return nil
+	})
+	return r, err
+}
+
+// Pass runs a tuning pass of class over its endpoints' log in [since,
+// until) under the class's tuning lock (store.ErrTuningBusy when another
+// process holds it), stores the recommendation and returns it. A paced
+// pass sleeps between endpoints to use no more than Config.Pace of a
+// core.
+func (t *Tuner) Pass(ctx context.Context, class string, since, until time.Time, paced bool) (Recommendation, error) {
+	var out Recommendation
+	err := t.deps.Store.WithTuningLock(ctx, class, func(ctx context.Context) error {
+		var err error
+		out, _, err = t.pass(ctx, class, since, until, paced)
+		return err
+	})
+	return out, err
+}
+
+func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration) {
+	if !paced || !(t.cfg.Pace > 0 && t.cfg.Pace < 1) {
+		return
+	}
+	sleep := time.NewTimer(time.Duration(float64(busy) * (1/t.cfg.Pace - 1)))
+	defer sleep.Stop()
+	select {
+	case <-ctx.Done():
+	case <-sleep.C:
+	}
+}
+
+// passUsed is what a pass ranked and replayed.
+type passUsed struct {
+	configs  []breaker.Config
+	segments map[string][]Segment
+}
+
+func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced bool) (Recommendation, *passUsed, error) {
+	c, err := t.deps.Store.GetClass(ctx, name)
+	if err != nil {
+		return Recommendation{}, nil, err
+	}
+	ids, err := t.deps.Store.ClassEndpointIDs(ctx, name)
+	if err != nil {
+		return Recommendation{}, nil, err
+	}
+	var opens []store.OpenRecord
+	if len(ids) > 0 {
+		if opens, err = t.deps.Store.ListOpens(ctx, ids, since, until); err != nil {
+			return Recommendation{}, nil, err
+		}
+	}
+	byEndpoint := map[string][]RecordedOpen{}
+	for _, o := range opens {
+		if !o.Shadow {
+			byEndpoint[o.EndpointID] = append(byEndpoint[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
+		}
+	}
+	logs := make([]*rows, len(ids))
+	evs := make([]EndpointEvidence, len(ids))
+	for i, id := range ids {
+		started := time.Now()
+		r, err := t.readRows(ctx, id, since, until)
+		if err != nil {
+			return Recommendation{}, nil, err
+		}
+		logs[i] = r
+		evs[i] = Measure(id, r.all(), since, until, byEndpoint[id])
+		t.pace(ctx, paced, time.Since(started))
+	}
+	ev := Reduce(since, until, evs)
+	ranAt := t.deps.Now().UTC()
+	cur := ClassConfig(c.Breaker)
+	rec := Recommendation{Class: name, Status: StatusKept, Mode: c.AutoTune, Current: &cur, RanAt: &ranAt}
+
+	bounds := Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, FailureRateFloor: c.TuneFailureRateFloor}
+	derived := Derive(ev, c.Breaker, bounds)
+	configs := Grid(derived, c.Breaker, bounds)
+	lead := LeadFor(configs)
+	used := &passUsed{configs: configs, segments: map[string][]Segment{}}
+	tallies := make([]replay.Tally, len(configs))
+	var quiet time.Duration
+	segments := make([][]Segment, len(ids))
+	for i := range ids {
+		segments[i] = Segments(since, until, evs[i].Incidents, lead)
+		used.segments[ids[i]] = segments[i]
+		for _, s := range segments[i] {
+			if s.Incident == nil && len(logs[i].v) > 0 {
+				quiet += s.To.Sub(s.From)
+			}
+		}
+	}
+	view := ev.View(quiet)
+	rec.Evidence = &view
+	if ok, why := EnoughEvidence(ev, quiet); !ok {
+		rec.Reasons = append(why, "the current config is kept")
+		return rec, used, t.save(ctx, c, rec)
+	}
+	for i := range ids {
+		started := time.Now()
+		traces := Traces(logs[i].all(), segments[i])
+		logs[i] = nil
+		if len(traces) == 0 {
+			continue
+		}
+		part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
+		if err != nil {
+			return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", ids[i], err)
+		}
+		for j := range tallies {
+			tallies[j].Add(part[j])
+		}
+		t.pace(ctx, paced, time.Since(started))
+	}
+	ranked := replay.Ranked(configs, tallies)
+	d := Decide(c.Breaker, ranked)
+	rec.Configs = len(configs)
+	rec.Status, rec.Reasons = d.Status, d.Reasons
+	if d.Current != nil {
+		rec.Figures.Current = NewFigures(*d.Current)
+	}
+	if d.Proposed != nil {
+		p := ClassConfig(*d.Proposed)
+		rec.Proposed, rec.Figures.Proposed = &p, NewFigures(*d.Best)
+	}
+	return rec, used, t.save(ctx, c, rec)
+}
+
+// save stores a pass's recommendation. A proposal equal to the one already
+// shadowing keeps its shadow running; a new proposal is announced
+// (traffic_class.recommended).
+func (t *Tuner) save(ctx context.Context, c trafficclass.Class, rec Recommendation) error {
+	sr := store.Recommendation{Class: c.Name, Status: string(rec.Status)}
+	event := ""
+	if rec.Status == StatusProposed {
+		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusShadowing) {
+			var old Recommendation
+			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
+				rec.Status, rec.Shadow = StatusShadowing, old.Shadow
+				sr.Status, sr.ShadowSince, sr.ShadowUntil = prev.Status, prev.ShadowSince, prev.ShadowUntil
+			}
+		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusRejected) {
+			var old Recommendation
+			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
+				rec.Status = StatusRejected
+				rec.Reasons = append(rec.Reasons, "not proposed again: the same proposal was rejected before (change the class or its bounds to tune it again)")
+				sr.Status = string(StatusRejected)
+			}
+		}
+		if rec.Status == StatusProposed {
+			event = store.OpTrafficClassRecommended
+		}
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode recommendation: %w", err)
+	}
+	sr.Body = body
+	return t.deps.Store.SaveRecommendation(ctx, sr, event, eventData(rec))
+}
+
+// eventData is the data of a traffic_class.* event about rec.
+func eventData(rec Recommendation) map[string]any {
+	return map[string]any{"status": rec.Status, "current": rec.Current, "proposed": rec.Proposed,
+		"figures": rec.Figures, "evidence_since": evidenceBound(rec, true), "evidence_until": evidenceBound(rec, false), "reasons": rec.Reasons}
+}
+
+func evidenceBound(rec Recommendation, since bool) any {
+	if rec.Evidence == nil {
+		return nil
+	}
+	if since {
+		return rec.Evidence.Since
+	}
+	return rec.Evidence.Until
+}
+
+// Get returns class's recommendation: the stored one, or status none.
+func Get(ctx context.Context, st Store, class string) (Recommendation, error) {
+	c, err := st.GetClass(ctx, class)
+	if err != nil {
+		return Recommendation{}, err
+	}
+	r, err := st.GetRecommendation(ctx, class)
+	if errors.Is(err, store.ErrNotFound) {
+		return None(c), nil
+	}
+	if err != nil {
+		return Recommendation{}, err
+	}
+	var rec Recommendation
+	if err := json.Unmarshal(r.Body, &rec); err != nil {
+		return Recommendation{}, fmt.Errorf("decode recommendation: %w", err)
+	}
+	rec.Status, rec.Mode = Status(r.Status), c.AutoTune
+	return rec, nil
+}
+
+// ErrNothingToReject is returned when rejecting a recommendation that
+// proposes nothing (kept, applied, rejected or none).
+var ErrNothingToReject = fmt.Errorf("%w: the recommendation proposes nothing to reject", store.ErrConflict)
+
+// ErrNothingToApply is returned when applying a recommendation that
+// proposes nothing (kept, applied, rejected or none).
+var ErrNothingToApply = fmt.Errorf("%w: the recommendation proposes nothing to apply", store.ErrConflict)
+
+// Reject drops class's proposal (proposed or shadowing) as an admin's call.
+func Reject(ctx context.Context, st Store, class string) (Recommendation, error) {
+	rec, err := Get(ctx, st, class)
+	if err != nil {
+		return Recommendation{}, err
+	}
+	if rec.Status != StatusProposed && rec.Status != StatusShadowing {
+		return Recommendation{}, ErrNothingToReject
+	}
+	was := rec.Status
+	rec.Status = StatusRejected
+	rec.Reasons = append(rec.Reasons, "rejected by an admin")
+	return rec, saveAs(ctx, st, rec, was, nil)
+}
+
+// saveAs stores rec with its shadow's range; with expect set, only over a
+// stored recommendation of that status (store.ErrRecommendationChanged
+// otherwise).
+func saveAs(ctx context.Context, st Store, rec Recommendation, expect Status, data map[string]any) error {
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode recommendation: %w", err)
+	}
+	sr := store.Recommendation{Class: rec.Class, Status: string(rec.Status), Body: body, Expect: string(expect)}
+	if rec.Shadow != nil {
+		sr.ShadowSince, sr.ShadowUntil = &rec.Shadow.Since, &rec.Shadow.Until
+	}
+	return st.SaveRecommendation(ctx, sr, "", data)
+}
