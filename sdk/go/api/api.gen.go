@@ -116,6 +116,78 @@ func (e BuiltinClassName) Valid() bool {
 	}
 }
 
+// Defines values for ClassRecommendationAutoTune.
+const (
+	ClassRecommendationAutoTuneApply     ClassRecommendationAutoTune = "apply"
+	ClassRecommendationAutoTuneOff       ClassRecommendationAutoTune = "off"
+	ClassRecommendationAutoTuneRecommend ClassRecommendationAutoTune = "recommend"
+)
+
+// Valid indicates whether the value is a known member of the ClassRecommendationAutoTune enum.
+func (e ClassRecommendationAutoTune) Valid() bool {
+	switch e {
+	case ClassRecommendationAutoTuneApply:
+		return true
+	case ClassRecommendationAutoTuneOff:
+		return true
+	case ClassRecommendationAutoTuneRecommend:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ClassRecommendationStatus.
+const (
+	Applied   ClassRecommendationStatus = "applied"
+	Kept      ClassRecommendationStatus = "kept"
+	None      ClassRecommendationStatus = "none"
+	Proposed  ClassRecommendationStatus = "proposed"
+	Rejected  ClassRecommendationStatus = "rejected"
+	Shadowing ClassRecommendationStatus = "shadowing"
+)
+
+// Valid indicates whether the value is a known member of the ClassRecommendationStatus enum.
+func (e ClassRecommendationStatus) Valid() bool {
+	switch e {
+	case Applied:
+		return true
+	case Kept:
+		return true
+	case None:
+		return true
+	case Proposed:
+		return true
+	case Rejected:
+		return true
+	case Shadowing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateTrafficClassRequestAutoTune.
+const (
+	CreateTrafficClassRequestAutoTuneApply     CreateTrafficClassRequestAutoTune = "apply"
+	CreateTrafficClassRequestAutoTuneOff       CreateTrafficClassRequestAutoTune = "off"
+	CreateTrafficClassRequestAutoTuneRecommend CreateTrafficClassRequestAutoTune = "recommend"
+)
+
+// Valid indicates whether the value is a known member of the CreateTrafficClassRequestAutoTune enum.
+func (e CreateTrafficClassRequestAutoTune) Valid() bool {
+	switch e {
+	case CreateTrafficClassRequestAutoTuneApply:
+		return true
+	case CreateTrafficClassRequestAutoTuneOff:
+		return true
+	case CreateTrafficClassRequestAutoTuneRecommend:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateTrafficClassRequestTrip.
 const (
 	CreateTrafficClassRequestTripConsecutive CreateTrafficClassRequestTrip = "consecutive"
@@ -289,19 +361,22 @@ func (e OperationalEndpointStatus) Valid() bool {
 
 // Defines values for OperationalEventFilter.
 const (
-	OperationalEventFilterAsterisk          OperationalEventFilter = "*"
-	OperationalEventFilterBreaker           OperationalEventFilter = "breaker.*"
-	OperationalEventFilterBreakerClosed     OperationalEventFilter = "breaker.closed"
-	OperationalEventFilterBreakerOpened     OperationalEventFilter = "breaker.opened"
-	OperationalEventFilterDelivery          OperationalEventFilter = "delivery.*"
-	OperationalEventFilterDeliveryFailed    OperationalEventFilter = "delivery.failed"
-	OperationalEventFilterDeliveryRecovered OperationalEventFilter = "delivery.recovered"
-	OperationalEventFilterEndpoint          OperationalEventFilter = "endpoint.*"
-	OperationalEventFilterEndpointCreated   OperationalEventFilter = "endpoint.created"
-	OperationalEventFilterEndpointDeleted   OperationalEventFilter = "endpoint.deleted"
-	OperationalEventFilterEndpointDisabled  OperationalEventFilter = "endpoint.disabled"
-	OperationalEventFilterEndpointEnabled   OperationalEventFilter = "endpoint.enabled"
-	OperationalEventFilterEndpointUpdated   OperationalEventFilter = "endpoint.updated"
+	OperationalEventFilterAsterisk                OperationalEventFilter = "*"
+	OperationalEventFilterBreaker                 OperationalEventFilter = "breaker.*"
+	OperationalEventFilterBreakerClosed           OperationalEventFilter = "breaker.closed"
+	OperationalEventFilterBreakerOpened           OperationalEventFilter = "breaker.opened"
+	OperationalEventFilterDelivery                OperationalEventFilter = "delivery.*"
+	OperationalEventFilterDeliveryFailed          OperationalEventFilter = "delivery.failed"
+	OperationalEventFilterDeliveryRecovered       OperationalEventFilter = "delivery.recovered"
+	OperationalEventFilterEndpoint                OperationalEventFilter = "endpoint.*"
+	OperationalEventFilterEndpointCreated         OperationalEventFilter = "endpoint.created"
+	OperationalEventFilterEndpointDeleted         OperationalEventFilter = "endpoint.deleted"
+	OperationalEventFilterEndpointDisabled        OperationalEventFilter = "endpoint.disabled"
+	OperationalEventFilterEndpointEnabled         OperationalEventFilter = "endpoint.enabled"
+	OperationalEventFilterEndpointUpdated         OperationalEventFilter = "endpoint.updated"
+	OperationalEventFilterTrafficClass            OperationalEventFilter = "traffic_class.*"
+	OperationalEventFilterTrafficClassRecommended OperationalEventFilter = "traffic_class.recommended"
+	OperationalEventFilterTrafficClassTuned       OperationalEventFilter = "traffic_class.tuned"
 )
 
 // Valid indicates whether the value is a known member of the OperationalEventFilter enum.
@@ -332,6 +407,12 @@ func (e OperationalEventFilter) Valid() bool {
 	case OperationalEventFilterEndpointEnabled:
 		return true
 	case OperationalEventFilterEndpointUpdated:
+		return true
+	case OperationalEventFilterTrafficClass:
+		return true
+	case OperationalEventFilterTrafficClassRecommended:
+		return true
+	case OperationalEventFilterTrafficClassTuned:
 		return true
 	default:
 		return false
@@ -425,6 +506,27 @@ func (e TokenScope) Valid() bool {
 	}
 }
 
+// Defines values for TrafficClassConfigAutoTune.
+const (
+	TrafficClassConfigAutoTuneApply     TrafficClassConfigAutoTune = "apply"
+	TrafficClassConfigAutoTuneOff       TrafficClassConfigAutoTune = "off"
+	TrafficClassConfigAutoTuneRecommend TrafficClassConfigAutoTune = "recommend"
+)
+
+// Valid indicates whether the value is a known member of the TrafficClassConfigAutoTune enum.
+func (e TrafficClassConfigAutoTune) Valid() bool {
+	switch e {
+	case TrafficClassConfigAutoTuneApply:
+		return true
+	case TrafficClassConfigAutoTuneOff:
+		return true
+	case TrafficClassConfigAutoTuneRecommend:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TrafficClassConfigTrip.
 const (
 	TrafficClassConfigTripConsecutive TrafficClassConfigTrip = "consecutive"
@@ -443,6 +545,27 @@ func (e TrafficClassConfigTrip) Valid() bool {
 	}
 }
 
+// Defines values for TrafficClassFieldsAutoTune.
+const (
+	TrafficClassFieldsAutoTuneApply     TrafficClassFieldsAutoTune = "apply"
+	TrafficClassFieldsAutoTuneOff       TrafficClassFieldsAutoTune = "off"
+	TrafficClassFieldsAutoTuneRecommend TrafficClassFieldsAutoTune = "recommend"
+)
+
+// Valid indicates whether the value is a known member of the TrafficClassFieldsAutoTune enum.
+func (e TrafficClassFieldsAutoTune) Valid() bool {
+	switch e {
+	case TrafficClassFieldsAutoTuneApply:
+		return true
+	case TrafficClassFieldsAutoTuneOff:
+		return true
+	case TrafficClassFieldsAutoTuneRecommend:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TrafficClassFieldsTrip.
 const (
 	TrafficClassFieldsTripConsecutive TrafficClassFieldsTrip = "consecutive"
@@ -455,6 +578,24 @@ func (e TrafficClassFieldsTrip) Valid() bool {
 	case TrafficClassFieldsTripConsecutive:
 		return true
 	case TrafficClassFieldsTripRate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TuningConfigTrip.
+const (
+	TuningConfigTripConsecutive TuningConfigTrip = "consecutive"
+	TuningConfigTripRate        TuningConfigTrip = "rate"
+)
+
+// Valid indicates whether the value is a known member of the TuningConfigTrip enum.
+func (e TuningConfigTrip) Valid() bool {
+	switch e {
+	case TuningConfigTripConsecutive:
+		return true
+	case TuningConfigTripRate:
 		return true
 	default:
 		return false
@@ -580,6 +721,16 @@ type Breaker struct {
 	// TrialSuccesses Probe successes so far in this half-open period.
 	TrialSuccesses int `json:"trial_successes"`
 
+	// Tripped For a breaker that is not closed: the transition that took it out of closed, with the window's figures at that moment (the failure rate and observations that tripped it; its window starts empty on each open). Null when closed.
+	Tripped *struct {
+		At                  time.Time `json:"at"`
+		ConsecutiveFailures int       `json:"consecutive_failures"`
+		FailureRate         float32   `json:"failure_rate"`
+		Failures            int       `json:"failures"`
+		Observations        int       `json:"observations"`
+		Reason              string    `json:"reason"`
+	} `json:"tripped"`
+
 	// Trips Opens over the breaker's life.
 	Trips int64 `json:"trips"`
 
@@ -654,6 +805,64 @@ type BuiltinClassName string
 //
 // Examples: medium
 type ClassName = string
+
+// ClassRecommendation A traffic class's latest recommendation from automatic tuning.
+type ClassRecommendation struct {
+	AutoTune ClassRecommendationAutoTune `json:"auto_tune"`
+
+	// Class A traffic class name: 1-64 lower-case letters, digits, `_` and `-`, starting with a letter or digit, and not `auto`, which is reserved (the pattern spells that out).
+	//
+	// Examples: medium
+	Class         ClassName `json:"class"`
+	ConfigsRanked int       `json:"configs_ranked"`
+
+	// Current The config the pass started from.
+	Current  *TuningConfig   `json:"current"`
+	Evidence *TuningEvidence `json:"evidence"`
+	Figures  struct {
+		Current  *TuningFigures `json:"current"`
+		Proposed *TuningFigures `json:"proposed"`
+	} `json:"figures"`
+	Proposed *TuningConfig `json:"proposed"`
+	RanAt    *time.Time    `json:"ran_at"`
+	Reasons  *[]string     `json:"reasons"`
+
+	// Shadow The proposal's shadow: its range, how far its shadow breakers have read the log and how many outcomes fed them, their would-be trips, and once judged both configs' live figures.
+	Shadow *TuningShadow `json:"shadow"`
+
+	// Status `none`: no pass has run; `kept`: the last pass kept the current config (`reasons` say why, such as too little evidence); `proposed`: a config beats it; `shadowing`: the proposal runs in shadow (class in `apply`); `applied`: it is the class's config now; `rejected`: an admin or a disagreeing shadow dropped it.
+	Status ClassRecommendationStatus `json:"status"`
+}
+
+// ClassRecommendationAutoTune defines model for ClassRecommendation.AutoTune.
+type ClassRecommendationAutoTune string
+
+// ClassRecommendationStatus `none`: no pass has run; `kept`: the last pass kept the current config (`reasons` say why, such as too little evidence); `proposed`: a config beats it; `shadowing`: the proposal runs in shadow (class in `apply`); `applied`: it is the class's config now; `rejected`: an admin or a disagreeing shadow dropped it.
+type ClassRecommendationStatus string
+
+// ClassTuning One tuned change of a class: who applied it, the configs before and after, the replayed (and shadow) figures, the evidence and the reasons.
+type ClassTuning struct {
+	Actor    string                 `json:"actor"`
+	At       time.Time              `json:"at"`
+	Evidence *TuningEvidence        `json:"evidence"`
+	Figures  map[string]interface{} `json:"figures"`
+	ID       int                    `json:"id"`
+
+	// NewConfig A breaker config under a traffic class's member names.
+	NewConfig TuningConfig `json:"new_config"`
+
+	// OldConfig A breaker config under a traffic class's member names.
+	OldConfig TuningConfig `json:"old_config"`
+	Reasons   []string     `json:"reasons"`
+}
+
+// ClassTuningList A class's tuned changes, newest first (at most 100).
+type ClassTuningList struct {
+	Data []ClassTuning `json:"data"`
+
+	// NextCursor Always null: the list is not paged.
+	NextCursor any `json:"next_cursor"`
+}
 
 // ConflictProblem defines model for ConflictProblem.
 type ConflictProblem struct {
@@ -814,6 +1023,9 @@ type CreateTrafficClassRequest struct {
 	// AuthDisableMinDuration The shortest time that run must also span.
 	AuthDisableMinDuration *Duration `json:"auth_disable_min_duration,omitempty"`
 
+	// AutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+	AutoTune *CreateTrafficClassRequestAutoTune `json:"auto_tune,omitempty"`
+
 	// Builtin Whether the class is one of the four built-ins (`high`, `medium`, `low`, `trickle`), which can be tuned but not deleted. It follows from the name: ignored in requests.
 	Builtin *bool `json:"builtin,omitempty"`
 
@@ -858,9 +1070,18 @@ type CreateTrafficClassRequest struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *CreateTrafficClassRequestTrip `json:"trip,omitempty"`
 
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
+	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`
+
 	// Window The rolling window of a `rate` breaker, at least 100ms.
 	Window *PositiveDuration `json:"window,omitempty"`
 }
+
+// CreateTrafficClassRequestAutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+type CreateTrafficClassRequestAutoTune string
 
 // CreateTrafficClassRequestTrip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 type CreateTrafficClassRequestTrip string
@@ -1349,7 +1570,7 @@ type OperationalEndpointList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// OperationalEventFilter An operational event type, or a wildcard over some (`endpoint.*`, `breaker.*`, `delivery.*`, `*`).
+// OperationalEventFilter An operational event type, or a wildcard over some (`endpoint.*`, `breaker.*`, `delivery.*`, `traffic_class.*`, `*`).
 type OperationalEventFilter string
 
 // Outcome defines model for Outcome.
@@ -1589,6 +1810,9 @@ type TrafficClassConfig struct {
 	// AuthDisableMinDuration The shortest time that run must also span.
 	AuthDisableMinDuration Duration `json:"auth_disable_min_duration"`
 
+	// AutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+	AutoTune TrafficClassConfigAutoTune `json:"auto_tune"`
+
 	// Builtin Whether the class is one of the four built-ins (`high`, `medium`, `low`, `trickle`), which can be tuned but not deleted. It follows from the name: ignored in requests.
 	Builtin bool `json:"builtin"`
 
@@ -1633,9 +1857,18 @@ type TrafficClassConfig struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip TrafficClassConfigTrip `json:"trip"`
 
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	TuneFailureRateFloor float32 `json:"tune_failure_rate_floor"`
+
+	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
+	TuneMinThroughputFloor int `json:"tune_min_throughput_floor"`
+
 	// Window The rolling window of a `rate` breaker, at least 100ms.
 	Window PositiveDuration `json:"window"`
 }
+
+// TrafficClassConfigAutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+type TrafficClassConfigAutoTune string
 
 // TrafficClassConfigTrip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 type TrafficClassConfigTrip string
@@ -1647,6 +1880,9 @@ type TrafficClassFields struct {
 
 	// AuthDisableMinDuration The shortest time that run must also span.
 	AuthDisableMinDuration *Duration `json:"auth_disable_min_duration,omitempty"`
+
+	// AutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+	AutoTune *TrafficClassFieldsAutoTune `json:"auto_tune,omitempty"`
 
 	// Builtin Whether the class is one of the four built-ins (`high`, `medium`, `low`, `trickle`), which can be tuned but not deleted. It follows from the name: ignored in requests.
 	Builtin *bool `json:"builtin,omitempty"`
@@ -1692,9 +1928,18 @@ type TrafficClassFields struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *TrafficClassFieldsTrip `json:"trip,omitempty"`
 
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
+	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`
+
 	// Window The rolling window of a `rate` breaker, at least 100ms.
 	Window *PositiveDuration `json:"window,omitempty"`
 }
+
+// TrafficClassFieldsAutoTune What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+type TrafficClassFieldsAutoTune string
 
 // TrafficClassFieldsTrip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 type TrafficClassFieldsTrip string
@@ -1706,6 +1951,108 @@ type TrafficClassList struct {
 
 	// NextCursor Always null: every class is on the one page.
 	NextCursor any `json:"next_cursor"`
+}
+
+// TuneRequest The range [since, until) of the log the pass reads; by default the 7 days up to now. At most 31 days.
+type TuneRequest struct {
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// TuningConfig A breaker config under a traffic class's member names.
+type TuningConfig struct {
+	ConsecutiveFailures  int     `json:"consecutive_failures"`
+	FailureRateThreshold float32 `json:"failure_rate_threshold"`
+	HalfOpenConcurrency  int     `json:"half_open_concurrency"`
+	HalfOpenTrials       int     `json:"half_open_trials"`
+
+	// MaxOpenDuration A Go duration string above zero (one with a non-zero digit; a fraction of a nanosecond counts as zero).
+	//
+	// Examples: 500ms
+	MaxOpenDuration PositiveDuration `json:"max_open_duration"`
+	MinThroughput   int              `json:"min_throughput"`
+	OpenBackoff     float32          `json:"open_backoff"`
+
+	// OpenDuration A Go duration string above zero (one with a non-zero digit; a fraction of a nanosecond counts as zero).
+	//
+	// Examples: 500ms
+	OpenDuration PositiveDuration `json:"open_duration"`
+	OpenJitter   float32          `json:"open_jitter"`
+	Trip         TuningConfigTrip `json:"trip"`
+
+	// Window A Go duration string above zero (one with a non-zero digit; a fraction of a nanosecond counts as zero).
+	//
+	// Examples: 500ms
+	Window PositiveDuration `json:"window"`
+}
+
+// TuningConfigTrip defines model for TuningConfig.Trip.
+type TuningConfigTrip string
+
+// TuningEvidence What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found, the median of the endpoints' quiet-time volumes (requests/s), the highest healthy error rate, the median recovery time, the quiet time replayed, and each endpoint's figures.
+type TuningEvidence struct {
+	Attempts         int     `json:"attempts"`
+	Endpoints        int     `json:"endpoints"`
+	HealthyErrorRate float32 `json:"healthy_error_rate"`
+	Incidents        int     `json:"incidents"`
+	PerEndpoint      []struct {
+		Attempts int `json:"attempts"`
+
+		// EndpointID A endpoint id: `ep_` and a ULID, so ids sort by creation time.
+		EndpointID       EndpointID `json:"endpoint_id"`
+		HealthyErrorRate *float32   `json:"healthy_error_rate"`
+		Incidents        []struct {
+			Attempts  int       `json:"attempts"`
+			Failures  int       `json:"failures"`
+			From      time.Time `json:"from"`
+			Recorded  bool      `json:"recorded"`
+			RecoveryS float32   `json:"recovery_s"`
+			To        time.Time `json:"to"`
+		} `json:"incidents"`
+		QuietRps float32 `json:"quiet_rps"`
+	} `json:"per_endpoint"`
+	QuietRps        float32   `json:"quiet_rps"`
+	QuietS          float32   `json:"quiet_s"`
+	RecoverySMedian float32   `json:"recovery_s_median"`
+	Since           time.Time `json:"since"`
+	Until           time.Time `json:"until"`
+}
+
+// TuningFigures What a config did when the class's endpoints' log was replayed through it, summed over the endpoints: opens and healthy requests blocked outside incidents, and inside them how many it detected, how fast (median and slowest, null when none), and the failures (`wasted`) and requests sent.
+type TuningFigures struct {
+	BlockedHealthy    int      `json:"blocked_healthy"`
+	DetectSMax        *float32 `json:"detect_s_max"`
+	DetectSMedian     *float32 `json:"detect_s_median"`
+	Incidents         int      `json:"incidents"`
+	IncidentsDetected int      `json:"incidents_detected"`
+	OpensQuiet        int      `json:"opens_quiet"`
+	Sent              int      `json:"sent"`
+	Wasted            int      `json:"wasted"`
+}
+
+// TuningLiveFigures What a config did on live traffic during a shadow: quiet-time opens, and the incidents found in the shadow's log it detected and how fast.
+type TuningLiveFigures struct {
+	DetectSMax        *float32 `json:"detect_s_max"`
+	DetectSMedian     *float32 `json:"detect_s_median"`
+	Incidents         int      `json:"incidents"`
+	IncidentsDetected int      `json:"incidents_detected"`
+	OpensQuiet        int      `json:"opens_quiet"`
+}
+
+// TuningShadow The proposal's shadow: its range, how far its shadow breakers have read the log and how many outcomes fed them, their would-be trips, and once judged both configs' live figures.
+type TuningShadow struct {
+	Attempts int                `json:"attempts"`
+	Live     *TuningLiveFigures `json:"live"`
+	Opens    []struct {
+		At time.Time `json:"at"`
+
+		// EndpointID A endpoint id: `ep_` and a ULID, so ids sort by creation time.
+		EndpointID EndpointID `json:"endpoint_id"`
+	} `json:"opens"`
+	Proposed  *TuningLiveFigures `json:"proposed"`
+	ReadUntil time.Time          `json:"read_until"`
+	Since     time.Time          `json:"since"`
+	Until     time.Time          `json:"until"`
 }
 
 // UnauthorizedProblem defines model for UnauthorizedProblem.
@@ -2173,6 +2520,9 @@ type CreateTrafficClassJSONRequestBody = CreateTrafficClassRequest
 
 // PutTrafficClassJSONRequestBody defines body for PutTrafficClass for application/json ContentType.
 type PutTrafficClassJSONRequestBody = PutTrafficClassRequest
+
+// TuneClassJSONRequestBody defines body for TuneClass for application/json ContentType.
+type TuneClassJSONRequestBody = TuneRequest
 
 // AsMessageAccepted returns the union data inside the CreateMessagesResult_Results_Item as a MessageAccepted
 func (t CreateMessagesResult_Results_Item) AsMessageAccepted() (MessageAccepted, error) {
@@ -2857,6 +3207,52 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/traffic-classes/{name} (the `PutTrafficClass` operationId).
 	PutTrafficClass(ctx context.Context, name ClassNamePath, body PutTrafficClassJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetClassRecommendation Get a traffic class's tuning recommendation
+	//
+	// The latest recommendation of automatic tuning for the class: its status, the current and proposed configs with their replayed figures side by side, the evidence the pass read and its reasons, and the shadow of a proposal that runs in one.
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/recommendation (the `GetClassRecommendation` operationId).
+	GetClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApplyClassRecommendation Apply a traffic class's proposal now
+	//
+	// Makes the proposal (`proposed`, or `shadowing` without waiting for its shadow) the class's config, records the change in the class's history with its figures and evidence, and announces it (`traffic_class.tuned`). 409 when nothing is proposed or the class's config changed since the pass.
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/apply (the `ApplyClassRecommendation` operationId).
+	ApplyClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectClassRecommendation Reject a traffic class's proposal
+	//
+	// Drops the proposal (`proposed` or `shadowing`); the class keeps its config, and later passes do not propose the same config again while the class is unchanged. 409 when nothing is proposed.
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
+	RejectClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TuneClassWithBody Run a tuning pass of a traffic class now
+	//
+	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+	TuneClassWithBody(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TuneClass Run a tuning pass of a traffic class now
+	//
+	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+	TuneClass(ctx context.Context, name ClassNamePath, body TuneClassJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListClassTunings List a traffic class's tuned changes
+	//
+	// Every change automatic tuning made to the class (applied after its shadow, or by an admin through the apply route), newest first.
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/tunings (the `ListClassTunings` operationId).
+	ListClassTunings(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealthz Liveness probe
@@ -4015,6 +4411,112 @@ func (c *Client) PutTrafficClassWithBody(ctx context.Context, name ClassNamePath
 // Corresponds with PUT /v1/traffic-classes/{name} (the `PutTrafficClass` operationId).
 func (c *Client) PutTrafficClass(ctx context.Context, name ClassNamePath, body PutTrafficClassJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutTrafficClassRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetClassRecommendation Get a traffic class's tuning recommendation
+//
+// The latest recommendation of automatic tuning for the class: its status, the current and proposed configs with their replayed figures side by side, the evidence the pass read and its reasons, and the shadow of a proposal that runs in one.
+//
+// Corresponds with GET /v1/traffic-classes/{name}/recommendation (the `GetClassRecommendation` operationId).
+func (c *Client) GetClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetClassRecommendationRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApplyClassRecommendation Apply a traffic class's proposal now
+//
+// Makes the proposal (`proposed`, or `shadowing` without waiting for its shadow) the class's config, records the change in the class's history with its figures and evidence, and announces it (`traffic_class.tuned`). 409 when nothing is proposed or the class's config changed since the pass.
+//
+// Corresponds with POST /v1/traffic-classes/{name}/recommendation/apply (the `ApplyClassRecommendation` operationId).
+func (c *Client) ApplyClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApplyClassRecommendationRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectClassRecommendation Reject a traffic class's proposal
+//
+// Drops the proposal (`proposed` or `shadowing`); the class keeps its config, and later passes do not propose the same config again while the class is unchanged. 409 when nothing is proposed.
+//
+// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
+func (c *Client) RejectClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectClassRecommendationRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TuneClassWithBody Run a tuning pass of a traffic class now
+//
+// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+func (c *Client) TuneClassWithBody(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTuneClassRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TuneClass Run a tuning pass of a traffic class now
+//
+// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+func (c *Client) TuneClass(ctx context.Context, name ClassNamePath, body TuneClassJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTuneClassRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListClassTunings List a traffic class's tuned changes
+//
+// Every change automatic tuning made to the class (applied after its shadow, or by an admin through the apply route), newest first.
+//
+// Corresponds with GET /v1/traffic-classes/{name}/tunings (the `ListClassTunings` operationId).
+func (c *Client) ListClassTunings(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClassTuningsRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -6525,6 +7027,189 @@ func NewPutTrafficClassRequestWithBody(server string, name ClassNamePath, conten
 	return req, nil
 }
 
+// NewGetClassRecommendationRequest constructs an http.Request for the GetClassRecommendation method
+func NewGetClassRecommendationRequest(server string, name ClassNamePath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/recommendation", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewApplyClassRecommendationRequest constructs an http.Request for the ApplyClassRecommendation method
+func NewApplyClassRecommendationRequest(server string, name ClassNamePath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/recommendation/apply", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRejectClassRecommendationRequest constructs an http.Request for the RejectClassRecommendation method
+func NewRejectClassRecommendationRequest(server string, name ClassNamePath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/recommendation/reject", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewTuneClassRequest calls the generic TuneClass builder with application/json body
+func NewTuneClassRequest(server string, name ClassNamePath, body TuneClassJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTuneClassRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewTuneClassRequestWithBody constructs an http.Request for the TuneClass method, with any body, and a specified content type
+func NewTuneClassRequestWithBody(server string, name ClassNamePath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/tune", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListClassTuningsRequest constructs an http.Request for the ListClassTunings method
+func NewListClassTuningsRequest(server string, name ClassNamePath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/tunings", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -7126,6 +7811,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/traffic-classes/{name} (the `PutTrafficClass` operationId).
 	PutTrafficClassWithResponse(ctx context.Context, name ClassNamePath, body PutTrafficClassJSONRequestBody, reqEditors ...RequestEditorFn) (*PutTrafficClassResponse, error)
+
+	// GetClassRecommendationWithResponse Get a traffic class's tuning recommendation
+	//
+	// The latest recommendation of automatic tuning for the class: its status, the current and proposed configs with their replayed figures side by side, the evidence the pass read and its reasons, and the shadow of a proposal that runs in one.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/recommendation (the `GetClassRecommendation` operationId).
+	GetClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*GetClassRecommendationResponse, error)
+
+	// ApplyClassRecommendationWithResponse Apply a traffic class's proposal now
+	//
+	// Makes the proposal (`proposed`, or `shadowing` without waiting for its shadow) the class's config, records the change in the class's history with its figures and evidence, and announces it (`traffic_class.tuned`). 409 when nothing is proposed or the class's config changed since the pass.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/apply (the `ApplyClassRecommendation` operationId).
+	ApplyClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*ApplyClassRecommendationResponse, error)
+
+	// RejectClassRecommendationWithResponse Reject a traffic class's proposal
+	//
+	// Drops the proposal (`proposed` or `shadowing`); the class keeps its config, and later passes do not propose the same config again while the class is unchanged. 409 when nothing is proposed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
+	RejectClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*RejectClassRecommendationResponse, error)
+
+	// TuneClassWithBodyWithResponse Run a tuning pass of a traffic class now
+	//
+	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+	TuneClassWithBodyWithResponse(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TuneClassResponse, error)
+
+	// TuneClassWithResponse Run a tuning pass of a traffic class now
+	//
+	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+	TuneClassWithResponse(ctx context.Context, name ClassNamePath, body TuneClassJSONRequestBody, reqEditors ...RequestEditorFn) (*TuneClassResponse, error)
+
+	// ListClassTuningsWithResponse List a traffic class's tuned changes
+	//
+	// Every change automatic tuning made to the class (applied after its shadow, or by an admin through the apply route), newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/tunings (the `ListClassTunings` operationId).
+	ListClassTuningsWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*ListClassTuningsResponse, error)
 }
 
 type GetHealthzResponse struct {
@@ -11963,6 +12702,498 @@ func (r PutTrafficClassResponse) ContentType() string {
 	return ""
 }
 
+// GetClassRecommendationResponse401Headers the declared response headers of an HTTP 401 response for GetClassRecommendation
+type GetClassRecommendationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetClassRecommendationResponse503Headers the declared response headers of an HTTP 503 response for GetClassRecommendation
+type GetClassRecommendationResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetClassRecommendationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassRecommendation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetClassRecommendationResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetClassRecommendationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetClassRecommendationResponse) GetJSON200() *ClassRecommendation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetClassRecommendationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetClassRecommendationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetClassRecommendationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetClassRecommendationResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetClassRecommendationResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetClassRecommendationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetClassRecommendationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetClassRecommendationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetClassRecommendationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ApplyClassRecommendationResponse401Headers the declared response headers of an HTTP 401 response for ApplyClassRecommendation
+type ApplyClassRecommendationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ApplyClassRecommendationResponse503Headers the declared response headers of an HTTP 503 response for ApplyClassRecommendation
+type ApplyClassRecommendationResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ApplyClassRecommendationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassRecommendation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ApplyClassRecommendationResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ApplyClassRecommendationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApplyClassRecommendationResponse) GetJSON200() *ClassRecommendation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ApplyClassRecommendationResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ApplyClassRecommendationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApplyClassRecommendationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApplyClassRecommendationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApplyClassRecommendationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RejectClassRecommendationResponse401Headers the declared response headers of an HTTP 401 response for RejectClassRecommendation
+type RejectClassRecommendationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RejectClassRecommendationResponse503Headers the declared response headers of an HTTP 503 response for RejectClassRecommendation
+type RejectClassRecommendationResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RejectClassRecommendationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassRecommendation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RejectClassRecommendationResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RejectClassRecommendationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RejectClassRecommendationResponse) GetJSON200() *ClassRecommendation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RejectClassRecommendationResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectClassRecommendationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectClassRecommendationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectClassRecommendationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectClassRecommendationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TuneClassResponse401Headers the declared response headers of an HTTP 401 response for TuneClass
+type TuneClassResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// TuneClassResponse503Headers the declared response headers of an HTTP 503 response for TuneClass
+type TuneClassResponse503Headers struct {
+	RetryAfter *int
+}
+
+type TuneClassResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassRecommendation
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TuneClassResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TuneClassResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TuneClassResponse) GetJSON200() *ClassRecommendation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r TuneClassResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TuneClassResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TuneClassResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TuneClassResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TuneClassResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListClassTuningsResponse401Headers the declared response headers of an HTTP 401 response for ListClassTunings
+type ListClassTuningsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListClassTuningsResponse503Headers the declared response headers of an HTTP 503 response for ListClassTunings
+type ListClassTuningsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListClassTuningsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassTuningList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListClassTuningsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListClassTuningsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClassTuningsResponse) GetJSON200() *ClassTuningList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListClassTuningsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListClassTuningsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListClassTuningsResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListClassTuningsResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListClassTuningsResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClassTuningsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClassTuningsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClassTuningsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClassTuningsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthzWithResponse Liveness probe
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12927,6 +14158,96 @@ func (c *ClientWithResponses) PutTrafficClassWithResponse(ctx context.Context, n
 		return nil, err
 	}
 	return ParsePutTrafficClassResponse(rsp)
+}
+
+// GetClassRecommendationWithResponse Get a traffic class's tuning recommendation
+//
+// The latest recommendation of automatic tuning for the class: its status, the current and proposed configs with their replayed figures side by side, the evidence the pass read and its reasons, and the shadow of a proposal that runs in one.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/traffic-classes/{name}/recommendation (the `GetClassRecommendation` operationId).
+func (c *ClientWithResponses) GetClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*GetClassRecommendationResponse, error) {
+	rsp, err := c.GetClassRecommendation(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetClassRecommendationResponse(rsp)
+}
+
+// ApplyClassRecommendationWithResponse Apply a traffic class's proposal now
+//
+// Makes the proposal (`proposed`, or `shadowing` without waiting for its shadow) the class's config, records the change in the class's history with its figures and evidence, and announces it (`traffic_class.tuned`). 409 when nothing is proposed or the class's config changed since the pass.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/traffic-classes/{name}/recommendation/apply (the `ApplyClassRecommendation` operationId).
+func (c *ClientWithResponses) ApplyClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*ApplyClassRecommendationResponse, error) {
+	rsp, err := c.ApplyClassRecommendation(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApplyClassRecommendationResponse(rsp)
+}
+
+// RejectClassRecommendationWithResponse Reject a traffic class's proposal
+//
+// Drops the proposal (`proposed` or `shadowing`); the class keeps its config, and later passes do not propose the same config again while the class is unchanged. 409 when nothing is proposed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
+func (c *ClientWithResponses) RejectClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*RejectClassRecommendationResponse, error) {
+	rsp, err := c.RejectClassRecommendation(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectClassRecommendationResponse(rsp)
+}
+
+// TuneClassWithBodyWithResponse Run a tuning pass of a traffic class now
+//
+// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+func (c *ClientWithResponses) TuneClassWithBodyWithResponse(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TuneClassResponse, error) {
+	rsp, err := c.TuneClassWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTuneClassResponse(rsp)
+}
+
+// TuneClassWithResponse Run a tuning pass of a traffic class now
+//
+// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
+func (c *ClientWithResponses) TuneClassWithResponse(ctx context.Context, name ClassNamePath, body TuneClassJSONRequestBody, reqEditors ...RequestEditorFn) (*TuneClassResponse, error) {
+	rsp, err := c.TuneClass(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTuneClassResponse(rsp)
+}
+
+// ListClassTuningsWithResponse List a traffic class's tuned changes
+//
+// Every change automatic tuning made to the class (applied after its shadow, or by an admin through the apply route), newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/traffic-classes/{name}/tunings (the `ListClassTunings` operationId).
+func (c *ClientWithResponses) ListClassTuningsWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*ListClassTuningsResponse, error) {
+	rsp, err := c.ListClassTunings(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClassTuningsResponse(rsp)
 }
 
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
@@ -17463,6 +18784,468 @@ func ParsePutTrafficClassResponse(rsp *http.Response) (*PutTrafficClassResponse,
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers PutTrafficClassResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetClassRecommendationResponse parses an HTTP response from a GetClassRecommendationWithResponse call
+func ParseGetClassRecommendationResponse(rsp *http.Response) (*GetClassRecommendationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetClassRecommendationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassRecommendation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetClassRecommendationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetClassRecommendationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseApplyClassRecommendationResponse parses an HTTP response from a ApplyClassRecommendationWithResponse call
+func ParseApplyClassRecommendationResponse(rsp *http.Response) (*ApplyClassRecommendationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApplyClassRecommendationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassRecommendation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ApplyClassRecommendationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ApplyClassRecommendationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRejectClassRecommendationResponse parses an HTTP response from a RejectClassRecommendationWithResponse call
+func ParseRejectClassRecommendationResponse(rsp *http.Response) (*RejectClassRecommendationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectClassRecommendationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassRecommendation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RejectClassRecommendationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers RejectClassRecommendationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTuneClassResponse parses an HTTP response from a TuneClassWithResponse call
+func ParseTuneClassResponse(rsp *http.Response) (*TuneClassResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TuneClassResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassRecommendation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers TuneClassResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers TuneClassResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListClassTuningsResponse parses an HTTP response from a ListClassTuningsWithResponse call
+func ParseListClassTuningsResponse(rsp *http.Response) (*ListClassTuningsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClassTuningsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassTuningList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListClassTuningsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListClassTuningsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -795,6 +795,121 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/traffic-classes/{name}/recommendation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a traffic class's tuning recommendation
+         * @description The latest recommendation of automatic tuning for the class: its status, the current and proposed configs with their replayed figures side by side, the evidence the pass read and its reasons, and the shadow of a proposal that runs in one.
+         */
+        get: operations["getClassRecommendation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/traffic-classes/{name}/tune": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a tuning pass of a traffic class now
+         * @description What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+         */
+        post: operations["tuneClass"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/traffic-classes/{name}/recommendation/apply": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Apply a traffic class's proposal now
+         * @description Makes the proposal (`proposed`, or `shadowing` without waiting for its shadow) the class's config, records the change in the class's history with its figures and evidence, and announces it (`traffic_class.tuned`). 409 when nothing is proposed or the class's config changed since the pass.
+         */
+        post: operations["applyClassRecommendation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/traffic-classes/{name}/recommendation/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject a traffic class's proposal
+         * @description Drops the proposal (`proposed` or `shadowing`); the class keeps its config, and later passes do not propose the same config again while the class is unchanged. 409 when nothing is proposed.
+         */
+        post: operations["rejectClassRecommendation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/traffic-classes/{name}/tunings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a traffic class's tuned changes
+         * @description Every change automatic tuning made to the class (applied after its shadow, or by an admin through the apply route), newest first.
+         */
+        get: operations["listClassTunings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1250,6 +1365,22 @@ export interface components {
              */
             auth_disable_min_duration?: components["schemas"]["Duration"];
             /**
+             * @description What automatic tuning may do to the class: `off`, no periodic pass and no change ever; `recommend`, passes store a recommendation for an admin to apply; `apply`, a proposal runs in shadow beside the live config for the dispatcher's `--tune-shadow` and is applied when its live figures agree with its replay.
+             * @default recommend
+             * @enum {string}
+             */
+            auto_tune?: "off" | "recommend" | "apply";
+            /**
+             * @description The lowest `min_throughput` automatic tuning may propose.
+             * @default 1
+             */
+            tune_min_throughput_floor?: number;
+            /**
+             * @description The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+             * @default 0
+             */
+            tune_failure_rate_floor?: number;
+            /**
              * @description Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
              * @default false
              */
@@ -1262,7 +1393,7 @@ export interface components {
         /** @description The whole class: every omitted member takes its default. `name`, if given, must be the name in the path. */
         PutTrafficClassRequest: components["schemas"]["TrafficClassFields"];
         /** @description A traffic class, every member present. */
-        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin">;
+        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin" | "auto_tune" | "tune_min_throughput_floor" | "tune_failure_rate_floor">;
         TrafficClassList: {
             /** @description Every class, by name. */
             data: components["schemas"]["TrafficClassConfig"][];
@@ -1369,6 +1500,16 @@ export interface components {
             endpoint_status: "enabled" | "disabled";
             /** @description Why the endpoint is disabled (`manual`, `auth_failures`); null when enabled. */
             disabled_reason: string | null;
+            /** @description For a breaker that is not closed: the transition that took it out of closed, with the window's figures at that moment (the failure rate and observations that tripped it; its window starts empty on each open). Null when closed. */
+            tripped: {
+                /** Format: date-time */
+                at: string;
+                reason: string;
+                failure_rate: number;
+                observations: number;
+                failures: number;
+                consecutive_failures: number;
+            } | null;
             /** @description The latest transitions, newest first, at most 20. Only in a single breaker, and left out when the breaker has never moved. */
             transitions?: components["schemas"]["BreakerTransition"][];
         };
@@ -1672,10 +1813,10 @@ export interface components {
          */
         RateLimit: number | null;
         /**
-         * @description An operational event type, or a wildcard over some (`endpoint.*`, `breaker.*`, `delivery.*`, `*`).
+         * @description An operational event type, or a wildcard over some (`endpoint.*`, `breaker.*`, `delivery.*`, `traffic_class.*`, `*`).
          * @enum {string}
          */
-        OperationalEventFilter: "endpoint.created" | "endpoint.updated" | "endpoint.deleted" | "endpoint.disabled" | "endpoint.enabled" | "breaker.opened" | "breaker.closed" | "delivery.failed" | "delivery.recovered" | "endpoint.*" | "breaker.*" | "delivery.*" | "*";
+        OperationalEventFilter: "endpoint.created" | "endpoint.updated" | "endpoint.deleted" | "endpoint.disabled" | "endpoint.enabled" | "breaker.opened" | "breaker.closed" | "delivery.failed" | "delivery.recovered" | "traffic_class.recommended" | "traffic_class.tuned" | "endpoint.*" | "breaker.*" | "delivery.*" | "traffic_class.*" | "*";
         /** @description An operational endpoint: where hookd sends events about itself. Its secret is never part of it. */
         OperationalEndpoint: {
             id: components["schemas"]["EndpointID"];
@@ -1735,11 +1876,141 @@ export interface components {
          */
         OperationalEvent: {
             /** @enum {string} */
-            type: "endpoint.created" | "endpoint.updated" | "endpoint.deleted" | "endpoint.disabled" | "endpoint.enabled" | "breaker.opened" | "breaker.closed" | "delivery.failed" | "delivery.recovered";
+            type: "endpoint.created" | "endpoint.updated" | "endpoint.deleted" | "endpoint.disabled" | "endpoint.enabled" | "breaker.opened" | "breaker.closed" | "delivery.failed" | "delivery.recovered" | "traffic_class.recommended" | "traffic_class.tuned";
             /** Format: date-time */
             timestamp: string;
-            /** @description Always `endpoint_id` and `tenant_id`; endpoint.* events add `url`, `description`, `event_types` and `status` (endpoint.disabled adds `reason`: `manual` or `auth_failures`); breaker.opened adds `reason`, `failure_rate`, `requests`, `failures`, `consecutive_failures`, `threshold`, `min_requests`, `window_seconds`, `consecutive_threshold`, `trip` and `open_until`; breaker.closed adds `reason`; delivery.failed and delivery.recovered add `delivery_id`, `message_id`, `attempts` and `last_error`. */
+            /** @description `endpoint_id` and `tenant_id` for every event about an endpoint; endpoint.* events add `url`, `description`, `event_types` and `status` (endpoint.disabled adds `reason`: `manual` or `auth_failures`); breaker.opened adds `reason`, `failure_rate`, `requests`, `failures`, `consecutive_failures`, `threshold`, `min_requests`, `window_seconds`, `consecutive_threshold`, `trip` and `open_until`; breaker.closed adds `reason`; delivery.failed and delivery.recovered add `delivery_id`, `message_id`, `attempts` and `last_error`. traffic_class.recommended and traffic_class.tuned name no endpoint: they give `class`, `status`, `current`, `proposed`, `figures`, `evidence_since`, `evidence_until` and `reasons`. */
             data: Record<string, unknown>;
+        };
+        /** @description A breaker config under a traffic class's member names. */
+        TuningConfig: {
+            /** @enum {string} */
+            trip: "rate" | "consecutive";
+            failure_rate_threshold: number;
+            window: components["schemas"]["PositiveDuration"];
+            min_throughput: number;
+            consecutive_failures: number;
+            open_duration: components["schemas"]["PositiveDuration"];
+            open_jitter: number;
+            open_backoff: number;
+            max_open_duration: components["schemas"]["PositiveDuration"];
+            half_open_trials: number;
+            half_open_concurrency: number;
+        };
+        /** @description What a config did when the class's endpoints' log was replayed through it, summed over the endpoints: opens and healthy requests blocked outside incidents, and inside them how many it detected, how fast (median and slowest, null when none), and the failures (`wasted`) and requests sent. */
+        TuningFigures: {
+            opens_quiet: number;
+            blocked_healthy: number;
+            wasted: number;
+            detect_s_median: number | null;
+            detect_s_max: number | null;
+            incidents_detected: number;
+            incidents: number;
+            sent: number;
+        };
+        /** @description What a config did on live traffic during a shadow: quiet-time opens, and the incidents found in the shadow's log it detected and how fast. */
+        TuningLiveFigures: {
+            opens_quiet: number;
+            incidents: number;
+            incidents_detected: number;
+            detect_s_median: number | null;
+            detect_s_max: number | null;
+        };
+        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found, the median of the endpoints' quiet-time volumes (requests/s), the highest healthy error rate, the median recovery time, the quiet time replayed, and each endpoint's figures. */
+        TuningEvidence: {
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            endpoints: number;
+            attempts: number;
+            incidents: number;
+            quiet_rps: number;
+            healthy_error_rate: number;
+            recovery_s_median: number;
+            quiet_s: number;
+            per_endpoint: {
+                endpoint_id: components["schemas"]["EndpointID"];
+                attempts: number;
+                quiet_rps: number;
+                healthy_error_rate: number | null;
+                incidents: {
+                    /** Format: date-time */
+                    from: string;
+                    /** Format: date-time */
+                    to: string;
+                    attempts: number;
+                    failures: number;
+                    recorded: boolean;
+                    recovery_s: number;
+                }[];
+            }[];
+        };
+        /** @description The proposal's shadow: its range, how far its shadow breakers have read the log and how many outcomes fed them, their would-be trips, and once judged both configs' live figures. */
+        TuningShadow: {
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            /** Format: date-time */
+            read_until: string;
+            attempts: number;
+            opens: {
+                endpoint_id: components["schemas"]["EndpointID"];
+                /** Format: date-time */
+                at: string;
+            }[];
+            live: components["schemas"]["TuningLiveFigures"] | null;
+            proposed: components["schemas"]["TuningLiveFigures"] | null;
+        } | null;
+        /** @description A traffic class's latest recommendation from automatic tuning. */
+        ClassRecommendation: {
+            class: components["schemas"]["ClassName"];
+            /**
+             * @description `none`: no pass has run; `kept`: the last pass kept the current config (`reasons` say why, such as too little evidence); `proposed`: a config beats it; `shadowing`: the proposal runs in shadow (class in `apply`); `applied`: it is the class's config now; `rejected`: an admin or a disagreeing shadow dropped it.
+             * @enum {string}
+             */
+            status: "none" | "kept" | "proposed" | "shadowing" | "applied" | "rejected";
+            /** @enum {string} */
+            auto_tune: "off" | "recommend" | "apply";
+            /** @description The config the pass started from. */
+            current: components["schemas"]["TuningConfig"] | null;
+            proposed: components["schemas"]["TuningConfig"] | null;
+            figures: {
+                current: components["schemas"]["TuningFigures"] | null;
+                proposed: components["schemas"]["TuningFigures"] | null;
+            };
+            evidence: components["schemas"]["TuningEvidence"] | null;
+            reasons: string[] | null;
+            configs_ranked: number;
+            /** Format: date-time */
+            ran_at: string | null;
+            shadow: components["schemas"]["TuningShadow"];
+        };
+        /** @description The range [since, until) of the log the pass reads; by default the 7 days up to now. At most 31 days. */
+        TuneRequest: {
+            /** Format: date-time */
+            since?: string;
+            /** Format: date-time */
+            until?: string;
+        };
+        /** @description One tuned change of a class: who applied it, the configs before and after, the replayed (and shadow) figures, the evidence and the reasons. */
+        ClassTuning: {
+            id: number;
+            /** Format: date-time */
+            at: string;
+            actor: string;
+            old_config: components["schemas"]["TuningConfig"];
+            new_config: components["schemas"]["TuningConfig"];
+            figures: Record<string, unknown>;
+            evidence: components["schemas"]["TuningEvidence"] | null;
+            reasons: string[];
+        };
+        /** @description A class's tuned changes, newest first (at most 100). */
+        ClassTuningList: {
+            data: components["schemas"]["ClassTuning"][];
+            /** @description Always null: the list is not paged. */
+            next_cursor: null;
         };
         /** @example ps_01KKNTQ9B6S4W7ZQ3GJ8XKQF2H */
         PortalSessionID: string;
@@ -3603,6 +3874,157 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EndpointSecret"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getClassRecommendation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recommendation (status `none` before any pass). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassRecommendation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    tuneClass: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        /** @description Optional: a JSON object naming the range. Unknown fields are rejected. */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TuneRequest"];
+            };
+        };
+        responses: {
+            /** @description The pass's recommendation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassRecommendation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    applyClassRecommendation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recommendation, now `applied`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassRecommendation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rejectClassRecommendation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recommendation, now `rejected`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassRecommendation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listClassTunings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassTuningList"];
                 };
             };
             401: components["responses"]["Unauthorized"];
