@@ -186,13 +186,22 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 // the job's context, so a small margin suffices.
 const JobTimeoutMargin = 5 * time.Second
 
-// Timeout is the request timeout plus JobTimeoutMargin.
-func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return w.deps.Sender.timeout + JobTimeoutMargin
+// Timeout is the job's request timeout plus JobTimeoutMargin: the
+// endpoint's own timeout when the cache holds the endpoint, else the
+// longest an attempt may be given.
+func (w *Worker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
+	d := w.deps.Sender.timeout
+	if t := w.deps.Endpoints.Cached(job.Args.EndpointID); t == nil {
+		d = max(d, MaxEndpointTimeout)
+	} else if t.Timeout > 0 {
+		d = t.Timeout
+	}
+	return d + JobTimeoutMargin
 }
 
 // NextRetry returns the time Work chose for the next attempt. A job River
-// itself retries (one rescued from a dead process) follows the schedule.
+// itself retries (one rescued from a dead process) follows the schedule:
+// its endpoint's, when the cache holds it.
 //
 // River compares the answer with its own (local) clock and falls back to
 // its default policy, which waits minutes, for a time already past; a
@@ -204,9 +213,13 @@ func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
 		d = v.(time.Time).Sub(w.deps.Now())
 	} else {
+		sched := w.cfg.Schedule
+		if t := w.deps.Endpoints.Cached(job.Args.EndpointID); t != nil {
+			sched = t.Schedule(sched)
+		}
 		var ok bool
-		if d, ok = w.cfg.Schedule.NextDelay(job.Args.ScheduleOffset+job.Attempt, w.deps.Rand); !ok {
-			d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+		if d, ok = sched.NextDelay(job.Args.ScheduleOffset+job.Attempt, w.deps.Rand); !ok {
+			d = sched.Step(len(sched) - 1)
 		}
 	}
 	return w.deps.LocalNow().Add(max(d, minRetryDelay))
@@ -342,7 +355,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
 			return w.finish(ctx, t.ID, store.StatusUpdate{
 				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
-				LastError: ptr(errPayloadGone.Error()),
+				LastError: ptr(errPayloadGone.Error()), Ordered: t.Ordered(),
 			})
 		}
 		if err != nil {
@@ -358,14 +371,16 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if t.TenantID == store.OperationalTenant && w.deps.OperationalSender != nil {
 		sender = w.deps.OperationalSender
 	}
-	resp := sender.Send(ctx, Request{
+	req := Request{
 		URL:       t.URL,
 		MessageID: args.MessageID,
 		Timestamp: start,
 		Body:      payload,
 		Signature: t.Signature(args.MessageID, start, payload),
 		Headers:   t.Headers,
-	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+		Timeout:   t.Timeout,
+	}
+	resp := sender.Send(ctx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
 	took = resp.Duration
 	if resp.Status != 0 {
 		release()
@@ -394,12 +409,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		Classification:  string(class),
 		ResponseExcerpt: resp.Excerpt,
 		Trial:           adm.Trial,
+		Timeout:         sender.TimeoutOf(req),
 	}
 	update := store.StatusUpdate{
 		DeliveryID:    args.DeliveryID,
 		Series:        args.Series,
 		AttemptCount:  attemptNo,
 		LastAttemptAt: &start,
+		Ordered:       t.Ordered(),
 	}
 	if resp.Status != 0 {
 		attempt.StatusCode = &resp.Status
@@ -410,7 +427,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
-	delay, again := w.cfg.Schedule.RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	// The schedule in force now plans the retry: the endpoint's own, or
+	// the dispatcher's.
+	delay, again := t.Schedule(w.cfg.Schedule).RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})

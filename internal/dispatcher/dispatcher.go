@@ -93,8 +93,9 @@ type Dispatcher struct {
 	classes      *delivery.ClassBook
 	autoDisables *delivery.AutoDisables
 	ledger       *delivery.Ledger
-	// enq gets the River client in Run; the unparker and the operational
-	// webhooks insert jobs through it.
+	// enq gets the River client in Run; the unparker, the operational
+	// webhooks and the ledger (the next delivery of a FIFO queue) insert
+	// jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
 	// fleet counts the live dispatchers, which share each endpoint's
@@ -165,7 +166,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.OnReconnect(func() { d.classes.HandleNotice("") })
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
-	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After})
+	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq})
 	// Deliveries refused by an open breaker are parked without a job; the
 	// unparker gives them one back when the breaker lets traffic through.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)

@@ -74,3 +74,6 @@ func ResealAfterRead(ctx context.Context, s *Store, read func()) (int, error) {
 	defer func() { s.resealRead = nil }()
 	return s.ResealSecrets(ctx, 500, nil)
 }
+
+// QueueHeadSQL is the statement that finds FIFO queues' heads.
+const QueueHeadSQL = queueHeadSQL
