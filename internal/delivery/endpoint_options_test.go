@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,4 +86,65 @@ func TestWorkerUsesTheEndpointsScheduleAndTimeout(t *testing.T) {
 		require.Equal(t, c.timeout, as[0].Timeout, "the log records the timeout used")
 		require.Equal(t, string(delivery.ErrTimeout), as[0].ErrorClass)
 	}
+}
+
+// TestFIFORetryRunsAsANewJob: a FIFO head's failed attempt completes its
+// job and the ledger queues the retry as a new job carrying the time it
+// is due; that job waits for it, then sends.
+func TestFIFORetryRunsAsANewJob(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	var hits atomic.Int64
+	var retriedAt atomic.Pointer[time.Time]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if hits.Add(1) == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		now := time.Now()
+		retriedAt.Store(&now)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		Ordering: store.OrderingFIFO, RetrySchedule: []time.Duration{0, 300 * time.Millisecond}})
+	require.NoError(t, err)
+	enq := &countingEnqueuer{}
+	m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+	ledger := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{Queue: enq})
+	lctx, stop := context.WithCancel(ctx)
+	go ledger.Run(lctx)
+	t.Cleanup(func() {
+		ledger.Stop()
+		stop()
+	})
+	w := delivery.NewWorker(delivery.WorkerConfig{}, delivery.WorkerDeps{
+		Endpoints: delivery.NewEndpointCache(st, time.Minute, time.Now), Deliveries: st, Ledger: ledger, Now: time.Now,
+		Sender: delivery.NewSender(delivery.SenderConfig{Timeout: time.Second}),
+		Rand:   func() float64 { return 0.9999999999 },
+	})
+	args := delivery.DeliverArgs{DeliveryID: d.ID, MessageID: m.ID, EndpointID: ep.ID, EventType: "a", Series: 1}
+	require.NoError(t, w.Work(ctx, &river.Job[delivery.DeliverArgs]{JobRow: &rivertype.JobRow{ID: *d.JobID, Attempt: 1}, Args: args}),
+		"the failed attempt's job ends: its retry is another job")
+	got, err := st.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, got.Status)
+	require.NotEqual(t, *d.JobID, *got.JobID)
+	require.NotNil(t, got.NextAttemptAt)
+
+	retry := args
+	retry.AttemptOffset, retry.ScheduleOffset, retry.NotBefore = 1, 1, got.NextAttemptAt
+	start := time.Now()
+	require.NoError(t, w.Work(ctx, &river.Job[delivery.DeliverArgs]{JobRow: &rivertype.JobRow{ID: *got.JobID, Attempt: 1}, Args: retry}))
+	require.False(t, retriedAt.Load().Before(*got.NextAttemptAt), "sent no earlier than due")
+	require.Less(t, time.Since(start), 5*time.Second)
+	got, err = st.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, got.Status)
+	require.Equal(t, 2, got.AttemptCount)
+	require.Equal(t, int64(2), hits.Load())
 }

@@ -86,6 +86,10 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 	}
 }
 
+// QueuesFIFO reports whether the ledger inserts the jobs of FIFO queues
+// (LedgerConfig.Queue): the next delivery of a queue, and a head's retry.
+func (l *Ledger) QueuesFIFO() bool { return l.cfg.Queue != nil }
+
 // ErrLedgerStopped is returned for records handed to a stopped ledger.
 var ErrLedgerStopped = fmt.Errorf("ledger stopped")
 

@@ -228,6 +228,11 @@ func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 // minRetryDelay keeps NextRetry's answer in River's future.
 const minRetryDelay = 20 * time.Millisecond
 
+// notBeforeHorizon is the longest a job waits in Work for its NotBefore;
+// a later one snoozes. It holds one worker per FIFO endpoint whose head
+// is retried, and stays within JobTimeoutMargin.
+const notBeforeHorizon = time.Second
+
 // attemptError is returned for an attempt that will be retried; River
 // records its text in the job's errors.
 type attemptError struct {
@@ -267,6 +272,21 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		}
 		if p.JobID == nil || *p.JobID != job.ID {
 			return nil
+		}
+	}
+	if args.NotBefore != nil {
+		// A FIFO head's retry, queued at once: it waits here for its
+		// delay, within the horizon, or for River beyond it.
+		if wait := args.NotBefore.Sub(w.deps.Now()); wait > notBeforeHorizon {
+			return river.JobSnooze(wait)
+		} else if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
@@ -437,6 +457,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	next := start.Add(delay)
 	update.Status = store.DeliveryPending
 	update.NextAttemptAt = &next
+	// A FIFO head's retry is a new job the ledger inserts with the
+	// attempt's record: the queue behind it waits for no River completer.
+	update.Requeue = t.Ordered() && w.deps.Ledger.QueuesFIFO()
 	return w.finishAttempt(ctx, job, t, attempt, update, next)
 }
 
@@ -490,7 +513,8 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 }
 
 // finishAttempt records the attempt and returns what River should do: nil to
-// complete the job, an attemptError (with next stored for NextRetry) to retry.
+// complete the job (also when the ledger queued the retry as a new job,
+// u.Requeue), an attemptError (with next stored for NextRetry) to retry.
 func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
 	rule := store.DefaultAuthRule
 	if w.deps.AuthRules != nil {
@@ -507,7 +531,7 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
 		return river.JobSnooze(time.Second + w.jitter())
 	}
-	if next.IsZero() {
+	if next.IsZero() || u.Requeue {
 		return nil
 	}
 	w.retryAt.Store(job.ID, next)

@@ -167,8 +167,10 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
 	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq})
-	// Deliveries refused by an open breaker are parked without a job; the
-	// unparker gives them one back when the breaker lets traffic through.
+	// Deliveries refused by an open breaker or queued again by a recovery
+	// are parked without a job, and so are those waiting in a FIFO queue;
+	// the unparker gives them one back when the breaker lets traffic
+	// through, a FIFO queue's one at a time.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
@@ -303,10 +305,14 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	if err := client.Start(riverCtx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
-	if d.cfg.Breakers {
-		g.Go(func() error { d.unparker.Run(gctx); return nil })
-	}
-	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()))
+	// Without breakers nothing parks, but FIFO queues wait without jobs
+	// all the same: the unparker's pass moves one whose head something
+	// other than the ledger made final.
+	g.Go(func() error { d.unparker.Run(gctx); return nil })
+	// river_client is the id River records in a running job's
+	// attempted_by: which process holds which job.
+	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()),
+		slog.String("river_client", client.ID()))
 	select {
 	case <-ctx.Done():
 	case <-gctx.Done():

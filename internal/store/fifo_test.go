@@ -225,6 +225,35 @@ func TestFIFORetryJoinsTheTail(t *testing.T) {
 	require.Equal(t, order, sent)
 }
 
+// TestFIFOHeadRetryIsANewJob: a FIFO head's failed attempt whose retry
+// is requeued gets a new job in the ledger's transaction, due at its next
+// attempt; the queue still has one delivery with a job.
+func TestFIFOHeadRetryIsANewJob(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.fifoEndpoint(t, store.ExhaustedSkip)
+	accepted := b.send(t, 2)
+	_, q := b.queue(t, e.ID)
+	head := q[accepted[0]]
+	before, err := s.GetDelivery(ctx, head.id)
+	require.NoError(t, err)
+	at := time.Now()
+	next := at.Add(300 * time.Millisecond)
+	_, err = s.RecordBatch(ctx, store.LedgerBatch{Updates: []store.StatusUpdate{{DeliveryID: head.id, Series: 1, Status: store.DeliveryPending,
+		AttemptCount: 1, LastAttemptAt: &at, NextAttemptAt: &next, Ordered: true, Requeue: true}}, Queue: b.enq}, nil)
+	require.NoError(t, err)
+	after, err := s.GetDelivery(ctx, head.id)
+	require.NoError(t, err)
+	require.NotEqual(t, *before.JobID, *after.JobID, "a new job")
+	require.Equal(t, store.DeliveryPending, after.Status)
+	require.WithinDuration(t, next, *after.NextAttemptAt, time.Millisecond)
+	require.Equal(t, accepted[:1], b.heads(t, e.ID))
+	queued := b.enq.queued[len(b.enq.queued)-1]
+	require.Equal(t, head.id, queued.ID)
+	require.Equal(t, 1, queued.AttemptCount, "the new job counts the attempt made")
+}
+
 // TestFIFOHeadParkedByItsBreaker: a head its open breaker parked keeps the
 // queue's turn: a ledger flush never releases it or a later delivery;
 // the unparker's AdvanceQueue (the breaker lets traffic through) gives

@@ -32,6 +32,13 @@ type StatusUpdate struct {
 	// Ordered marks a delivery of a FIFO endpoint: a final status moves
 	// its queue in the same transaction (LedgerBatch.Queue).
 	Ordered bool
+	// Requeue, with status pending after an attempt (a retry planned),
+	// gives the delivery a new job in the same transaction
+	// (LedgerBatch.Queue), due at NextAttemptAt, and the job that made the
+	// attempt ends: River's own retry waits for its completer, which
+	// writes a job's retry up to 250 ms later at low load, and a FIFO
+	// queue's head holds up every delivery behind it meanwhile.
+	Requeue bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -139,9 +146,13 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			jobs      = make([]*int64, n)
 		)
 		ordered := make(map[string]bool)
+		requeue := make(map[string]bool)
 		for i, u := range updates {
 			if u.Ordered {
 				ordered[u.DeliveryID] = true
+			}
+			if u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil {
+				requeue[u.DeliveryID] = true
 			}
 			parks[i] = u.Park && u.Status == DeliveryWaiting
 			if u.JobID != 0 {
@@ -168,6 +179,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		var (
 			advance     []string
 			failedHeads map[string]string
+			retries     []string
 		)
 		for rows.Next() {
 			var (
@@ -183,6 +195,9 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			}
 			if status == DeliveryHeld {
 				held[id] = true
+			}
+			if requeue[id] && status == DeliveryPending {
+				retries = append(retries, id)
 			}
 			if ordered[id] && (status == DeliveryDelivered || status == DeliveryFailed || status == DeliveryExpired) {
 				advance = append(advance, endpointID)
@@ -206,6 +221,11 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		if len(retries) > 0 && b.Queue != nil {
+			if err := requeueRetries(ctx, tx, retries, b.Queue); err != nil {
+				return err
+			}
 		}
 		if len(advance) > 0 && b.Queue != nil {
 			if _, err := lockQueues(ctx, tx, advance); err != nil {
@@ -262,7 +282,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 			continue
 		}
 		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
-		m.Ordered = m.Ordered || u.Ordered
+		m.Ordered, m.Requeue = m.Ordered || u.Ordered, u.Requeue
 	}
 	return out
 }

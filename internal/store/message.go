@@ -56,6 +56,10 @@ type QueuedDelivery struct {
 	Payload   json.RawMessage
 	// Trace is the message's trace context (NewMessage.Trace), if any.
 	Trace map[string]string
+	// NotBefore, when set, is when the job may make its attempt: a FIFO
+	// head's retry, queued as a new job when the attempt before it
+	// failed (StatusUpdate.Requeue).
+	NotBefore *time.Time
 }
 
 func queueAll(msg Message, ds []Delivery) []QueuedDelivery {
