@@ -186,7 +186,10 @@ function options(ep) {
     parts.push("In order, one at a time" + (ep.on_exhausted === "block" ? "; stops at a delivery that uses up its retries" : ""));
   }
   if (ep.filter) parts.push("Only messages matching " + JSON.stringify(ep.filter));
-  if (ep.retry_schedule) parts.push(ep.retry_schedule.length + " attempts, retried after " + ep.retry_schedule.slice(1).join(", "));
+  if (ep.retry_schedule) {
+    const n = ep.retry_schedule.length;
+    parts.push(n === 1 ? "1 attempt, no retry" : n + " attempts, retried after " + ep.retry_schedule.slice(1).join(", "));
+  }
   if (ep.timeout) parts.push("Timeout " + ep.timeout);
   return parts.length ? parts.join(" · ") : "Every message, retried on the service's schedule";
 }
