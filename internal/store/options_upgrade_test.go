@@ -26,23 +26,12 @@ func TestUpgradeAddsEndpointDeliveryOptions(t *testing.T) {
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
 	// The rows as that schema's statements wrote them.
 	epID := createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")
-	now := time.Now()
-	msgID := store.NewID("msg", now)
-	dlvID := store.NewID("dlv", now)
-	for _, st := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO messages (id, tenant_id, event_type) VALUES ($1, 'acme', 'invoice.paid')`, []any{msgID}},
-		{`INSERT INTO message_payloads (message_id, payload) VALUES ($1, '{"amount": 5}')`, []any{msgID}},
-		{`INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status, job_id, attempt_count, last_attempt_at)
-			VALUES ($1, $2, $3, 'acme', 'pending', 7, 1, now())`, []any{dlvID, msgID, epID}},
-		{`INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, status_code, classification)
-			VALUES ($1, $2, $3, 1, now(), 12.5, 503, 'failure')`, []any{dlvID, msgID, epID}},
-	} {
-		_, err = db.Pool.Exec(ctx, st.sql, st.args...)
-		require.NoError(t, err)
-	}
+	msgID, dlvs := createMessageV7(t, db, "acme", "invoice.paid", `{"amount": 5}`, epID)
+	dlvID := dlvs[0]
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, status_code, classification)
+		VALUES ($1, $2, $3, 1, now(), 12.5, 503, 'failure')`, dlvID, msgID, epID)
+	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
 	s := store.New(db.Pool, nil)
