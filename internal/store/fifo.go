@@ -18,11 +18,13 @@ import (
 // ledger after an attempt, Skip and the retries below; the unparker's pass
 // catches up on the rest, such as a head retention expired), so the
 // endpoint never has two deliveries of its queue in flight and a later
-// one is never sent before an earlier one is final. Every transaction
-// that adds to a queue or moves it first locks the endpoint's fifo_queues
-// row (in endpoint id order when it takes several), then reads the
+// one is never sent before an earlier one is final (a head's retry is a
+// new job too: requeueRetries). Every transaction that adds to a queue or
+// moves it locks the endpoint's fifo_queues row (in endpoint id order when
+// it takes several), after any delivery rows it locks, then reads the
 // deliveries in a statement of its own, so it sees what the previous
-// holder of the lock committed.
+// holder of the lock committed; a head is given its job only if no other
+// transaction holds its row (releaseHead).
 
 // ParkFIFO is the park_reason of a delivery waiting in a FIFO queue
 // behind its head.
