@@ -19,6 +19,7 @@ import (
 	"github.com/hookd/hookd/internal/api"
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/telemetry"
 )
@@ -52,6 +53,7 @@ type settings struct {
 	allowPrivate    *bool
 	pprof           *bool
 	maxRecover      *time.Duration
+	retention       *time.Duration
 	riverUI         *bool
 	strictTypes     *bool
 	notifyInterval  *time.Duration
@@ -82,6 +84,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		allowPrivate:    fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", false, "also register endpoints on loopback, private, link-local and other non-public addresses (development and tests)"),
 		pprof:           fs.Bool("pprof", "PPROF", false, "also serve Go's runtime profiles (/debug/pprof/) on the metrics listener, which needs no token"),
 		maxRecover:      fs.Duration("max-recover-window", "MAX_RECOVER_WINDOW", api.DefaultMaxRecoverWindow, "how far back POST /v1/endpoints/{id}/recover may reach: its since may be at most this long ago"),
+		retention:       fs.Duration("retention", "RETENTION", retention.DefaultRetention, "the dispatchers' --retention (give both processes the same RETENTION): an endpoint's retry_schedule must add up to no more"),
 		riverUI:         fs.Bool("riverui", "RIVERUI", false, "serve River's own UI (riverqueue.com/riverui) under /riverui, to admin dashboard sessions only; off answers 404 there"),
 		strictTypes:     fs.Bool("strict-event-types", "STRICT_EVENT_TYPES", false, "refuse (422) messages whose event type is not registered in the catalogue (/v1/event-types) or is archived, and payloads that do not match their type's JSON Schema"),
 		notifyInterval:  fs.Duration("queue-notify-interval", "QUEUE_NOTIFY_INTERVAL", delivery.DefaultNotifyInterval, "least time between the notifications that tell dispatchers new deliveries are queued (one per interval at most, sent in a message's transaction); a dispatcher finds jobs queued meanwhile at the next notification or its --fetch-poll-interval, so this bounds the wait before a quiet queue's delivery starts"),
@@ -129,6 +132,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("queue-notify-interval", "QUEUE_NOTIFY_INTERVAL", "must be from 1ms to 1m, got %s", *set.notifyInterval)
 	case *set.maxRecover <= 0:
 		return config.Invalid("max-recover-window", "MAX_RECOVER_WINDOW", "must be positive")
+	case *set.retention <= 0:
+		return config.Invalid("retention", "RETENTION", "must be positive")
 	}
 	trusted, err := api.ParseTrustedProxies(*set.trustedProxies)
 	if err != nil {
@@ -209,6 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		AllowPrivateTargets:  *set.allowPrivate,
 		MaxPayloadBytes:      *set.maxPayloadBytes,
 		MaxRecoverWindow:     *set.maxRecover,
+		Retention:            *set.retention,
 		RiverUI:              riverUI,
 		StrictEventTypes:     *set.strictTypes,
 		Now:                  time.Now,

@@ -94,7 +94,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches"),
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
-		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", def.RescueStuckAfter, "when a running job of a dead process is retried; 0 = request timeout + 60s"),
+		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", def.RescueStuckAfter, "when a running job of a dead process is retried; 0 = the longest attempt timeout (the request timeout, or an endpoint's own, at most 60s) + 60s; set by hand, it should exceed that timeout + 5s"),
 		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", def.MetricsEndpointCap, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
 		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", def.QueueMetricsInterval, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),
 		breakers:          fs.Bool("breakers", "BREAKERS", def.Breakers, "run every delivery through its endpoint's circuit breaker"),

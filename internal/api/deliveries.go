@@ -52,6 +52,9 @@ type attemptResponse struct {
 	Classification  string    `json:"classification"`
 	ResponseExcerpt string    `json:"response_excerpt"`
 	Trial           bool      `json:"trial"`
+	// TimeoutMS is the timeout the attempt was given; null for attempts
+	// logged before the log recorded it.
+	TimeoutMS *int64 `json:"timeout_ms"`
 }
 
 func toAttempt(a store.Attempt) attemptResponse {
@@ -63,6 +66,10 @@ func toAttempt(a store.Attempt) attemptResponse {
 	}
 	if a.ErrorClass != "" {
 		out.ErrorClass = &a.ErrorClass
+	}
+	if a.Timeout > 0 {
+		ms := a.Timeout.Milliseconds()
+		out.TimeoutMS = &ms
 	}
 	return out
 }
@@ -86,6 +93,19 @@ func handleRetryDelivery(d Deps) http.Handler {
 			return
 		}
 		encode(w, http.StatusAccepted, toDelivery(del))
+	})
+}
+
+// handleSkipDelivery lets a FIFO queue that the delivery blocks go on
+// without it (the endpoint's on_exhausted is block).
+func handleSkipDelivery(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		del, err := d.Store.SkipDelivery(r.Context(), chi.URLParam(r, "id"), actorOf(r), d.Enqueuer)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, toDelivery(del))
 	})
 }
 

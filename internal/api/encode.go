@@ -106,6 +106,10 @@ func jsonNames(t reflect.Type) []string {
 		tag := f.Tag.Get("json")
 		name, _, _ := strings.Cut(tag, ",")
 		switch {
+		case f.Anonymous && f.Type.Kind() == reflect.Struct && tag == "":
+			// encoding/json reads an embedded struct's fields as the
+			// outer struct's.
+			names = append(names, jsonNames(f.Type)...)
 		case !f.IsExported() || tag == "-":
 		case name == "":
 			names = append(names, f.Name)

@@ -33,13 +33,14 @@ type endpointResponse struct {
 	Metadata     map[string]string `json:"metadata"`
 	// HeaderNames are the names of the endpoint's headers; their values
 	// are write-only, like a secret.
-	HeaderNames    []string  `json:"header_names"`
-	Signing        string    `json:"signing"`
-	Status         string    `json:"status"`
-	DisabledReason *string   `json:"disabled_reason"`
-	RateLimit      *int      `json:"rate_limit"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	HeaderNames    []string `json:"header_names"`
+	Signing        string   `json:"signing"`
+	Status         string   `json:"status"`
+	DisabledReason *string  `json:"disabled_reason"`
+	RateLimit      *int     `json:"rate_limit"`
+	endpointOptionsResponse
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 func toEndpoint(e store.Endpoint) endpointResponse {
@@ -47,7 +48,8 @@ func toEndpoint(e store.Endpoint) endpointResponse {
 		ID: e.ID, TenantID: e.TenantID, URL: e.URL, Description: e.Description,
 		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
 		HeaderNames: append([]string{}, slices.Sorted(maps.Keys(e.Headers))...), Signing: e.Signing,
-		Status: e.Status, DisabledReason: e.DisabledReason, RateLimit: e.RateLimit, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		Status: e.Status, DisabledReason: e.DisabledReason, RateLimit: e.RateLimit,
+		endpointOptionsResponse: toEndpointOptions(e), CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 	}
 }
 
@@ -69,6 +71,7 @@ type createEndpointRequest struct {
 	Headers      map[string]string `json:"headers"`
 	Signing      string            `json:"signing"`
 	RateLimit    nullableInt       `json:"rate_limit,omitzero"`
+	endpointOptions
 }
 
 func (r createEndpointRequest) validate() error {
@@ -97,6 +100,7 @@ func (r createEndpointRequest) validate() error {
 	validateMetadata(&fe, "metadata", r.Metadata)
 	validateEndpointHeaders(&fe, "headers", r.Headers)
 	validateRateLimit(&fe, "rate_limit", r.RateLimit)
+	r.endpointOptions.validate(&fe)
 	return fe.err()
 }
 
@@ -111,6 +115,9 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		}
 		if err == nil {
 			err = checkTarget(r.Context(), d, req.URL)
+		}
+		if err == nil {
+			err = checkScheduleWithinRetention(d, req.RetrySchedule)
 		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
@@ -127,10 +134,12 @@ func handleCreateEndpoint(d Deps) http.Handler {
 				return
 			}
 		}
-		e, err := d.Store.CreateEndpoint(r.Context(), store.Endpoint{
+		ep := store.Endpoint{
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, Signing: signing, RateLimit: req.RateLimit.value(),
-		})
+		}
+		req.endpointOptions.apply(&ep)
+		e, err := d.Store.CreateEndpoint(r.Context(), ep)
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
 		}
@@ -185,6 +194,7 @@ type updateEndpointRequest struct {
 	Metadata     *map[string]string `json:"metadata"`
 	Headers      *map[string]string `json:"headers"`
 	RateLimit    nullableInt        `json:"rate_limit,omitzero"`
+	endpointOptions
 }
 
 func (r updateEndpointRequest) validate() error {
@@ -208,6 +218,7 @@ func (r updateEndpointRequest) validate() error {
 		validateEndpointHeaders(&fe, "headers", *r.Headers)
 	}
 	validateRateLimit(&fe, "rate_limit", r.RateLimit)
+	r.endpointOptions.validate(&fe)
 	return fe.err()
 }
 
@@ -220,14 +231,19 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		if err == nil && req.URL != nil {
 			err = checkTarget(r.Context(), d, *req.URL)
 		}
+		if err == nil {
+			err = checkScheduleWithinRetention(d, req.RetrySchedule)
+		}
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), store.EndpointPatch{
+		p := store.EndpointPatch{
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, RateLimit: req.RateLimit.patch(),
-		})
+		}
+		req.endpointOptions.patch(&p)
+		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), p)
 		if errors.Is(err, store.ErrUnknownClass) {
 			err = invalid("traffic_class", `names no traffic class; use "auto" or one of GET /v1/traffic-classes`)
 		}

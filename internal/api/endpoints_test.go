@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -71,6 +72,8 @@ func TestCreateEndpoint(t *testing.T) {
 			require.WithinRange(t, got.CreatedAt, before, time.Now().Add(time.Second))
 			require.Equal(t, got.CreatedAt, got.UpdatedAt)
 			tc.want.ID, tc.want.CreatedAt, tc.want.UpdatedAt = got.ID, got.CreatedAt, got.UpdatedAt
+			// No case sets delivery options: the defaults.
+			tc.want.Ordering, tc.want.OnExhausted, tc.want.Filter = "unordered", "skip", json.RawMessage("null")
 			require.Equal(t, tc.want, got)
 
 			fetched := b.do(t, "GET", r.Header.Get("Location"), nil)

@@ -26,6 +26,8 @@ func FuzzDecodeEndpoint(f *testing.F) {
 	f.Add("", []byte(`{"url":"https://acme.example/v2","description":"é"}`))
 	f.Add("application/json", []byte(`{"TENANT_ID":"acme","url":"https://acme.example/hook","Url":"https://evil.example/"}`))
 	f.Add("application/json", []byte(`{"tenant_id":"acme","url":"https://acme.example/hook","headers":{"X-Key":"v","x-key":"w","Webhook-Id":"x","X-Bad":"a\r\nb"},"signing":"ed25519"}`))
+	f.Add("application/json", []byte(`{"tenant_id":"acme","url":"https://acme.example/hook","ordering":"fifo","on_exhausted":"block","filter":{ "$or" : [{"a": 1}, {"b.0": {"$in": [null, "x"]}}]},"retry_schedule":["0s", " 1.5s"],"timeout":"5s"}`))
+	f.Add("", []byte(`{"ordering":"unordered","filter":null,"retry_schedule":null,"timeout":null,"on_exhausted":"skip"}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		checkDecode[createEndpointRequest](t, contentType, body, maxRequestBytes, nil)
 		checkDecode[updateEndpointRequest](t, contentType, body, maxRequestBytes, nil)

@@ -37,6 +37,7 @@ const testToken = "hookd-test-token-5f1c0e"
 type testBundle struct {
 	db    *storetest.DB
 	store *store.Store
+	enq   *delivery.Enqueuer
 	srv   *httptest.Server
 	doc   *openapi3.T
 	// router finds the documented operation of a request.
@@ -73,7 +74,7 @@ func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle
 	srv := httptest.NewServer(api.NewServer(deps))
 	t.Cleanup(srv.Close)
 	doc, router := loadDocument(t)
-	return srv, &testBundle{db: db, store: s, srv: srv, doc: doc, router: router, seen: map[string]bool{}}
+	return srv, &testBundle{db: db, store: s, enq: enq, srv: srv, doc: doc, router: router, seen: map[string]bool{}}
 }
 
 // documentValid guards documentErr, the embedded document's validation.
@@ -322,6 +323,12 @@ type (
 		Status         string            `json:"status"`
 		DisabledReason *string           `json:"disabled_reason"`
 		RateLimit      *int              `json:"rate_limit"`
+		Ordering       string            `json:"ordering"`
+		OnExhausted    string            `json:"on_exhausted"`
+		Filter         json.RawMessage   `json:"filter"`
+		RetrySchedule  []string          `json:"retry_schedule"`
+		Timeout        *string           `json:"timeout"`
+		BlockedBy      *string           `json:"blocked_by"`
 		CreatedAt      time.Time         `json:"created_at"`
 		UpdatedAt      time.Time         `json:"updated_at"`
 	}
@@ -458,6 +465,7 @@ type (
 		Classification  string    `json:"classification"`
 		ResponseExcerpt string    `json:"response_excerpt"`
 		Trial           bool      `json:"trial"`
+		TimeoutMS       *int64    `json:"timeout_ms"`
 	}
 )
 
@@ -605,6 +613,26 @@ func (b *testBundle) markFailed(t *testing.T, d deliveryJSON, series, attempts i
 		DeliveryID: d.ID, Series: series, Status: store.DeliveryFailed, AttemptCount: attempts,
 		LastAttemptAt: &now, LastStatusCode: &code, LastError: &msg,
 	}}))
+}
+
+// blockedDelivery creates a FIFO endpoint of tenant that blocks on an
+// exhausted head, sends it a message and fails the delivery as the ledger
+// does when its retries run out: the delivery then blocks the queue. It
+// returns the endpoint and the delivery.
+func (b *testBundle) blockedDelivery(t *testing.T, tenant string) (endpointJSON, deliveryJSON) {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": tenant, "url": "https://" + tenant + ".example/fifo",
+		"ordering": "fifo", "on_exhausted": "block"})
+	requireStatus(t, http.StatusCreated, r)
+	ep := decodeJSON[endpointJSON](t, r)
+	m := b.sendMessage(t, tenant, "invoice.paid")
+	require.Len(t, m.Deliveries, 1)
+	now := time.Now()
+	_, err := b.store.RecordBatch(context.Background(), store.LedgerBatch{Updates: []store.StatusUpdate{{
+		DeliveryID: m.Deliveries[0].ID, Series: 1, Status: store.DeliveryFailed, AttemptCount: 1, LastAttemptAt: &now, Ordered: true,
+	}}, Queue: b.enq}, nil)
+	require.NoError(t, err)
+	return ep, m.Deliveries[0]
 }
 
 // missingID returns a well-formed id that names nothing.

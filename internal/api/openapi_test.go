@@ -272,6 +272,9 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	pending, failed := msg.Deliveries[0], msg.Deliveries[1]
 	ok.markFailed(t, failed, 1, 8)
 	ok.seedAttempts(t, pending, store.Attempt{AttemptNumber: 1, Classification: "failure"})
+	// A FIFO endpoint of its own tenant, blocked by a failed delivery.
+	_, blocked := ok.blockedDelivery(t, "hooli")
+	skip := "/v1/deliveries/" + blocked.ID + "/skip"
 	// An endpoint of its own tenant with a failed delivery to recover.
 	recovering := "/v1/endpoints/" + ok.createEndpoint(t, "initech").ID + "/recover"
 	ok.markFailed(t, ok.sendMessage(t, "initech", "invoice.paid").Deliveries[0], 1, 8)
@@ -449,6 +452,12 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(401, "POST", dlv+"/retry", nil, withoutAuth()),
 			plain(404, "POST", noDlv+"/retry", nil),
 			plain(409, "POST", dlv+"/retry", nil),
+
+			plain(200, "POST", skip, nil),
+			plain(401, "POST", skip, nil, withoutAuth()),
+			plain(403, "POST", dlv+"/skip", nil, asRO),
+			plain(404, "POST", noDlv+"/skip", nil),
+			plain(409, "POST", skip, nil),
 
 			plain(202, "POST", recovering, lastHour),
 			plain(400, "POST", recovering, map[string]any{"since": "yesterday"}),
@@ -684,6 +693,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "GET", noDlv, nil),
 			plain(bad.want, "GET", noDlv+"/attempts", nil),
 			plain(bad.want, "POST", noDlv+"/retry", nil),
+			plain(bad.want, "POST", noDlv+"/skip", nil),
 			plain(bad.want, "POST", "/v1/deliveries/retry", map[string]any{"ids": []string{missingID("dlv")}}),
 			plain(bad.want, "POST", noEp+"/recover", lastHour),
 			plain(bad.want, "GET", noEp+"/breaker", nil),

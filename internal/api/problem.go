@@ -107,6 +107,7 @@ var problemKinds = []problemKind{
 	{store.ErrNotAuto, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrNotRetryable, http.StatusConflict, "conflict", "Conflict"},
+	{store.ErrNotSkippable, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrPayloadExpired, http.StatusConflict, "conflict", "Conflict"},
 	{store.ErrRecoveryReleasing, http.StatusConflict, "conflict", "Conflict"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "too-large", "Payload Too Large"},

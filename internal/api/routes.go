@@ -116,6 +116,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		v.Method("GET", "/deliveries/{id}", delivery, handleGetDelivery(d))
 		v.Method("GET", "/deliveries/{id}/attempts", delivery, handleListDeliveryAttempts(d))
 		v.Method("POST", "/deliveries/{id}/retry", delivery, handleRetryDelivery(d))
+		v.Method("POST", "/deliveries/{id}/skip", delivery, handleSkipDelivery(d))
 
 		// Operational endpoints receive events about the service itself
 		// (operational.go): the operator's, never a tenant's.

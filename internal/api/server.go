@@ -65,6 +65,9 @@ type Deps struct {
 	// MaxRecoverWindow is how far back POST /v1/endpoints/{id}/recover
 	// may reach; zero means DefaultMaxRecoverWindow.
 	MaxRecoverWindow time.Duration
+	// Retention is the dispatchers' --retention: an endpoint's retry
+	// schedule must end within it. Zero means retention.DefaultRetention.
+	Retention time.Duration
 	// RiverUI, when not nil, is River's UI (NewRiverUI), served under
 	// /riverui to admin dashboard sessions only; nil answers 404 there.
 	RiverUI http.Handler

@@ -48,32 +48,34 @@ type plan struct {
 
 	s0Jobs int
 
-	fanTenants     int // S1, S2, S3, S4: tenants x 10 endpoints
-	warmup         time.Duration
-	s1Measure      time.Duration
-	rateTenants    int
-	rate           float64 // S1 latency run: messages/s offered
-	rateDuration   time.Duration
-	lowRate        float64 // S1 latency run's first stage: messages/s offered
-	lowRateDur     time.Duration
-	s2Measure      time.Duration
-	traceMeasure   time.Duration // S1 trace: each run's measured time
-	tracePairs     int           // S1 trace: off/on pairs
-	s3Measure      time.Duration
-	s3HotRate      float64
-	s4Measure      time.Duration
-	s5Healthy      time.Duration
-	s5Fail         time.Duration
-	s5Recover      time.Duration
-	s6Tenants      int
-	s6Measure      time.Duration
-	s7Rate         float64 // messages/s when S1 has not run first
-	s7Duration     time.Duration
-	s7Retention    time.Duration
-	s7Interval     time.Duration
-	s8Messages     int // messages of history; 10 deliveries and 40 attempts each
-	s8AttemptReads int
-	s9Measure      time.Duration
+	fanTenants      int // S1, S2, S3, S4: tenants x 10 endpoints
+	warmup          time.Duration
+	s1Measure       time.Duration
+	rateTenants     int
+	rate            float64 // S1 latency run: messages/s offered
+	rateDuration    time.Duration
+	lowRate         float64 // S1 latency run's first stage: messages/s offered
+	lowRateDur      time.Duration
+	s2Measure       time.Duration
+	traceMeasure    time.Duration // S1 trace: each run's measured time
+	tracePairs      int           // S1 trace: off/on pairs
+	s3Measure       time.Duration
+	s3HotRate       float64
+	s4Measure       time.Duration
+	s4fifoMeasure   time.Duration // S4fifo: each run's measured time
+	s1filterMeasure time.Duration // S1filter: each run's measured time
+	s5Healthy       time.Duration
+	s5Fail          time.Duration
+	s5Recover       time.Duration
+	s6Tenants       int
+	s6Measure       time.Duration
+	s7Rate          float64 // messages/s when S1 has not run first
+	s7Duration      time.Duration
+	s7Retention     time.Duration
+	s7Interval      time.Duration
+	s8Messages      int // messages of history; 10 deliveries and 40 attempts each
+	s8AttemptReads  int
+	s9Measure       time.Duration
 	// S10: the maintainer's downtime in one-minute intervals, the
 	// messages seeded into each, the load before its restart and after
 	// its catch-up, how long the catch-up may take, and the messages/s
@@ -98,7 +100,7 @@ var fullPlan = plan{
 	s2Measure:    10 * time.Second,
 	traceMeasure: 10 * time.Second, tracePairs: 3,
 	s3Measure: 2 * time.Minute, s3HotRate: 400,
-	s4Measure: 20 * time.Second,
+	s4Measure: 20 * time.Second, s4fifoMeasure: 15 * time.Second, s1filterMeasure: 10 * time.Second,
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
@@ -116,7 +118,7 @@ var smokePlan = plan{
 	s2Measure:    time.Second,
 	traceMeasure: time.Second, tracePairs: 1,
 	s3Measure: 2 * time.Second, s3HotRate: 100,
-	s4Measure: 2500 * time.Millisecond,
+	s4Measure: 2500 * time.Millisecond, s4fifoMeasure: 1500 * time.Millisecond, s1filterMeasure: time.Second,
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,

@@ -195,6 +195,19 @@ func (t *tracker) drain(ctx context.Context, timeout time.Duration, groups ...in
 	}
 }
 
+// acceptedIn counts the messages the api accepted within w.
+func (t *tracker) acceptedIn(w window) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, a := range t.msgs {
+		if a.at >= w.from && a.at < w.to {
+			n++
+		}
+	}
+	return n
+}
+
 // postLatencies returns a copy of the api's POST /v1/messages latencies.
 func (t *tracker) postLatencies() []time.Duration {
 	t.mu.Lock()

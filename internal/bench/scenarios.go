@@ -31,6 +31,8 @@ var scenarios = []scenario{
 	{"s1trace", "S1 tracing off vs on (every span exported to a sink), alternated", runS1Trace, false, false},
 	{"s3", "S3 hot endpoint beside the fan-out load", runS3, false, false},
 	{"s4", "S4 head of line: a hanging endpoint gets 20% of messages", runS4, true, false},
+	{"s4fifo", "S4fifo a stalled FIFO endpoint gets 20% of messages, against runs without it, alternated", runS4FIFO, true, false},
+	{"s1filter", "S1filter accepted messages/s with every endpoint filtered vs none, alternated", runS1Filter, false, false},
 	{"s5", "S5 half-open across two dispatchers", runS5, true, false},
 	{"s6", "S6 10,000 endpoints", runS6, false, false},
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},

@@ -177,6 +177,8 @@ func evaluate(r *results) {
 		}
 	}
 
+	evaluateOptions(r, add, na)
+
 	if s5 != nil {
 		probes := int(toFloat(s5.Extra["max_probes_in_flight"]))
 		halfOpens := int(toFloat(s5.Extra["half_opens"]))
@@ -342,6 +344,45 @@ func evaluate(r *results) {
 	} else {
 		add(na("s7", s7Sizes))
 		add(na("s7", s7Drops))
+	}
+}
+
+// Targets of the endpoint delivery options.
+const (
+	fifoLatencyGoal  = "S4fifo healthy p99 with a FIFO endpoint stalled <= 1.5 x without (medians of alternated runs)"
+	fifoInFlightGoal = "S4fifo the stalled FIFO endpoint never has more than 1 request in flight"
+	filterGoal       = "S1filter accepted messages/s with every endpoint filtered >= 0.9 x without (medians of alternated runs)"
+)
+
+// evaluateOptions checks the targets of S4fifo and S1filter.
+func evaluateOptions(r *results, add func(target), na func(scenario, goal string) target) {
+	if sf := r.find("s4fifo"); sf != nil && sf.Extra != nil {
+		with, without := toFloat(sf.Extra["healthy_p99_ms_fifo_stalled"]), toFloat(sf.Extra["healthy_p99_ms_without_fifo"])
+		if without > 0 {
+			v := with / without
+			add(atMost("s4fifo", fifoLatencyGoal, v, 1.5, fmt.Sprintf("%.2f x (%.1f / %.1f ms; %.0f / %.0f healthy deliveries/s)", v, with, without,
+				toFloat(sf.Extra["healthy_per_s_fifo_stalled"]), toFloat(sf.Extra["healthy_per_s_without_fifo"]))))
+		} else {
+			add(target{Scenario: "s4fifo", Goal: fifoLatencyGoal, Measured: "no healthy delivery without the FIFO endpoint", Status: "missed"})
+		}
+		inFlight := toFloat(sf.Extra["fifo_max_in_flight"])
+		add(atMost("s4fifo", fifoInFlightGoal, inFlight, 1, fmt.Sprintf("%.0f at most over %.0f requests; %.0f deliveries in line at the end",
+			inFlight, toFloat(sf.Extra["fifo_requests"]), toFloat(sf.Extra["fifo_in_line_at_end"]))))
+	} else {
+		add(na("s4fifo", fifoLatencyGoal))
+		add(na("s4fifo", fifoInFlightGoal))
+	}
+	if sf := r.find("s1filter"); sf != nil && sf.Extra != nil {
+		on, off := toFloat(sf.Extra["filtered_median_msgs_per_s"]), toFloat(sf.Extra["unfiltered_median_msgs_per_s"])
+		if off > 0 {
+			v := on / off
+			add(atLeast("s1filter", filterGoal, v, 0.9, fmt.Sprintf("%.2f x (%.0f / %.0f messages/s; api %.3f / %.3f core-ms per message)", v, on, off,
+				toFloat(sf.Extra["filtered_api_cpu_ms_per_msg"]), toFloat(sf.Extra["unfiltered_api_cpu_ms_per_msg"]))))
+		} else {
+			add(target{Scenario: "s1filter", Goal: filterGoal, Measured: "nothing accepted without filters", Status: "missed"})
+		}
+	} else {
+		add(na("s1filter", filterGoal))
 	}
 }
 

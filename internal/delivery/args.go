@@ -47,6 +47,10 @@ type DeliverArgs struct {
 	// and tracestate), so each attempt's span joins the trace that began
 	// with the API request. Absent when the API traces nothing.
 	Trace map[string]string `json:"trace,omitempty"`
+	// NotBefore is when the attempt may start, on the database clock: set
+	// on a FIFO head's retry, queued as a new job the moment the attempt
+	// before it failed.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // Kind names the job kind.
@@ -86,6 +90,7 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 			AttemptOffset:  d.AttemptCount,
 			ScheduleOffset: d.AttemptCount - d.SeriesBase,
 			Trace:          d.Trace,
+			NotBefore:      d.NotBefore,
 		}
 		params[i] = river.InsertManyParams{Args: args}
 	}

@@ -12,6 +12,17 @@ import (
 	"github.com/hookd/hookd/internal/store"
 )
 
+// Limits on an endpoint's own delivery options.
+const (
+	// MinEndpointTimeout and MaxEndpointTimeout bound an endpoint's
+	// attempt timeout.
+	MinEndpointTimeout = time.Second
+	MaxEndpointTimeout = 60 * time.Second
+	// MaxEndpointScheduleLen is the most attempts an endpoint's retry
+	// schedule may have.
+	MaxEndpointScheduleLen = 20
+)
+
 // Target is what the worker needs of an endpoint, parsed once per load.
 type Target struct {
 	store.Endpoint
@@ -21,6 +32,17 @@ type Target struct {
 	keys           []PrivateKey
 	previousExpiry time.Time
 }
+
+// Schedule returns the endpoint's retry schedule: its own, or def.
+func (t *Target) Schedule(def Schedule) Schedule {
+	if len(t.RetrySchedule) > 0 {
+		return Schedule(t.RetrySchedule)
+	}
+	return def
+}
+
+// Ordered reports whether the endpoint's deliveries are a FIFO queue.
+func (t *Target) Ordered() bool { return t.Ordering == store.OrderingFIFO }
 
 // SigningSecrets returns the HMAC secrets valid at now (none for an
 // Ed25519 endpoint).
@@ -121,6 +143,21 @@ func (c *EndpointCache) Get(ctx context.Context, id string) (*Target, error) {
 		return nil, store.ErrNotFound
 	}
 	return t, nil
+}
+
+// Cached returns the endpoint if the cache holds it, fresh, and nil
+// otherwise (or without a cache); it never loads.
+func (c *EndpointCache) Cached(id string) *Target {
+	if c == nil {
+		return nil
+	}
+	c.mu.RLock()
+	e, ok := c.entries[id]
+	c.mu.RUnlock()
+	if !ok || c.now().Sub(e.loadedAt) >= c.ttl {
+		return nil
+	}
+	return e.target
 }
 
 // Invalidate drops one endpoint.

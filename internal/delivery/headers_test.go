@@ -39,12 +39,15 @@ func TestSenderSendsOnlyFixedHeaders(t *testing.T) {
 	require.Equal(t, delivery.UserAgent, h.Get("User-Agent"))
 
 	// What a Request can carry: of what an endpoint's owner typed, only the
-	// URL, which goes to the request line, and the vetted Headers.
+	// URL, which goes to the request line, the vetted Headers, and the
+	// Timeout, a duration.
 	var fields []string
 	for f := range reflect.TypeFor[delivery.Request]().Fields() {
 		fields = append(fields, f.Name)
 	}
-	require.Equal(t, []string{"URL", "MessageID", "Timestamp", "Body", "Signature", "Headers"}, fields)
+	require.Equal(t, []string{"URL", "MessageID", "Timestamp", "Body", "Signature", "Headers", "Timeout"}, fields)
+	timeout, _ := reflect.TypeFor[delivery.Request]().FieldByName("Timeout")
+	require.Equal(t, reflect.TypeFor[time.Duration](), timeout.Type)
 }
 
 // TestSenderSendsEndpointHeaders: an endpoint's headers go out with the

@@ -56,6 +56,10 @@ type LedgerConfig struct {
 	AfterDisable store.AfterDisable
 	// OnDisabled is told, after the commit, of endpoints auto-disabled.
 	OnDisabled func([]store.AutoDisable)
+	// Queue inserts the job of the next delivery of a FIFO queue whose
+	// head a batch made final, in the batch's transaction; nil leaves the
+	// queues to the unparker's pass.
+	Queue store.Enqueuer
 	// MaxBatch caps the records in one transaction. Default 500.
 	MaxBatch int
 	// Linger is how long the flusher waits for more records after the first
@@ -81,6 +85,10 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 		done:     make(chan struct{}),
 	}
 }
+
+// QueuesFIFO reports whether the ledger inserts the jobs of FIFO queues
+// (LedgerConfig.Queue): the next delivery of a queue, and a head's retry.
+func (l *Ledger) QueuesFIFO() bool { return l.cfg.Queue != nil }
 
 // ErrLedgerStopped is returned for records handed to a stopped ledger.
 var ErrLedgerStopped = fmt.Errorf("ledger stopped")
@@ -168,6 +176,7 @@ func (l *Ledger) flush(ctx context.Context) {
 	b := store.LedgerBatch{
 		Attempts: make([]store.Attempt, 0, len(batch)),
 		Updates:  make([]store.StatusUpdate, 0, len(batch)),
+		Queue:    l.cfg.Queue,
 	}
 	for _, e := range batch {
 		if e.attempt != nil {

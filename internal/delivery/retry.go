@@ -51,23 +51,36 @@ func ParseSchedule(s string) (Schedule, error) {
 	}
 	var sched Schedule
 	for i, entry := range strings.Split(s, ",") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
+		if strings.TrimSpace(entry) == "" {
 			return nil, fmt.Errorf("parse schedule: entry %d is empty", i+1)
 		}
-		d, err := time.ParseDuration(entry)
+		d, err := ParseStep(entry)
 		if err != nil {
 			return nil, fmt.Errorf("parse schedule: entry %d: %w", i+1, err)
-		}
-		if d < 0 {
-			return nil, fmt.Errorf("parse schedule: entry %d: negative delay %s", i+1, entry)
-		}
-		if d > MaxStep {
-			return nil, fmt.Errorf("parse schedule: entry %d: %s is longer than the %s maximum", i+1, entry, formatStep(MaxStep))
 		}
 		sched = append(sched, d)
 	}
 	return sched, nil
+}
+
+// ParseStep parses one entry of a schedule: a Go duration from 0 to
+// MaxStep (spaces around it are allowed).
+func ParseStep(entry string) (time.Duration, error) {
+	entry = strings.TrimSpace(entry)
+	if entry == "" {
+		return 0, errors.New("empty")
+	}
+	d, err := time.ParseDuration(entry)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative delay %s", entry)
+	}
+	if d > MaxStep {
+		return 0, fmt.Errorf("%s is longer than the %s maximum", entry, formatStep(MaxStep))
+	}
+	return d, nil
 }
 
 // String formats s in the form ParseSchedule reads, with zero units trimmed:

@@ -72,6 +72,14 @@ func NewSender(cfg SenderConfig) *Sender {
 	}
 }
 
+// TimeoutOf is the timeout an attempt of r is given.
+func (s *Sender) TimeoutOf(r Request) time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return s.timeout
+}
+
 // CloseIdle closes idle connections.
 func (s *Sender) CloseIdle() { s.client.CloseIdleConnections() }
 
@@ -85,6 +93,9 @@ type Request struct {
 	// Headers are the endpoint's own headers; a reserved name among them is
 	// skipped. Their values are never logged.
 	Headers map[string]string
+	// Timeout bounds this attempt instead of the sender's timeout (the
+	// endpoint's own); zero uses the sender's.
+	Timeout time.Duration
 }
 
 // Response is what came back: a status or a transport error class.
@@ -100,7 +111,7 @@ type Response struct {
 // Send makes one attempt. It never returns an error: a transport failure is
 // described in the Response.
 func (s *Sender) Send(ctx context.Context, r Request, since func(time.Time) time.Duration, start time.Time) Response {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.TimeoutOf(r))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {

@@ -15,6 +15,7 @@ type ParkedStore interface {
 	ParkedEndpoints(ctx context.Context, ids []string) ([]store.ParkedEndpoint, error)
 	ReleaseParked(ctx context.Context, endpointID string, limit int, enq store.Enqueuer) (int, error)
 	EndHeldRelease(ctx context.Context, endpointID string, linger time.Duration) (bool, error)
+	AdvanceQueue(ctx context.Context, endpointID string, enq store.Enqueuer) error
 }
 
 var _ ParkedStore = (*store.Store)(nil)
@@ -174,10 +175,16 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 			continue
 		}
 		listed[pe.EndpointID] = true
-		switch pe.Breaker.EffectiveState(pe.Now) {
-		case breaker.StateClosed:
+		switch state := pe.Breaker.EffectiveState(pe.Now); {
+		case pe.FIFO:
+			// A FIFO queue goes one delivery at a time, its head first.
+			delete(u.window, pe.EndpointID)
+			if state == breaker.StateClosed || (state == breaker.StateHalfOpen && !pe.TrialInFlight) {
+				u.advance(ctx, pe.EndpointID)
+			}
+		case state == breaker.StateClosed:
 			u.release(ctx, pe.EndpointID, u.paced(pe))
-		case breaker.StateHalfOpen:
+		case state == breaker.StateHalfOpen:
 			delete(u.window, pe.EndpointID)
 			if !pe.TrialInFlight {
 				u.release(ctx, pe.EndpointID, 1)
@@ -221,6 +228,14 @@ func (u *Unparker) paced(pe store.ParkedEndpoint) int {
 // Window returns the release window of an endpoint whose backlog is being
 // released at a pace, or 0.
 func (u *Unparker) Window(endpointID string) int { return u.window[endpointID].window }
+
+// advance moves a FIFO endpoint's queue: its head, parked or in line,
+// gets its job when nothing of the queue is in flight.
+func (u *Unparker) advance(ctx context.Context, endpointID string) {
+	if err := u.store.AdvanceQueue(ctx, endpointID, u.enq); err != nil && ctx.Err() == nil {
+		u.logger.Warn("unpark_advance", slog.String("endpoint", endpointID), slog.String("error", err.Error()))
+	}
+}
 
 // release queues up to n parked deliveries of one endpoint.
 func (u *Unparker) release(ctx context.Context, endpointID string, n int) {

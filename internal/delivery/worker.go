@@ -191,13 +191,22 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 // the job's context, so a small margin suffices.
 const JobTimeoutMargin = 5 * time.Second
 
-// Timeout is the request timeout plus JobTimeoutMargin.
-func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return w.deps.Sender.timeout + JobTimeoutMargin
+// Timeout is the job's request timeout plus JobTimeoutMargin: the
+// endpoint's own timeout when the cache holds the endpoint, else the
+// longest an attempt may be given.
+func (w *Worker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
+	d := w.deps.Sender.timeout
+	if t := w.deps.Endpoints.Cached(job.Args.EndpointID); t == nil {
+		d = max(d, MaxEndpointTimeout)
+	} else if t.Timeout > 0 {
+		d = t.Timeout
+	}
+	return d + JobTimeoutMargin
 }
 
 // NextRetry returns the time Work chose for the next attempt. A job River
-// itself retries (one rescued from a dead process) follows the schedule.
+// itself retries (one rescued from a dead process) follows the schedule:
+// its endpoint's, when the cache holds it.
 //
 // River compares the answer with its own (local) clock and falls back to
 // its default policy, which waits minutes, for a time already past; a
@@ -209,9 +218,13 @@ func (w *Worker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	if v, ok := w.retryAt.LoadAndDelete(job.ID); ok {
 		d = v.(time.Time).Sub(w.deps.Now())
 	} else {
+		sched := w.cfg.Schedule
+		if t := w.deps.Endpoints.Cached(job.Args.EndpointID); t != nil {
+			sched = t.Schedule(sched)
+		}
 		var ok bool
-		if d, ok = w.cfg.Schedule.NextDelay(job.Args.ScheduleOffset+job.Attempt, w.deps.Rand); !ok {
-			d = w.cfg.Schedule.Step(len(w.cfg.Schedule) - 1)
+		if d, ok = sched.NextDelay(job.Args.ScheduleOffset+job.Attempt, w.deps.Rand); !ok {
+			d = sched.Step(len(sched) - 1)
 		}
 	}
 	return w.deps.LocalNow().Add(max(d, minRetryDelay))
@@ -233,6 +246,11 @@ func (w *Worker) untilExpiry(deliveryID string) (time.Duration, bool) {
 
 // minRetryDelay keeps NextRetry's answer in River's future.
 const minRetryDelay = 20 * time.Millisecond
+
+// notBeforeHorizon is the longest a job waits in Work for its NotBefore;
+// a later one snoozes. It holds one worker per FIFO endpoint whose head
+// is retried, and stays within JobTimeoutMargin.
+const notBeforeHorizon = time.Second
 
 // attemptError is returned for an attempt that will be retried; River
 // records its text in the job's errors.
@@ -294,6 +312,21 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 			// after all: wait for the maintainer instead, which cancels this
 			// job (snoozed, it is scheduled) as it expires the delivery.
 			return river.JobSnooze(max(expiresIn, 0) + w.Timeout(job) + w.jitter())
+		}
+	}
+	if args.NotBefore != nil {
+		// A FIFO head's retry, queued at once: it waits here for its
+		// delay, within the horizon, or for River beyond it.
+		if wait := args.NotBefore.Sub(w.deps.Now()); wait > notBeforeHorizon {
+			return river.JobSnooze(wait)
+		} else if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
@@ -388,7 +421,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
 			return w.finish(ctx, t.ID, store.StatusUpdate{
 				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
-				LastError: ptr(errPayloadGone.Error()),
+				LastError: ptr(errPayloadGone.Error()), Ordered: t.Ordered(),
 			})
 		}
 		if err != nil {
@@ -404,14 +437,16 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	if t.TenantID == store.OperationalTenant && w.deps.OperationalSender != nil {
 		sender = w.deps.OperationalSender
 	}
-	resp := sender.Send(ctx, Request{
+	req := Request{
 		URL:       t.URL,
 		MessageID: args.MessageID,
 		Timestamp: start,
 		Body:      payload,
 		Signature: t.Signature(args.MessageID, start, payload),
 		Headers:   t.Headers,
-	}, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+		Timeout:   t.Timeout,
+	}
+	resp := sender.Send(ctx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
 	took = resp.Duration
 	if resp.Status != 0 {
 		release()
@@ -440,12 +475,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		Classification:  string(class),
 		ResponseExcerpt: resp.Excerpt,
 		Trial:           adm.Trial,
+		Timeout:         sender.TimeoutOf(req),
 	}
 	update := store.StatusUpdate{
 		DeliveryID:    args.DeliveryID,
 		Series:        args.Series,
 		AttemptCount:  attemptNo,
 		LastAttemptAt: &start,
+		Ordered:       t.Ordered(),
 	}
 	if resp.Status != 0 {
 		attempt.StatusCode = &resp.Status
@@ -456,7 +493,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
-	delay, again := w.cfg.Schedule.RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	// The schedule in force now plans the retry: the endpoint's own, or
+	// the dispatcher's.
+	delay, again := t.Schedule(w.cfg.Schedule).RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
 		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
@@ -464,6 +503,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	next := start.Add(delay)
 	update.Status = store.DeliveryPending
 	update.NextAttemptAt = &next
+	// A FIFO head's retry is a new job the ledger inserts with the
+	// attempt's record: the queue behind it waits for no River completer.
+	update.Requeue = t.Ordered() && w.deps.Ledger.QueuesFIFO()
 	return w.finishAttempt(ctx, job, t, attempt, update, next)
 }
 
@@ -517,7 +559,8 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 }
 
 // finishAttempt records the attempt and returns what River should do: nil to
-// complete the job, an attemptError (with next stored for NextRetry) to retry.
+// complete the job (also when the ledger queued the retry as a new job,
+// u.Requeue), an attemptError (with next stored for NextRetry) to retry.
 func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
 	rule := store.DefaultAuthRule
 	if w.deps.AuthRules != nil {
@@ -534,7 +577,7 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
 		return river.JobSnooze(time.Second + w.jitter())
 	}
-	if next.IsZero() {
+	if next.IsZero() || u.Requeue {
 		return nil
 	}
 	w.retryAt.Store(job.ID, next)

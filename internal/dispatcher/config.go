@@ -36,7 +36,9 @@ type Config struct {
 	// CompletedJobRetention is how long River keeps completed jobs.
 	CompletedJobRetention time.Duration
 	// RescueStuckAfter is when a running job of a dead process is retried;
-	// 0 means RequestTimeout + 60s. It must exceed the job timeout.
+	// 0 means the longest an attempt may be given (RequestTimeout, or an
+	// endpoint's own timeout, at most delivery.MaxEndpointTimeout) + 60s.
+	// It must exceed the job timeout.
 	RescueStuckAfter time.Duration
 	// MetricsEndpointCap is the most endpoints with their own metric
 	// series (0 = no cap).
@@ -220,7 +222,7 @@ func (c Config) resolve() (resolved, error) {
 	r.jobTimeout = c.RequestTimeout + delivery.JobTimeoutMargin
 	r.rescueAfter = c.RescueStuckAfter
 	if r.rescueAfter == 0 {
-		r.rescueAfter = c.RequestTimeout + 60*time.Second
+		r.rescueAfter = max(c.RequestTimeout, delivery.MaxEndpointTimeout) + 60*time.Second
 	}
 	if r.rescueAfter <= r.jobTimeout {
 		return r, invalid("RescueStuckAfter", "must exceed the request timeout + %s (%s)", delivery.JobTimeoutMargin, r.jobTimeout)

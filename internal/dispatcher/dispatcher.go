@@ -95,8 +95,9 @@ type Dispatcher struct {
 	classes      *delivery.ClassBook
 	autoDisables *delivery.AutoDisables
 	ledger       *delivery.Ledger
-	// enq gets the River client in Run; the unparker and the operational
-	// webhooks insert jobs through it.
+	// enq gets the River client in Run; the unparker, the operational
+	// webhooks and the ledger (the next delivery of a FIFO queue) insert
+	// jobs through it.
 	enq      *delivery.Enqueuer
 	unparker *delivery.Unparker
 	// fleet counts the live dispatchers (dispatcher_fleet_size).
@@ -172,10 +173,12 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.OnReconnect(func() { d.classes.HandleNotice("") })
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
-	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After})
-	// Deliveries refused by an open breaker are parked without a job; the
-	// unparker gives them one back when the breaker lets traffic through,
-	// and releases an enabled endpoint's held deliveries.
+	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq})
+	// Deliveries refused by an open breaker or queued again by a recovery
+	// are parked without a job, and so are those waiting in a FIFO queue;
+	// the unparker gives them one back when the breaker lets traffic
+	// through (a FIFO queue's one at a time), and releases an enabled
+	// endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
@@ -318,9 +321,14 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		return fmt.Errorf("start river: %w", err)
 	}
 	// Without breakers nothing is parked by one, but an enabled endpoint's
-	// held deliveries and a recovery's are still released by the unparker.
+	// held deliveries and a recovery's are still released by the
+	// unparker, and FIFO queues wait without jobs all the same: its pass
+	// moves one whose head something other than the ledger made final.
 	g.Go(func() error { d.unparker.Run(gctx); return nil })
-	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()))
+	// river_client is the id River records in a running job's
+	// attempted_by: which process holds which job.
+	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()),
+		slog.String("river_client", client.ID()))
 	select {
 	case <-ctx.Done():
 	case <-gctx.Done():

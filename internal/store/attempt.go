@@ -22,6 +22,9 @@ type Attempt struct {
 	Classification  string
 	ResponseExcerpt string
 	Trial           bool
+	// Timeout is the timeout the attempt was given; zero for attempts
+	// logged before the log recorded it.
+	Timeout time.Duration
 }
 
 // AttemptFilter narrows a list of attempts. After is where the previous
@@ -76,7 +79,7 @@ const clockSkewMargin = time.Minute
 // attempt the endpoint ever had.
 const listAttemptsSQL = `
 		SELECT id, delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
-			status_code, coalesce(error_class, ''), classification, response_excerpt, trial
+			status_code, coalesce(error_class, ''), classification, response_excerpt, trial, coalesce(timeout_ms, 0)
 		FROM delivery_attempts
 		WHERE ($1 = '' OR delivery_id = $1) AND ($2 = '' OR endpoint_id = $2)
 			AND ($3 = '' OR classification = $3)
@@ -108,12 +111,16 @@ func (s *Store) ListAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, e
 	out := []Attempt{}
 	for rows.Next() {
 		var a Attempt
-		var ms float64
+		var (
+			ms        float64
+			timeoutMS int64
+		)
 		if err := rows.Scan(&a.ID, &a.DeliveryID, &a.MessageID, &a.EndpointID, &a.AttemptNumber, &a.AttemptedAt,
-			&ms, &a.StatusCode, &a.ErrorClass, &a.Classification, &a.ResponseExcerpt, &a.Trial); err != nil {
+			&ms, &a.StatusCode, &a.ErrorClass, &a.Classification, &a.ResponseExcerpt, &a.Trial, &timeoutMS); err != nil {
 			return nil, fmt.Errorf("list attempts: %w", err)
 		}
 		a.Duration = time.Duration(ms * float64(time.Millisecond))
+		a.Timeout = time.Duration(timeoutMS) * time.Millisecond
 		out = append(out, a)
 	}
 	return out, rows.Err()

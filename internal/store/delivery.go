@@ -1,9 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,6 +113,13 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, enq Enqueuer) (Del
 		if err != nil {
 			return err
 		}
+		fifo, err := fifoEndpoints(ctx, tx, []string{d.EndpointID})
+		if err != nil {
+			return err
+		}
+		if fifo[d.EndpointID] {
+			return s.requeueFIFO(ctx, tx, map[string][]string{d.EndpointID: {d.ID}}, enq)
+		}
 		d.Series++
 		d.SeriesBase = d.AttemptCount
 		jobIDs, err := enq.EnqueueTx(ctx, tx, queueAll(msg, []Delivery{d}))
@@ -176,6 +186,38 @@ func (s *Store) DeliveryProgress(ctx context.Context, id string) (Progress, erro
 		return Progress{}, fmt.Errorf("load delivery progress: %w", err)
 	}
 	return p, nil
+}
+
+// requeueFIFOOf puts the deliveries of queue whose endpoints are FIFO back
+// in their queues (requeueFIFO) and returns the others.
+func (s *Store) requeueFIFOOf(ctx context.Context, tx pgx.Tx, queue []QueuedDelivery, enq Enqueuer) ([]QueuedDelivery, error) {
+	eps := make([]string, 0, len(queue))
+	for _, q := range queue {
+		eps = append(eps, q.EndpointID)
+	}
+	fifo, err := fifoEndpoints(ctx, tx, eps)
+	if err != nil || len(fifo) == 0 {
+		return queue, err
+	}
+	var (
+		rest    []QueuedDelivery
+		ordered []QueuedDelivery
+	)
+	for _, q := range queue {
+		if fifo[q.EndpointID] {
+			ordered = append(ordered, q)
+		} else {
+			rest = append(rest, q)
+		}
+	}
+	slices.SortFunc(ordered, func(a, b QueuedDelivery) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	byEndpoint := make(map[string][]string)
+	for _, q := range ordered {
+		byEndpoint[q.EndpointID] = append(byEndpoint[q.EndpointID], q.ID)
+	}
+	return rest, s.requeueFIFO(ctx, tx, byEndpoint, enq)
 }
 
 // RetryDeliveries re-queues failed deliveries as RetryDelivery does, all
@@ -266,6 +308,9 @@ func (s *Store) RetryDeliveries(ctx context.Context, ids []string, tenants Tenan
 		}
 		if len(queue) == 0 {
 			return nil
+		}
+		if queue, err = s.requeueFIFOOf(ctx, tx, queue, enq); err != nil || len(queue) == 0 {
+			return err
 		}
 		jobIDs, err := enq.EnqueueTx(ctx, tx, queue)
 		if err != nil {

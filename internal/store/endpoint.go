@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -21,6 +22,21 @@ const (
 const (
 	SigningHMAC    = "hmac"
 	SigningEd25519 = "ed25519"
+)
+
+// Endpoint orderings: a FIFO endpoint's deliveries are sent one at a time,
+// in the order their messages were accepted (fifo.go).
+const (
+	OrderingUnordered = "unordered"
+	OrderingFIFO      = "fifo"
+)
+
+// What a FIFO endpoint does when its head's retries are exhausted: the
+// head fails and the next delivery goes, or the queue stops until the
+// head is retried or skipped.
+const (
+	ExhaustedSkip  = "skip"
+	ExhaustedBlock = "block"
 )
 
 // Endpoint is a customer URL that receives a tenant's messages.
@@ -48,25 +64,45 @@ type Endpoint struct {
 	// RateLimit is the most deliveries per second sent to the endpoint by
 	// the whole fleet; nil means no limit.
 	RateLimit *int
+	// Ordering is OrderingUnordered or OrderingFIFO; OnExhausted is
+	// ExhaustedSkip or ExhaustedBlock (it applies to FIFO only).
+	Ordering    string
+	OnExhausted string
+	// Filter is the payload filter (internal/filter), nil for none.
+	Filter json.RawMessage
+	// RetrySchedule is the endpoint's own retry schedule (the delay before
+	// each attempt); nil uses the dispatcher's.
+	RetrySchedule []time.Duration
+	// Timeout is the endpoint's own attempt timeout; zero uses the
+	// dispatcher's.
+	Timeout time.Duration
+	// BlockedBy names the failed delivery that stops a FIFO queue whose
+	// on_exhausted is block; nil when the queue moves.
+	BlockedBy *string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
-	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit`
+	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit,
+	ordering, on_exhausted, filter, retry_schedule, coalesce(timeout_ms, 0) * interval '1 millisecond',
+	` + blockedByColumn
 
 // endpointColumnsQualified is endpointColumns for a query aliasing
 // endpoints as e.
 const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.event_types, e.secret,
 	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
-	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at, e.rate_limit`
+	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at, e.rate_limit,
+	e.ordering, e.on_exhausted, e.filter, e.retry_schedule, coalesce(e.timeout_ms, 0) * interval '1 millisecond',
+	` + blockedByColumnQualified
 
 // endpointDest returns scan destinations for endpointColumns.
 func endpointDest(e *Endpoint) []any {
 	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
 		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
-		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &e.RateLimit}
+		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &e.RateLimit,
+		&e.Ordering, &e.OnExhausted, &e.Filter, &e.RetrySchedule, &e.Timeout, &e.BlockedBy}
 }
 
 func (s *Store) scanEndpoint(row pgx.Row) (Endpoint, error) {
@@ -106,6 +142,12 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	if e.Signing == "" {
 		e.Signing = SigningHMAC
 	}
+	if e.Ordering == "" {
+		e.Ordering = OrderingUnordered
+	}
+	if e.OnExhausted == "" {
+		e.OnExhausted = ExhaustedSkip
+	}
 	id := NewID("ep", time.Now())
 	sealed, err := s.secrets.Seal(e.Secret, endpointSecretContext(id))
 	if err != nil {
@@ -122,12 +164,19 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		}
 		var err error
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
-			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing, rate_limit)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing, rate_limit,
+				ordering, on_exhausted, filter, retry_schedule, timeout_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, nullif($16::int, 0))
 			RETURNING `+endpointColumns,
-			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, headers, e.Signing, e.RateLimit))
+			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, headers, e.Signing, e.RateLimit,
+			e.Ordering, e.OnExhausted, nullJSON(e.Filter), e.RetrySchedule, e.Timeout.Milliseconds()))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
+		}
+		if out.Ordering == OrderingFIFO {
+			if err := openQueue(ctx, tx, out.ID); err != nil {
+				return err
+			}
 		}
 		if err := s.afterEndpointCreate(ctx, tx, out); err != nil {
 			return err
@@ -212,6 +261,17 @@ type EndpointPatch struct {
 	Headers      *map[string]string
 	// RateLimit sets the rate limit; a pointer to 0 removes it.
 	RateLimit *int
+	// Ordering and OnExhausted set the endpoint's ordering options.
+	Ordering    *string
+	OnExhausted *string
+	// Filter sets the payload filter; a pointer to nil removes it.
+	Filter *json.RawMessage
+	// RetrySchedule sets the endpoint's retry schedule; a pointer to nil
+	// removes it.
+	RetrySchedule *[]time.Duration
+	// Timeout sets the endpoint's attempt timeout; a pointer to 0 removes
+	// it.
+	Timeout *time.Duration
 }
 
 // UpdateEndpoint applies patch and notifies dispatchers.
@@ -241,9 +301,24 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 			return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
 		}
 	}
+	var filter json.RawMessage
+	if p.Filter != nil {
+		filter = nullJSON(*p.Filter)
+	}
+	var schedule []time.Duration
+	if p.RetrySchedule != nil {
+		schedule = *p.RetrySchedule
+	}
+	var timeoutMS *int64
+	if p.Timeout != nil {
+		ms := p.Timeout.Milliseconds()
+		timeoutMS = &ms
+	}
+	args := []any{p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit,
+		p.Ordering, p.OnExhausted, p.Filter != nil, filter, p.RetrySchedule != nil, schedule, timeoutMS}
 	lockClass := p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto
-	if !lockClass && s.ops == nil {
-		return s.updateEndpoint(ctx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit)
+	if !lockClass && s.ops == nil && p.Ordering == nil {
+		return s.updateEndpoint(ctx, id, endpointPatchSet, args...)
 	}
 	var out Endpoint
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -253,12 +328,25 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 			}
 		}
 		var err error
-		if out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit); err != nil {
+		if out, err = s.updateEndpointTx(ctx, tx, id, endpointPatchSet, args...); err != nil {
 			return err
+		}
+		if p.Ordering != nil {
+			if err := s.setOrdering(ctx, tx, &out); err != nil {
+				return err
+			}
 		}
 		return s.emitOperational(ctx, tx, []OperationalEvent{endpointEvent(OpEndpointUpdated, out)})
 	})
 	return out, err
+}
+
+// nullJSON is a JSON member for a nullable jsonb column: nil for none.
+func nullJSON(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 || string(v) == "null" {
+		return nil
+	}
+	return v
 }
 
 const endpointPatchSet = `
@@ -268,7 +356,12 @@ const endpointPatchSet = `
 		traffic_class = coalesce($5, traffic_class),
 		metadata = coalesce($6, metadata),
 		headers = coalesce($7, headers),
-		rate_limit = CASE WHEN $8::int IS NULL THEN rate_limit ELSE nullif($8::int, 0) END`
+		rate_limit = CASE WHEN $8::int IS NULL THEN rate_limit ELSE nullif($8::int, 0) END,
+		ordering = coalesce($9, ordering),
+		on_exhausted = coalesce($10, on_exhausted),
+		filter = CASE WHEN $11::bool THEN $12::jsonb ELSE filter END,
+		retry_schedule = CASE WHEN $13::bool THEN $14::interval[] ELSE retry_schedule END,
+		timeout_ms = CASE WHEN $15::int IS NULL THEN timeout_ms ELSE nullif($15::int, 0) END`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.

@@ -89,3 +89,6 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, all []Migration) error
 func PartitionIndexName(index, table, part string) string {
 	return partitionIndexName(index, table, part)
 }
+
+// QueueHeadSQL is the statement that finds FIFO queues' heads.
+const QueueHeadSQL = queueHeadSQL

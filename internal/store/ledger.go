@@ -29,6 +29,16 @@ type StatusUpdate struct {
 	// applies only while that job owns the delivery (its job_id), so a
 	// stale job can never detach the job that owns it now.
 	JobID int64
+	// Ordered marks a delivery of a FIFO endpoint: a final status moves
+	// its queue in the same transaction (LedgerBatch.Queue).
+	Ordered bool
+	// Requeue, with status pending after an attempt (a retry planned),
+	// gives the delivery a new job in the same transaction
+	// (LedgerBatch.Queue), due at NextAttemptAt, and the job that made the
+	// attempt ends: River's own retry waits for its completer, which
+	// writes a job's retry up to 250 ms later at low load, and a FIFO
+	// queue's head holds up every delivery behind it meanwhile.
+	Requeue bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -38,6 +48,9 @@ type LedgerBatch struct {
 	// AuthRules holds the auto-disable rule of each endpoint with an
 	// attempt in the batch; endpoints without one are never disabled.
 	AuthRules map[string]AuthRule
+	// Queue gives the next delivery of a FIFO queue whose head this batch
+	// made final its job; nil leaves the queues to the unparker's pass.
+	Queue Enqueuer
 }
 
 // LedgerResult is what a ledger flush did beyond writing.
@@ -78,16 +91,21 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		if len(attempts) > 0 {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
 				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
-					"status_code", "error_class", "classification", "response_excerpt", "trial"},
+					"status_code", "error_class", "classification", "response_excerpt", "trial", "timeout_ms"},
 				pgx.CopyFromSlice(len(attempts), func(i int) ([]any, error) {
 					a := attempts[i]
 					var ec *string
 					if a.ErrorClass != "" {
 						ec = &a.ErrorClass
 					}
+					var timeoutMS *int32
+					if a.Timeout > 0 {
+						ms := int32(a.Timeout.Milliseconds())
+						timeoutMS = &ms
+					}
 					return []any{a.DeliveryID, a.MessageID, a.EndpointID, a.AttemptNumber, a.AttemptedAt,
 						float64(a.Duration) / float64(time.Millisecond), a.StatusCode, ec, a.Classification,
-						a.ResponseExcerpt, a.Trial}, nil
+						a.ResponseExcerpt, a.Trial, timeoutMS}, nil
 				}))
 			if err != nil {
 				return fmt.Errorf("copy attempts: %w", err)
@@ -128,7 +146,15 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			parks     = make([]bool, n)
 			jobs      = make([]*int64, n)
 		)
+		ordered := make(map[string]bool)
+		requeue := make(map[string]bool)
 		for i, u := range updates {
+			if u.Ordered {
+				ordered[u.DeliveryID] = true
+			}
+			if u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil {
+				requeue[u.DeliveryID] = true
+			}
 			parks[i] = u.Park && u.Status == DeliveryWaiting
 			if u.JobID != 0 {
 				jobs[i] = &u.JobID
@@ -149,6 +175,13 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
 		held := map[string]bool{}
+		// The FIFO queues whose head this batch made final, and the
+		// deliveries whose retries it exhausted there.
+		var (
+			advance     []string
+			failedHeads map[string]string
+			retries     []string
+		)
 		for rows.Next() {
 			var (
 				id, status, messageID, endpointID, tenantID string
@@ -164,6 +197,18 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			if status == DeliveryHeld {
 				held[id] = true
 			}
+			if requeue[id] && status == DeliveryPending {
+				retries = append(retries, id)
+			}
+			if ordered[id] && (status == DeliveryDelivered || status == DeliveryFailed || status == DeliveryExpired) {
+				advance = append(advance, endpointID)
+				if failed && (failedHeads[endpointID] == "" || id < failedHeads[endpointID]) {
+					if failedHeads == nil {
+						failedHeads = map[string]string{}
+					}
+					failedHeads[endpointID] = id
+				}
+			}
 			switch {
 			case recovered:
 				events = append(events, OperationalEvent{Type: OpDeliveryRecovered, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
@@ -176,6 +221,19 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
+		}
+		if len(retries) > 0 && b.Queue != nil {
+			if err := requeueRetries(ctx, tx, retries, b.Queue); err != nil {
+				return err
+			}
+		}
+		if len(advance) > 0 && b.Queue != nil {
+			if _, err := lockQueues(ctx, tx, advance); err != nil {
+				return err
+			}
+			if err := s.advanceQueues(ctx, tx, advance, failedHeads, false, b.Queue); err != nil {
+				return err
+			}
 		}
 		for _, u := range updates {
 			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
@@ -233,6 +291,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 			continue
 		}
 		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
+		m.Ordered, m.Requeue = m.Ordered || u.Ordered, u.Requeue
 	}
 	return out
 }

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookd/hookd/internal/filter"
 )
 
 // Message is one event a tenant asked to send.
@@ -53,6 +56,10 @@ type QueuedDelivery struct {
 	Payload   json.RawMessage
 	// Trace is the message's trace context (NewMessage.Trace), if any.
 	Trace map[string]string
+	// NotBefore, when set, is when the job may make its attempt: a FIFO
+	// head's retry, queued as a new job when the attempt before it
+	// failed (StatusUpdate.Requeue).
+	NotBefore *time.Time
 }
 
 func queueAll(msg Message, ds []Delivery) []QueuedDelivery {
@@ -214,11 +221,11 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 				INSERT INTO message_payloads (message_id, payload)
 				SELECT i.id, i.payload::json FROM input i JOIN m ON m.id = i.id
 			)
-			SELECT i.ord, m.created_at, e.id, e.status
+			SELECT i.ord, m.created_at, e.id, e.status, e.ordering, e.filter::text
 			FROM input i
 			LEFT JOIN m ON m.id = i.id
 			LEFT JOIN LATERAL (
-				SELECT e.id, e.status FROM endpoints e
+				SELECT e.id, e.status, e.ordering, e.filter FROM endpoints e
 				WHERE m.id IS NOT NULL AND e.tenant_id = i.tenant_id AND e.deleted_at IS NULL
 					AND (cardinality(e.event_types) = 0 OR e.event_types && ARRAY(
 						SELECT f.filter FROM unnest($6::int[], $7::text[]) AS f(ord, filter) WHERE f.ord = i.ord))
@@ -232,7 +239,9 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 			deliveries  []Delivery
 			deliveryMsg []int // index in ins of each delivery's message
 			queued      []int // indexes in deliveries of those that get a job
+			fifo        []int // indexes in deliveries of those to FIFO endpoints
 			replays     []int
+			payloads    = make(map[int]decodedPayload)
 		)
 		for rows.Next() {
 			var (
@@ -240,8 +249,10 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 				createdAt  *time.Time
 				endpointID *string
 				status     *string
+				ordering   *string
+				filterSrc  *string
 			)
-			if err := rows.Scan(&ord, &createdAt, &endpointID, &status); err != nil {
+			if err := rows.Scan(&ord, &createdAt, &endpointID, &status, &ordering, &filterSrc); err != nil {
 				rows.Close()
 				return fmt.Errorf("insert messages: %w", err)
 			}
@@ -254,6 +265,9 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 			m.CreatedAt = *createdAt
 			out[i].Created = true
 			if endpointID == nil {
+				continue
+			}
+			if filterSrc != nil && !s.filterMatches(*endpointID, *filterSrc, ins[i], payloads, i) {
 				continue
 			}
 			d := Delivery{
@@ -271,13 +285,23 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 			}
 			deliveries = append(deliveries, d)
 			deliveryMsg = append(deliveryMsg, i)
-			if d.Status == DeliveryPending {
+			switch {
+			case *ordering == OrderingFIFO:
+				fifo = append(fifo, len(deliveries)-1)
+			case d.Status == DeliveryPending:
 				queued = append(queued, len(deliveries)-1)
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert messages: %w", err)
+		}
+		var inLine []bool
+		if len(fifo) > 0 {
+			var err error
+			if queued, inLine, err = queueFIFO(ctx, tx, deliveries, fifo, queued); err != nil {
+				return err
+			}
 		}
 		if len(replays) > 0 {
 			// A new statement, so keys claimed by transactions that
@@ -330,7 +354,7 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 			}
 		}
 		if len(deliveries) > 0 {
-			if err := insertDeliveries(ctx, tx, deliveries); err != nil {
+			if err := insertDeliveries(ctx, tx, deliveries, inLine); err != nil {
 				return err
 			}
 		}
@@ -346,26 +370,116 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 	return out, replayOf, sameKeyAs, nil
 }
 
-func insertDeliveries(ctx context.Context, tx pgx.Tx, ds []Delivery) error {
+// insertDeliveries inserts new deliveries, each created at its CreatedAt;
+// those marked in inLine (nil: none) wait in their FIFO queue.
+func insertDeliveries(ctx context.Context, tx pgx.Tx, ds []Delivery, inLine []bool) error {
 	ids := make([]string, len(ds))
 	messageIDs := make([]string, len(ds))
 	endpointIDs := make([]string, len(ds))
 	tenantIDs := make([]string, len(ds))
 	statuses := make([]string, len(ds))
 	jobIDs := make([]*int64, len(ds))
+	parkReasons := make([]*string, len(ds))
+	createdAt := make([]time.Time, len(ds))
+	fifo := ParkFIFO
 	for i, d := range ds {
 		ids[i], messageIDs[i], endpointIDs[i], tenantIDs[i], statuses[i], jobIDs[i] = d.ID, d.MessageID, d.EndpointID, d.TenantID, d.Status, d.JobID
+		createdAt[i] = d.CreatedAt
+		if inLine != nil && inLine[i] {
+			parkReasons[i] = &fifo
+		}
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status, job_id, created_at, updated_at)
-		SELECT id, message_id, endpoint_id, tenant_id, status, job_id, now(), now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-			AS t(id, message_id, endpoint_id, tenant_id, status, job_id)`,
-		ids, messageIDs, endpointIDs, tenantIDs, statuses, jobIDs)
+		INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status, job_id, park_reason, created_at, updated_at)
+		SELECT id, message_id, endpoint_id, tenant_id, status, job_id, park_reason, created_at, now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
+			AS t(id, message_id, endpoint_id, tenant_id, status, job_id, park_reason, created_at)`,
+		ids, messageIDs, endpointIDs, tenantIDs, statuses, jobIDs, parkReasons, createdAt)
 	if err != nil {
 		return fmt.Errorf("insert deliveries: %w", err)
 	}
 	return nil
+}
+
+// decodedPayload is a message payload decoded for filters, once per
+// message of a group.
+type decodedPayload struct {
+	v   any
+	err error
+}
+
+// filterMatches says whether the message ins (index i of its group) passes
+// an endpoint's filter. A filter that no longer parses (one stored under
+// other bounds) and a payload that does not decode let the message
+// through: a delivery too many is better than one silently lost.
+func (s *Store) filterMatches(endpointID, src string, in NewMessage, payloads map[int]decodedPayload, i int) bool {
+	f, err := s.filters.get(src)
+	if err != nil {
+		s.logger.Warn("endpoint_filter_unreadable", slog.String("endpoint", endpointID), slog.String("error", err.Error()))
+		return true
+	}
+	p, ok := payloads[i]
+	if !ok {
+		p.v, p.err = filter.DecodePayload(in.Payload)
+		payloads[i] = p
+	}
+	if p.err != nil {
+		return true
+	}
+	return f.Match(in.EventType, p.v)
+}
+
+// queueFIFO places a group's deliveries to FIFO endpoints (fifo, indexes
+// in ds in the group's order) in their queues: each is created at a stamp
+// after every delivery already queued (the group's statements hold the
+// queue locks from here to the commit, so created_at order is commit
+// order); the first of an idle queue is its head and gets a job (or is
+// held, for a disabled endpoint), the others wait in line. It returns
+// queued with the heads added, and which deliveries wait in line. A FIFO
+// endpoint without a queue row (none is ever missing) is delivered
+// unordered.
+func queueFIFO(ctx context.Context, tx pgx.Tx, ds []Delivery, fifo, queued []int) ([]int, []bool, error) {
+	counts := make(map[string]int)
+	for _, di := range fifo {
+		counts[ds[di].EndpointID]++
+	}
+	eps := make([]string, 0, len(counts))
+	for ep := range counts {
+		eps = append(eps, ep)
+	}
+	if _, err := lockQueues(ctx, tx, eps); err != nil {
+		return nil, nil, err
+	}
+	slots, err := stampQueues(ctx, tx, counts)
+	if err != nil {
+		return nil, nil, err
+	}
+	inLine := make([]bool, len(ds))
+	placed := make(map[string]int, len(counts))
+	for _, di := range fifo {
+		d := &ds[di]
+		slot, ok := slots[d.EndpointID]
+		if !ok {
+			if d.Status == DeliveryPending {
+				queued = append(queued, di)
+			}
+			continue
+		}
+		k := placed[d.EndpointID]
+		placed[d.EndpointID]++
+		d.CreatedAt = slot.First.Add(time.Duration(k) * time.Microsecond)
+		d.UpdatedAt = d.CreatedAt
+		switch {
+		case k == 0 && slot.Idle && d.Status == DeliveryPending:
+			queued = append(queued, di)
+		case k == 0 && slot.Idle:
+			// A disabled endpoint's head is held.
+		default:
+			d.Status = DeliveryWaiting
+			inLine[di] = true
+		}
+	}
+	return queued, inLine, nil
 }
 
 // GetMessage returns a message with its deliveries.

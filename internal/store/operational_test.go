@@ -52,15 +52,12 @@ func TestUpgradeAddsDeliveryFailureTimes(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
 	require.NoError(t, err)
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 22))
-	plain := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{next: 1}
 	ep := createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")
 	var dlvs []string
 	for range 2 {
-		m, _, err := plain.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(`{}`)}, enq)
-		require.NoError(t, err)
-		require.Len(t, m.Deliveries, 1)
-		dlvs = append(dlvs, m.Deliveries[0].ID)
+		_, d := createMessageV7(t, db, "acme", "invoice.paid", `{}`, ep)
+		dlvs = append(dlvs, d[0])
 	}
 	_, err = db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed', attempt_count = 3 WHERE id = $1`, dlvs[0])
 	require.NoError(t, err)

@@ -190,6 +190,9 @@ type ParkedEndpoint struct {
 	// Failures counts the failures in the shared buckets of the breaker's
 	// current generation: for a closed breaker, those since it closed.
 	Failures int
+	// FIFO marks an endpoint whose parked deliveries are a FIFO queue:
+	// released one at a time by AdvanceQueue, never at a pace.
+	FIFO bool
 }
 
 // Backlog is how many deliveries are waiting for their release.
@@ -228,7 +231,8 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
 			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = x.endpoint_id AND q.status IN ('pending', 'waiting')
 				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
-			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation)
+			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation),
+			EXISTS (SELECT 1 FROM endpoints e WHERE e.id = x.endpoint_id AND e.ordering = 'fifo')
 		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, maxTrialSlots, ids, heldCounted)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
@@ -238,7 +242,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 	for rows.Next() {
 		var pe ParkedEndpoint
 		var now time.Time
-		id, b, err := scanBreaker(rows, &pe.Parked, &pe.Held, &pe.ReleasingHeld, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures)
+		id, b, err := scanBreaker(rows, &pe.Parked, &pe.Held, &pe.ReleasingHeld, &now, &pe.TrialInFlight, &pe.Queued, &pe.Failures, &pe.FIFO)
 		if err != nil {
 			return nil, fmt.Errorf("list parked endpoints: %w", err)
 		}

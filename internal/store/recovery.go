@@ -61,6 +61,55 @@ const recoverSQL = `
 	)
 	SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM c WHERE gone)`
 
+// recoverInLine is a FIFO endpoint's recovery: the failed deliveries go
+// back in its queue, oldest first, behind those waiting (requeueInLine),
+// where the unparker's pass finds them when the queue is idle.
+func recoverInLine(ctx context.Context, tx pgx.Tx, endpointID string, r RecoverRange, lo, hi string) (Recovery, error) {
+	// The deliveries are locked before the queue, as everywhere.
+	rows, err := tx.Query(ctx, `
+		SELECT d.id, p.message_id IS NULL
+		FROM deliveries d LEFT JOIN message_payloads p ON p.message_id = d.message_id
+		WHERE d.endpoint_id = $1 AND d.status = 'failed'
+			AND d.created_at >= $2 AND ($3::timestamptz IS NULL OR d.created_at < $3)
+			AND d.id >= $4 AND d.id < $5
+		ORDER BY d.created_at, d.id
+		FOR UPDATE OF d`, endpointID, r.Since, r.Until, lo, hi)
+	if err != nil {
+		return Recovery{}, fmt.Errorf("lock failed deliveries: %w", err)
+	}
+	var (
+		out Recovery
+		ids []string
+	)
+	for rows.Next() {
+		var (
+			id   string
+			gone bool
+		)
+		if err := rows.Scan(&id, &gone); err != nil {
+			rows.Close()
+			return Recovery{}, fmt.Errorf("lock failed deliveries: %w", err)
+		}
+		if gone {
+			out.PayloadExpired++
+			continue
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Recovery{}, fmt.Errorf("lock failed deliveries: %w", err)
+	}
+	out.Queued = len(ids)
+	if len(ids) == 0 {
+		return out, nil
+	}
+	if _, err := lockQueues(ctx, tx, []string{endpointID}); err != nil {
+		return Recovery{}, err
+	}
+	return out, requeueInLine(ctx, tx, endpointID, ids)
+}
+
 // RecoverDeliveries gives every failed delivery of an endpoint created in
 // r a new attempt series, released by the dispatcher's unparker like a
 // closed breaker's backlog: oldest first, at a pace, never all at once. It
@@ -74,11 +123,12 @@ func (s *Store) RecoverDeliveries(ctx context.Context, endpointID string, r Reco
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('hookd_recover:' || $1, 0))`, endpointID); err != nil {
 			return fmt.Errorf("lock endpoint recovery: %w", err)
 		}
-		var exists, releasing bool
+		var exists, releasing, fifo bool
 		err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM endpoints WHERE id = $1 AND deleted_at IS NULL),
-				EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND status = 'waiting' AND job_id IS NULL AND park_reason = 'recover')`,
-			endpointID).Scan(&exists, &releasing)
+				EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND status = 'waiting' AND job_id IS NULL AND park_reason = 'recover'),
+				EXISTS (SELECT 1 FROM endpoints WHERE id = $1 AND ordering = 'fifo')`,
+			endpointID).Scan(&exists, &releasing, &fifo)
 		switch {
 		case err != nil:
 			return fmt.Errorf("check endpoint recovery: %w", err)
@@ -91,7 +141,11 @@ func (s *Store) RecoverDeliveries(ctx context.Context, endpointID string, r Reco
 		if r.Until != nil {
 			hi = IDBound("dlv", r.Until.Add(idSkew))
 		}
-		if err := tx.QueryRow(ctx, recoverSQL, endpointID, r.Since, r.Until, lo, hi).Scan(&out.Queued, &out.PayloadExpired); err != nil {
+		if fifo {
+			if out, err = recoverInLine(ctx, tx, endpointID, r, lo, hi); err != nil {
+				return err
+			}
+		} else if err := tx.QueryRow(ctx, recoverSQL, endpointID, r.Since, r.Until, lo, hi).Scan(&out.Queued, &out.PayloadExpired); err != nil {
 			return fmt.Errorf("park failed deliveries: %w", err)
 		}
 		details := map[string]any{"since": r.Since.UTC(), "until": r.Until, "queued": out.Queued, "payload_expired": out.PayloadExpired}

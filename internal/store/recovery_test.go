@@ -175,13 +175,12 @@ func TestUpgradeAddsParkReason(t *testing.T) {
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 21))
 	s := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{}
-	e, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/h", Secret: testSecret})
-	require.NoError(t, err)
+	// The rows as that schema stored them.
+	e := store.Endpoint{ID: createEndpointV10(t, db, "acme", "https://example.com/h", testSecret, "")}
 	var ids []string
 	for range 2 {
-		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
-		require.NoError(t, err)
-		ids = append(ids, m.Deliveries[0].ID)
+		_, dlvs := createMessageV7(t, db, "acme", "a", `{}`, e.ID)
+		ids = append(ids, dlvs[0])
 	}
 	failed, parked := ids[0], ids[1]
 	recordLedgerBefore0023(t, db, nil, []store.StatusUpdate{

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,15 +22,13 @@ func TestUpgradeAddsSearchIndexes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 17))
 	s := store.New(db.Pool, nil)
-	enq := &fakeEnqueuer{next: 1}
-	// The endpoint as that schema stored it: CreateEndpoint writes columns
-	// later migrations add.
+	// The endpoint and messages as that schema stored them: CreateEndpoint
+	// and CreateMessage use columns later migrations add.
 	e := store.Endpoint{ID: createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")}
 	var ids []string
 	for range 3 {
-		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(`{}`)}, enq)
-		require.NoError(t, err)
-		ids = append(ids, m.ID)
+		m, _ := createMessageV7(t, db, "acme", "invoice.paid", `{}`, e.ID)
+		ids = append(ids, m)
 	}
 	_, err = db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed' WHERE message_id = $1`, ids[1])
 	require.NoError(t, err)

@@ -37,6 +37,8 @@ type Store struct {
 	resealRead func()
 	// ops, when set, emits operational events (operational.go).
 	ops *opsCache
+	// filters holds the endpoint filters the fan-out has parsed.
+	filters filterCache
 }
 
 // Option configures a Store.

@@ -75,6 +75,39 @@ func createEndpointV10(t *testing.T, db *storetest.DB, tenant, url, secret, prev
 	return id
 }
 
+// createMessageV7 stores a message, its payload and a pending delivery
+// with a job to each of endpoints, with the columns every partitioned
+// schema (version 7 on) has, as a message of an upgraded database was
+// written: CreateMessage reads endpoint columns later migrations add. It
+// returns the message's id and its deliveries' ids in endpoints' order.
+func createMessageV7(t *testing.T, db *storetest.DB, tenant, eventType, payload string, endpoints ...string) (string, []string) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	id := store.NewID("msg", now)
+	var dlvs []string
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO messages (id, tenant_id, event_type) VALUES ($1, $2, $3)`, id, tenant, eventType); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO message_payloads (message_id, payload) VALUES ($1, $2::json)`, id, payload); err != nil {
+			return err
+		}
+		for _, ep := range endpoints {
+			d := store.NewID("dlv", now)
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO deliveries (id, message_id, endpoint_id, tenant_id, status, job_id)
+				VALUES ($1, $2, $3, $4, 'pending', (SELECT count(*) + 1 FROM deliveries))`, d, id, ep, tenant); err != nil {
+				return err
+			}
+			dlvs = append(dlvs, d)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return id, dlvs
+}
+
 // TestUpgradeToPartitionedStorage: a database at the schema before
 // partitioning, filled with messages, deliveries in every status,
 // attempts and idempotency keys, is migrated in place with nothing lost:
@@ -339,11 +372,9 @@ func TestUpgradeAddsEventTypeCatalogue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.MigrateTo(ctx, db.Pool, 12))
 	s := store.New(db.Pool, nil)
-	createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
-	enq := &fakeEnqueuer{next: 1}
+	ep := createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
 	for i := range 3 {
-		_, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "invoice.paid", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}, enq)
-		require.NoError(t, err)
+		createMessageV7(t, db, "acme", "invoice.paid", fmt.Sprintf(`{"i":%d}`, i), ep)
 	}
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))

@@ -179,6 +179,36 @@ function recoverForm(ep) {
   return form;
 }
 
+// options puts an endpoint's delivery options in words.
+function options(ep) {
+  const parts = [];
+  if (ep.ordering === "fifo") {
+    parts.push("In order, one at a time" + (ep.on_exhausted === "block" ? "; stops at a delivery that uses up its retries" : ""));
+  }
+  if (ep.filter) parts.push("Only messages matching " + JSON.stringify(ep.filter));
+  if (ep.retry_schedule) {
+    const n = ep.retry_schedule.length;
+    parts.push(n === 1 ? "1 attempt, no retry" : n + " attempts, retried after " + ep.retry_schedule.slice(1).join(", "));
+  }
+  if (ep.timeout) parts.push("Timeout " + ep.timeout);
+  return parts.length ? parts.join(" · ") : "Every message, retried on the service's schedule";
+}
+
+// blocked is a FIFO endpoint's stopped queue: what stopped it, and (unless
+// read-only) the two ways on.
+function blocked(ep) {
+  const box = el("div", { class: "blocked", "data-blocked": ep.blocked_by },
+    el("p", { class: "health bad" }, "Stopped: delivery " + ep.blocked_by + " used up its retries. Later messages wait until it is retried or skipped."));
+  if (!state.readOnly) {
+    box.append(
+      el("button", { type: "button", "data-action": "retry-blocked", onclick: () => act(() => call("POST", "/v1/deliveries/" + ep.blocked_by + "/retry"), "Delivery queued again, ahead of the rest") }, "Retry it"),
+      el("button", { type: "button", "data-action": "skip-blocked", class: "danger", onclick: () => {
+        if (confirm("Skip delivery " + ep.blocked_by + "? It stays failed and the next message goes.")) act(() => call("POST", "/v1/deliveries/" + ep.blocked_by + "/skip"), "Delivery skipped; the next one goes");
+      } }, "Skip it"));
+  }
+  return box;
+}
+
 async function act(fn, done) {
   try { await fn(); say(done); await load(); } catch (e) { say("Failed: " + e.message); }
 }
@@ -191,7 +221,9 @@ function card(ep, b) {
     el("h3", {}, ep.url),
     el("p", { class: "health " + h.cls, "data-health": "" }, h.text),
     el("p", { class: "meta" }, "Events: " + (ep.event_types.length ? ep.event_types.join(", ") : "all")),
+    el("p", { class: "meta", "data-options": "" }, "Delivery: " + options(ep)),
     secret, attempts);
+  if (ep.blocked_by) li.insertBefore(blocked(ep), secret);
   if (state.revealed[ep.id]) { secret.textContent = state.revealed[ep.id]; secret.hidden = false; }
   if (state.open.has(ep.id)) showAttempts(ep, attempts).catch((e) => say(e.message));
   const buttons = [el("button", { type: "button", "data-action": "attempts", "aria-expanded": String(state.open.has(ep.id)), onclick: () => {
@@ -261,7 +293,9 @@ async function start() {
     ev.preventDefault();
     const f = ev.target;
     const types = f.event_types.value.split(",").map((s) => s.trim()).filter(Boolean);
-    act(() => call("POST", "/v1/endpoints", { tenant_id: state.tenant, url: f.url.value, event_types: types }), "Endpoint added").then(() => f.reset());
+    const body = { tenant_id: state.tenant, url: f.url.value, event_types: types };
+    if (f.ordered.checked) body.ordering = "fifo";
+    act(() => call("POST", "/v1/endpoints", body), "Endpoint added").then(() => f.reset());
   });
   say("");
   await load().catch((e) => say(e.message));

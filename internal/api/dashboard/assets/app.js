@@ -510,6 +510,46 @@
     function drawChart() {
       if (stats) window.hookdChart.draw(chart, stats);
     }
+    // renderOptions shows the endpoint's delivery options and, when a
+    // FIFO queue is stopped at a delivery that used up its retries, the
+    // way to skip it.
+    function renderOptions(ep) {
+      const fifo = ep.ordering === 'fifo';
+      const box = $('#d-options');
+      box.dataset.ordering = ep.ordering;
+      box.replaceChildren(
+        figure('Ordering', fifo ? 'FIFO: one at a time, in acceptance order' : 'unordered'),
+        figure('Retries used up', !fifo ? '—' : ep.on_exhausted === 'block' ? 'the queue stops' : 'the next one goes'),
+        figure('Filter', ep.filter ? el('code', { class: 'mono', text: JSON.stringify(ep.filter) }) : 'none'),
+        figure('Retry schedule', ep.retry_schedule ? ep.retry_schedule.join(', ') : "the dispatcher's"),
+        figure('Timeout', ep.timeout || "the dispatcher's"),
+        figure('Queue', !fifo ? '—' : ep.blocked_by
+          ? el('span', { class: 'mono', dataset: { blocked: ep.blocked_by }, text: 'stopped at ' + ep.blocked_by })
+          : 'moving'),
+      );
+      const actions = $('#d-options-actions');
+      let skip = actions.querySelector('button[data-action="skip"]');
+      if (!skip) {
+        skip = el('button', { type: 'button', class: 'danger', dataset: { action: 'skip' }, text: 'Skip blocked delivery' });
+        skip.addEventListener('click', async () => {
+          const id = skip._blocked;
+          if (!window.confirm(`Skip ${id}? It stays failed and the queue goes on with the next delivery.`)) return;
+          skip.disabled = true;
+          try {
+            await api('POST', `/v1/deliveries/${encodeURIComponent(id)}/skip`);
+            toast('Skipped: the queue goes on');
+          } catch (e) {
+            if (!(e instanceof Unauthorized)) toast(`Skip failed: ${e.message}`, true);
+          } finally {
+            skip.disabled = false;
+            refresh();
+          }
+        });
+        actions.appendChild(skip);
+      }
+      skip._blocked = ep.blocked_by;
+      skip.hidden = !ep.blocked_by;
+    }
 
     let slowAt = 0;
     refresh = poll(async () => {
@@ -521,13 +561,15 @@
       renderTransitions(b.transitions || []);
       if (performance.now() - slowAt >= DETAIL_SLOW_MS) {
         slowAt = performance.now();
-        const [st, at] = await Promise.all([
+        const [st, at, ep] = await Promise.all([
           api('GET', `/v1/endpoints/${encodeURIComponent(id)}/stats?minutes=60`),
           api('GET', `/v1/endpoints/${encodeURIComponent(id)}/attempts?limit=50`),
+          api('GET', `/v1/endpoints/${encodeURIComponent(id)}`),
         ]);
         stats = st;
         drawChart();
         renderAttempts(at.data);
+        renderOptions(ep);
       }
     }, POLL_MS);
     const forceSlow = refresh;
