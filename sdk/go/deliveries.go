@@ -41,6 +41,17 @@ func (s *DeliveriesService) Retry(ctx context.Context, id string) (*Delivery, er
 	return result(r.JSON202, r.HTTPResponse, r.Body)
 }
 
+// Skip lets a FIFO endpoint's queue stopped at a delivery that used up
+// its retries (on_exhausted block) go on; the delivery stays failed. Any
+// other delivery answers a 409 *Error.
+func (s *DeliveriesService) Skip(ctx context.Context, id string) (*Delivery, error) {
+	r, err := s.c.raw.SkipDeliveryWithResponse(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
 // All iterates over the deliveries filter selects, newest first (filter
 // may be nil).
 func (s *DeliveriesService) All(ctx context.Context, filter *DeliveryFilter) iter.Seq2[Delivery, error] {

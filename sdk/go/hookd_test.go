@@ -286,6 +286,10 @@ func TestRetryFailedDelivery(t *testing.T) {
 	var herr *hookd.Error
 	require.ErrorAs(t, err, &herr)
 	require.Equal(t, http.StatusConflict, herr.Status)
+	// Nor skipped: only a FIFO queue's blocking delivery is.
+	_, err = c.Deliveries.Skip(ctx, id)
+	require.ErrorAs(t, err, &herr)
+	require.Equal(t, http.StatusConflict, herr.Status)
 }
 
 // TestTypedErrors: the API's problems come back as *hookd.Error with their

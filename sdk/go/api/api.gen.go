@@ -341,6 +341,24 @@ func (e EndpointStatsTransitionTo) Valid() bool {
 	}
 }
 
+// Defines values for OnExhausted.
+const (
+	Block OnExhausted = "block"
+	Skip  OnExhausted = "skip"
+)
+
+// Valid indicates whether the value is a known member of the OnExhausted enum.
+func (e OnExhausted) Valid() bool {
+	switch e {
+	case Block:
+		return true
+	case Skip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OperationalEndpointStatus.
 const (
 	OperationalEndpointStatusDisabled OperationalEndpointStatus = "disabled"
@@ -413,6 +431,24 @@ func (e OperationalEventFilter) Valid() bool {
 	case OperationalEventFilterTrafficClassRecommended:
 		return true
 	case OperationalEventFilterTrafficClassTuned:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Ordering.
+const (
+	Fifo      Ordering = "fifo"
+	Unordered Ordering = "unordered"
+)
+
+// Valid indicates whether the value is a known member of the Ordering enum.
+func (e Ordering) Valid() bool {
+	switch e {
+	case Fifo:
+		return true
+	case Unordered:
 		return true
 	default:
 		return false
@@ -647,6 +683,9 @@ type Attempt struct {
 	MessageID       string  `json:"message_id"`
 	ResponseExcerpt string  `json:"response_excerpt"`
 	StatusCode      *int    `json:"status_code"`
+
+	// TimeoutMs The timeout the attempt was given, in milliseconds: the endpoint's own or the dispatcher's; null for attempts logged before hookd recorded it.
+	TimeoutMs *int `json:"timeout_ms"`
 
 	// Trial Whether this was a half-open breaker trial.
 	Trial bool `json:"trial"`
@@ -883,6 +922,11 @@ type CreateEndpointRequest struct {
 	// EventTypes The event types the endpoint receives; empty means all of them.
 	EventTypes *EventTypeFilters `json:"event_types,omitempty"`
 
+	// Filter A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+	//
+	// Examples: {"$event_type":{"$startsWith":"invoice."},"$or":[{"amount":{"$gte":100}},{"customer.tier":{"$in":["gold","platinum"]}}]}
+	Filter *PayloadFilter `json:"filter,omitempty"`
+
 	// Headers Headers sent with every delivery to the endpoint: at most 20, each name an HTTP token (case-insensitive, named once) and each value a field value of at most 4 KiB (4096 bytes), not starting with hks1. (the prefix of values sealed at rest). Host, Content-Length, Content-Type, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Proxy-* and Webhook-* are hookd's or HTTP's and refused. Values are write-only: no answer shows them; with a secret key they are stored sealed.
 	//
 	// Examples: {"Authorization":"Bearer rcv_3c9f1e","X-Route":"billing"}
@@ -891,10 +935,25 @@ type CreateEndpointRequest struct {
 	// Metadata Inert key/value labels: at most 50 keys of 1-64 letters, digits and `_ . -`; values of at most 1024 characters without control characters.
 	Metadata *Metadata `json:"metadata,omitempty"`
 
+	// OnExhausted What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+	//
+	// Examples: block
+	OnExhausted *OnExhausted `json:"on_exhausted,omitempty"`
+
+	// Ordering `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+	//
+	// Examples: fifo
+	Ordering *Ordering `json:"ordering,omitempty"`
+
 	// RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
 	//
 	// Examples: 20
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+
+	// RetrySchedule The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+	//
+	// Examples: ["0s","10s","1m","10m"]
+	RetrySchedule *RetrySchedule `json:"retry_schedule,omitempty"`
 
 	// Secret A Standard Webhooks signing secret: `whsec_` and the canonical standard base64 of a 24- to 64-byte key.
 	//
@@ -908,6 +967,11 @@ type CreateEndpointRequest struct {
 	//
 	// Examples: acme
 	TenantID TenantID `json:"tenant_id"`
+
+	// Timeout The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+	//
+	// Examples: 10s
+	Timeout *EndpointTimeout `json:"timeout,omitempty"`
 
 	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 	//
@@ -1145,13 +1209,13 @@ type Delivery struct {
 	// Series The attempt series; each manual retry starts the next one.
 	Series int `json:"series"`
 
-	// Status `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
+	// Status `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`; or, with `breaker_open_until` null, queued behind the head of a `fifo` endpoint), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
 	Status    DeliveryStatus `json:"status"`
 	TenantID  string         `json:"tenant_id"`
 	UpdatedAt time.Time      `json:"updated_at"`
 }
 
-// DeliveryStatus `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
+// DeliveryStatus `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`; or, with `breaker_open_until` null, queued behind the head of a `fifo` endpoint), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
 type DeliveryStatus string
 
 // DeliveryID A delivery id: `dlv_` and a ULID, so ids sort by creation time.
@@ -1213,12 +1277,19 @@ type EnabledEndpointStatus string
 
 // Endpoint An endpoint. Its secret is never part of it.
 type Endpoint struct {
+	// BlockedBy The failed delivery that stops this `fifo` endpoint's queue (`on_exhausted` `block`) until it is retried or skipped; null when the queue moves.
+	BlockedBy   *string   `json:"blocked_by"`
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
 
 	// DisabledReason Why the endpoint is disabled (`manual` from the API, `auth_failures` after a streak of 401/403 answers); null when enabled.
 	DisabledReason *string  `json:"disabled_reason"`
 	EventTypes     []string `json:"event_types"`
+
+	// Filter A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+	//
+	// Examples: {"$event_type":{"$startsWith":"invoice."},"$or":[{"amount":{"$gte":100}},{"customer.tier":{"$in":["gold","platinum"]}}]}
+	Filter *PayloadFilter `json:"filter"`
 
 	// HeaderNames The names of the endpoint's headers, sorted; their values are never shown.
 	HeaderNames []string `json:"header_names"`
@@ -1227,15 +1298,35 @@ type Endpoint struct {
 	ID       EndpointID        `json:"id"`
 	Metadata map[string]string `json:"metadata"`
 
+	// OnExhausted What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+	//
+	// Examples: block
+	OnExhausted OnExhausted `json:"on_exhausted"`
+
+	// Ordering `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+	//
+	// Examples: fifo
+	Ordering Ordering `json:"ordering"`
+
 	// RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
 	//
 	// Examples: 20
 	RateLimit *RateLimit `json:"rate_limit"`
 
+	// RetrySchedule The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+	//
+	// Examples: ["0s","10s","1m","10m"]
+	RetrySchedule *RetrySchedule `json:"retry_schedule"`
+
 	// Signing How deliveries are signed: `hmac` (Standard Webhooks `v1,` HMAC-SHA256 signatures with a `whsec_` secret) or `ed25519` (`v1a,` Ed25519 signatures; hookd keeps the private key and shows only the `whpk_` public key).
 	Signing  Signing        `json:"signing"`
 	Status   EndpointStatus `json:"status"`
 	TenantID string         `json:"tenant_id"`
+
+	// Timeout The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+	//
+	// Examples: 10s
+	Timeout *EndpointTimeout `json:"timeout"`
 
 	// TrafficClass `auto` or the name of the traffic class the endpoint runs under.
 	TrafficClass string    `json:"traffic_class"`
@@ -1340,6 +1431,11 @@ type EndpointStatsTransitionFrom string
 
 // EndpointStatsTransitionTo defines model for EndpointStatsTransition.To.
 type EndpointStatsTransitionTo string
+
+// EndpointTimeout The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+//
+// Examples: 10s
+type EndpointTimeout = string
 
 // EndpointTraffic An endpoint's traffic measured from its delivery log over the last 14 days (or since it was created), and the class it implies.
 type EndpointTraffic struct {
@@ -1528,6 +1624,11 @@ type NotFoundProblem struct {
 	Type     interface{} `json:"type"`
 }
 
+// OnExhausted What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+//
+// Examples: block
+type OnExhausted string
+
 // OpenAPIDocument defines model for OpenAPIDocument.
 type OpenAPIDocument struct {
 	Info    map[string]interface{} `json:"info"`
@@ -1573,8 +1674,18 @@ type OperationalEndpointList struct {
 // OperationalEventFilter An operational event type, or a wildcard over some (`endpoint.*`, `breaker.*`, `delivery.*`, `traffic_class.*`, `*`).
 type OperationalEventFilter string
 
+// Ordering `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+//
+// Examples: fifo
+type Ordering string
+
 // Outcome defines model for Outcome.
 type Outcome string
+
+// PayloadFilter A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+//
+// Examples: {"$event_type":{"$startsWith":"invoice."},"$or":[{"amount":{"$gte":100}},{"customer.tier":{"$in":["gold","platinum"]}}]}
+type PayloadFilter = map[string]interface{}
 
 // PortalSession defines model for PortalSession.
 type PortalSession struct {
@@ -1721,6 +1832,11 @@ type RetryDeliveriesResult struct {
 		Problem Problem `json:"problem"`
 	} `json:"refused"`
 }
+
+// RetrySchedule The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+//
+// Examples: ["0s","10s","1m","10m"]
+type RetrySchedule = []string
 
 // Secret A Standard Webhooks signing secret: `whsec_` and the canonical standard base64 of a 24- to 64-byte key.
 //
@@ -2103,12 +2219,17 @@ type UnsupportedMediaTypeProblem struct {
 	Type     interface{} `json:"type"`
 }
 
-// UpdateEndpointRequest A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit` null removes the limit.
+// UpdateEndpointRequest A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog.
 type UpdateEndpointRequest struct {
 	Description *Description `json:"description,omitempty"`
 
 	// EventTypes The event types the endpoint receives; empty means all of them.
 	EventTypes *EventTypeFilters `json:"event_types,omitempty"`
+
+	// Filter A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+	//
+	// Examples: {"$event_type":{"$startsWith":"invoice."},"$or":[{"amount":{"$gte":100}},{"customer.tier":{"$in":["gold","platinum"]}}]}
+	Filter *PayloadFilter `json:"filter,omitempty"`
 
 	// Headers Headers sent with every delivery to the endpoint: at most 20, each name an HTTP token (case-insensitive, named once) and each value a field value of at most 4 KiB (4096 bytes), not starting with hks1. (the prefix of values sealed at rest). Host, Content-Length, Content-Type, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Proxy-* and Webhook-* are hookd's or HTTP's and refused. Values are write-only: no answer shows them; with a secret key they are stored sealed.
 	//
@@ -2118,10 +2239,30 @@ type UpdateEndpointRequest struct {
 	// Metadata Inert key/value labels: at most 50 keys of 1-64 letters, digits and `_ . -`; values of at most 1024 characters without control characters.
 	Metadata *Metadata `json:"metadata,omitempty"`
 
+	// OnExhausted What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+	//
+	// Examples: block
+	OnExhausted *OnExhausted `json:"on_exhausted,omitempty"`
+
+	// Ordering `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+	//
+	// Examples: fifo
+	Ordering *Ordering `json:"ordering,omitempty"`
+
 	// RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
 	//
 	// Examples: 20
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+
+	// RetrySchedule The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+	//
+	// Examples: ["0s","10s","1m","10m"]
+	RetrySchedule *RetrySchedule `json:"retry_schedule,omitempty"`
+
+	// Timeout The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+	//
+	// Examples: 10s
+	Timeout *EndpointTimeout `json:"timeout,omitempty"`
 
 	// TrafficClass `auto` (the default: classified from measured traffic) or the name of an existing traffic class (GET /v1/traffic-classes). A name that matches this pattern but names no class is refused with a 400 on `traffic_class`, and nothing is written. A tenant token or portal session may name only a class an admin made `tenant_selectable`, and `auto` when creating an endpoint; any other name (an unknown one included) answers 403 naming `traffic_class`.
 	//
@@ -2784,6 +2925,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/deliveries/{id}/retry (the `RetryDelivery` operationId).
 	RetryDelivery(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// SkipDelivery Skip the delivery that blocks a FIFO endpoint's queue
+	//
+	// A `fifo` endpoint whose `on_exhausted` is `block` stops its queue at a delivery that exhausted its retries (the endpoint's `blocked_by`). Skipping it lets the queue go on: the next delivery is sent, and the skipped one stays `failed` (it can still be retried later, behind the deliveries queued by then). Any other delivery answers 409.
+	//
+	// Corresponds with POST /v1/deliveries/{id}/skip (the `SkipDelivery` operationId).
+	SkipDelivery(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListEndpoints List endpoints
 	//
 	// Corresponds with GET /v1/endpoints (the `ListEndpoints` operationId).
@@ -3407,6 +3555,23 @@ func (c *Client) ListDeliveryAttempts(ctx context.Context, id DeliveryIDPath, pa
 // Corresponds with POST /v1/deliveries/{id}/retry (the `RetryDelivery` operationId).
 func (c *Client) RetryDelivery(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryDeliveryRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SkipDelivery Skip the delivery that blocks a FIFO endpoint's queue
+//
+// A `fifo` endpoint whose `on_exhausted` is `block` stops its queue at a delivery that exhausted its retries (the endpoint's `blocked_by`). Skipping it lets the queue go on: the next delivery is sent, and the skipped one stays `failed` (it can still be retried later, behind the deliveries queued by then). Any other delivery answers 409.
+//
+// Corresponds with POST /v1/deliveries/{id}/skip (the `SkipDelivery` operationId).
+func (c *Client) SkipDelivery(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSkipDeliveryRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5036,6 +5201,40 @@ func NewRetryDeliveryRequest(server string, id DeliveryIDPath) (*http.Request, e
 	}
 
 	operationPath := fmt.Sprintf("/v1/deliveries/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSkipDeliveryRequest constructs an http.Request for the SkipDelivery method
+func NewSkipDeliveryRequest(server string, id DeliveryIDPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/deliveries/%s/skip", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -7332,6 +7531,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/deliveries/{id}/retry (the `RetryDelivery` operationId).
 	RetryDeliveryWithResponse(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*RetryDeliveryResponse, error)
 
+	// SkipDeliveryWithResponse Skip the delivery that blocks a FIFO endpoint's queue
+	//
+	// A `fifo` endpoint whose `on_exhausted` is `block` stops its queue at a delivery that exhausted its retries (the endpoint's `blocked_by`). Skipping it lets the queue go on: the next delivery is sent, and the skipped one stays `failed` (it can still be retried later, behind the deliveries queued by then). Any other delivery answers 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/deliveries/{id}/skip (the `SkipDelivery` operationId).
+	SkipDeliveryWithResponse(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*SkipDeliveryResponse, error)
+
 	// ListEndpointsWithResponse List endpoints
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8552,6 +8760,103 @@ func (r RetryDeliveryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RetryDeliveryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SkipDeliveryResponse401Headers the declared response headers of an HTTP 401 response for SkipDelivery
+type SkipDeliveryResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// SkipDeliveryResponse503Headers the declared response headers of an HTTP 503 response for SkipDelivery
+type SkipDeliveryResponse503Headers struct {
+	RetryAfter *int
+}
+
+type SkipDeliveryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Delivery
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SkipDeliveryResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SkipDeliveryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SkipDeliveryResponse) GetJSON200() *Delivery {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SkipDeliveryResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SkipDeliveryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SkipDeliveryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SkipDeliveryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SkipDeliveryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13332,6 +13637,21 @@ func (c *ClientWithResponses) RetryDeliveryWithResponse(ctx context.Context, id 
 	return ParseRetryDeliveryResponse(rsp)
 }
 
+// SkipDeliveryWithResponse Skip the delivery that blocks a FIFO endpoint's queue
+//
+// A `fifo` endpoint whose `on_exhausted` is `block` stops its queue at a delivery that exhausted its retries (the endpoint's `blocked_by`). Skipping it lets the queue go on: the next delivery is sent, and the skipped one stays `failed` (it can still be retried later, behind the deliveries queued by then). Any other delivery answers 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/deliveries/{id}/skip (the `SkipDelivery` operationId).
+func (c *ClientWithResponses) SkipDeliveryWithResponse(ctx context.Context, id DeliveryIDPath, reqEditors ...RequestEditorFn) (*SkipDeliveryResponse, error) {
+	rsp, err := c.SkipDelivery(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSkipDeliveryResponse(rsp)
+}
+
 // ListEndpointsWithResponse List endpoints
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14853,6 +15173,97 @@ func ParseRetryDeliveryResponse(rsp *http.Response) (*RetryDeliveryResponse, err
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers RetryDeliveryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSkipDeliveryResponse parses an HTTP response from a SkipDeliveryWithResponse call
+func ParseSkipDeliveryResponse(rsp *http.Response) (*SkipDeliveryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SkipDeliveryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Delivery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SkipDeliveryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers SkipDeliveryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

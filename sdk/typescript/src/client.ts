@@ -205,6 +205,10 @@ export class Deliveries {
   retry(id: string, signal?: AbortSignal): Promise<Delivery> {
     return expect(this.raw.POST("/v1/deliveries/{id}/retry", { params: { path: { id } }, signal }));
   }
+  /** Lets a FIFO endpoint's queue stopped at a delivery that used up its retries go on; any other delivery is a 409. */
+  skip(id: string, signal?: AbortSignal): Promise<Delivery> {
+    return expect(this.raw.POST("/v1/deliveries/{id}/skip", { params: { path: { id } }, signal }));
+  }
   /** Every delivery the filter selects, newest first. */
   all(filter: DeliveryFilter = {}, signal?: AbortSignal): AsyncGenerator<Delivery> {
     return pages((after) => expect(this.raw.GET("/v1/deliveries", { params: { query: { ...filter, after } }, signal })));

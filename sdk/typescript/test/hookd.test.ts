@@ -192,6 +192,8 @@ describe("against hookd", { concurrency: true }, () => {
       assert.deepEqual(await codes(), [200, 500, 500], "newest first");
 
       await assert.rejects(c.deliveries.retry(id), (err: unknown) => err instanceof HookdError && err.status === 409);
+      // Nor skipped: only a FIFO queue's blocking delivery is.
+      await assert.rejects(c.deliveries.skip(id), (err: unknown) => err instanceof HookdError && err.status === 409);
     } finally {
       await recv.close();
     }

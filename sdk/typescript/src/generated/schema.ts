@@ -411,6 +411,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/deliveries/{id}/skip": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The delivery id. */
+                id: components["parameters"]["DeliveryIDPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Skip the delivery that blocks a FIFO endpoint's queue
+         * @description A `fifo` endpoint whose `on_exhausted` is `block` stops its queue at a delivery that exhausted its retries (the endpoint's `blocked_by`). Skipping it lets the queue go on: the next delivery is sent, and the skipped one stays `failed` (it can still be retried later, behind the deliveries queued by then). Any other delivery answers 409.
+         */
+        post: operations["skipDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/endpoints/{id}/breaker": {
         parameters: {
             query?: never;
@@ -971,8 +994,15 @@ export interface components {
             metadata?: components["schemas"]["Metadata"];
             headers?: components["schemas"]["EndpointHeaders"];
             rate_limit?: components["schemas"]["RateLimit"];
+            /** @description Omitted on create, `unordered`. */
+            ordering?: components["schemas"]["Ordering"];
+            /** @description Omitted on create, `skip`. */
+            on_exhausted?: components["schemas"]["OnExhausted"];
+            filter?: components["schemas"]["PayloadFilter"];
+            retry_schedule?: components["schemas"]["RetrySchedule"];
+            timeout?: components["schemas"]["EndpointTimeout"];
         };
-        /** @description A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit` null removes the limit. */
+        /** @description A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog. */
         UpdateEndpointRequest: {
             url?: components["schemas"]["EndpointURL"];
             description?: components["schemas"]["Description"];
@@ -981,6 +1011,13 @@ export interface components {
             metadata?: components["schemas"]["Metadata"];
             headers?: components["schemas"]["EndpointHeaders"];
             rate_limit?: components["schemas"]["RateLimit"];
+            /** @description Omitted on create, `unordered`. */
+            ordering?: components["schemas"]["Ordering"];
+            /** @description Omitted on create, `skip`. */
+            on_exhausted?: components["schemas"]["OnExhausted"];
+            filter?: components["schemas"]["PayloadFilter"];
+            retry_schedule?: components["schemas"]["RetrySchedule"];
+            timeout?: components["schemas"]["EndpointTimeout"];
         };
         /** @description An endpoint. Its secret is never part of it. */
         Endpoint: {
@@ -1006,6 +1043,13 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             rate_limit: components["schemas"]["RateLimit"];
+            ordering: components["schemas"]["Ordering"];
+            on_exhausted: components["schemas"]["OnExhausted"];
+            filter: components["schemas"]["PayloadFilter"];
+            retry_schedule: components["schemas"]["RetrySchedule"];
+            timeout: components["schemas"]["EndpointTimeout"];
+            /** @description The failed delivery that stops this `fifo` endpoint's queue (`on_exhausted` `block`) until it is retried or skipped; null when the queue moves. */
+            blocked_by: string | null;
         };
         /** @description An endpoint just enabled, and how many held deliveries it is releasing. Its secret is never part of it. */
         EnabledEndpoint: {
@@ -1063,7 +1107,7 @@ export interface components {
             endpoint_id: components["schemas"]["EndpointID"];
             tenant_id: string;
             /**
-             * @description `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
+             * @description `pending` (queued or retry scheduled), `delivering` (its job is running), `delivered`, `failed` (retries exhausted; can be retried), `waiting` (refused by an open circuit breaker until `breaker_open_until`; or, with `breaker_open_until` null, queued behind the head of a `fifo` endpoint), `held` (the endpoint is disabled), `expired` (final: retention reached it, or its payload, before it was delivered or failed; `last_error` says which).
              * @enum {string}
              */
             status: "pending" | "delivering" | "delivered" | "failed" | "waiting" | "held" | "expired";
@@ -1126,6 +1170,8 @@ export interface components {
             response_excerpt: string;
             /** @description Whether this was a half-open breaker trial. */
             trial: boolean;
+            /** @description The timeout the attempt was given, in milliseconds: the endpoint's own or the dispatcher's; null for attempts logged before hookd recorded it. */
+            timeout_ms: number | null;
         };
         AttemptList: {
             data: components["schemas"]["Attempt"][];
@@ -1882,6 +1928,57 @@ export interface components {
             /** @description `endpoint_id` and `tenant_id` for every event about an endpoint; endpoint.* events add `url`, `description`, `event_types` and `status` (endpoint.disabled adds `reason`: `manual` or `auth_failures`); breaker.opened adds `reason`, `failure_rate`, `requests`, `failures`, `consecutive_failures`, `threshold`, `min_requests`, `window_seconds`, `consecutive_threshold`, `trip` and `open_until`; breaker.closed adds `reason`; delivery.failed and delivery.recovered add `delivery_id`, `message_id`, `attempts` and `last_error`. traffic_class.recommended and traffic_class.tuned name no endpoint: they give `class`, `status`, `current`, `proposed`, `figures`, `evidence_since`, `evidence_until` and `reasons`. */
             data: Record<string, unknown>;
         };
+        /**
+         * @description `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+         * @example fifo
+         * @enum {string}
+         */
+        Ordering: "unordered" | "fifo";
+        /**
+         * @description What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+         * @example block
+         * @enum {string}
+         */
+        OnExhausted: "skip" | "block";
+        /**
+         * @description A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+         * @example {
+         *       "$or": [
+         *         {
+         *           "amount": {
+         *             "$gte": 100
+         *           }
+         *         },
+         *         {
+         *           "customer.tier": {
+         *             "$in": [
+         *               "gold",
+         *               "platinum"
+         *             ]
+         *           }
+         *         }
+         *       ],
+         *       "$event_type": {
+         *         "$startsWith": "invoice."
+         *       }
+         *     }
+         */
+        PayloadFilter: Record<string, unknown> | null;
+        /**
+         * @description The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+         * @example [
+         *       "0s",
+         *       "10s",
+         *       "1m",
+         *       "10m"
+         *     ]
+         */
+        RetrySchedule: string[] | null;
+        /**
+         * @description The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+         * @example 10s
+         */
+        EndpointTimeout: string | null;
         /** @description A breaker config under a traffic class's member names. */
         TuningConfig: {
             /** @enum {string} */
@@ -2993,6 +3090,35 @@ export interface operations {
         responses: {
             /** @description Re-queued as the next attempt series. */
             202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    skipDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The delivery id. */
+                id: components["parameters"]["DeliveryIDPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue goes on; the delivery stays failed. */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
