@@ -206,6 +206,11 @@ func TestPostgresUnavailableFrozen(t *testing.T) {
 	api := StartAPI(t, db.URL, map[string]string{"NO_MIGRATE": "true"})
 	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{
 		"WORKERS": "60", "MAX_PER_ENDPOINT": "60", "REQUEST_TIMEOUT": "2s", "RETRY_SCHEDULE": "0s,500ms,1s,1s,1s,1s,1s,1s",
+		// Past the freeze and the ledger's write timeout, so no job is
+		// rescued while it still waits on a write; the default (the longest
+		// endpoint timeout + 60s) would leave the lost completions two
+		// minutes behind the thaw.
+		"RESCUE_STUCK_AFTER": "62s",
 	})
 	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/f"), "secret": testSecret})
 	const messages = 200
