@@ -1239,6 +1239,8 @@ type Duration = string
 
 // EnabledEndpoint An endpoint just enabled, and how many held deliveries it is releasing. Its secret is never part of it.
 type EnabledEndpoint struct {
+	// BlockedBy The failed delivery that stops this `fifo` endpoint's queue (`on_exhausted` `block`) until it is retried or skipped; null when the queue moves.
+	BlockedBy   *string   `json:"blocked_by"`
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
 
@@ -1246,12 +1248,27 @@ type EnabledEndpoint struct {
 	DisabledReason *string  `json:"disabled_reason"`
 	EventTypes     []string `json:"event_types"`
 
+	// Filter A condition on each message, evaluated when it is accepted: an endpoint whose filter the message does not pass gets no delivery. Its members all hold; each is `$and` or `$or` (an array of filters), `$not` (a filter), `$event_type` (a condition on the event type) or a dot path into the payload (`customer.tier`, `items.0.sku`: a number indexes an array) with its condition. A condition is an object of operators, all of which must hold (`$eq`, `$neq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$startsWith`), or a value that is not an object, compared with `$eq`. Equality is JSON equality (numbers by value); `$gt` and the like compare numbers with numbers and strings with strings, anything else fails; a path that leads nowhere fails every operator but `$neq`, `$nin` and `$exists: false`. At most 4 KiB of JSON, 5 levels of nesting, 64 conditions, 64 values in a list and 16 names in a path. A fault is a 400 naming its place inside the filter, such as `filter.$or[1].amount.$gt`. null: no filter.
+	//
+	// Examples: {"$event_type":{"$startsWith":"invoice."},"$or":[{"amount":{"$gte":100}},{"customer.tier":{"$in":["gold","platinum"]}}]}
+	Filter *PayloadFilter `json:"filter"`
+
 	// HeaderNames The names of the endpoint's headers, sorted; their values are never shown.
 	HeaderNames []string `json:"header_names"`
 
 	// ID A endpoint id: `ep_` and a ULID, so ids sort by creation time.
 	ID       EndpointID        `json:"id"`
 	Metadata map[string]string `json:"metadata"`
+
+	// OnExhausted What a `fifo` endpoint does when its head's retries are exhausted (or the receiver answers 410): `skip` (the default) makes the head `failed` and sends the next; `block` makes it `failed` and stops the queue (the endpoint's `blocked_by` names it) until it is retried (`POST /v1/deliveries/{id}/retry`: it goes again, first) or skipped (`POST /v1/deliveries/{id}/skip`: the next goes). Unordered endpoints ignore it.
+	//
+	// Examples: block
+	OnExhausted OnExhausted `json:"on_exhausted"`
+
+	// Ordering `fifo` sends the endpoint's deliveries one at a time, across every dispatcher, in the order their messages were accepted: a delivery goes only once every earlier one is final (delivered, failed or expired). A failing head is retried on its schedule and holds the rest; an open breaker parks it and the rest wait behind it. Messages accepted one after another keep that order; messages of one batch keep their order in it; messages accepted at the same moment by concurrent requests are in the order their transactions committed. It costs throughput: one delivery in flight, so at most one per the endpoint's latency. `unordered` (the default) sends deliveries as they come.
+	//
+	// Examples: fifo
+	Ordering Ordering `json:"ordering"`
 
 	// RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
 	//
@@ -1261,10 +1278,20 @@ type EnabledEndpoint struct {
 	// Releasing How many held deliveries the dispatchers release, in the background: oldest first, at a pace (a window that starts small and doubles while the endpoint keeps up), resuming after any restart. The request itself queues none.
 	Releasing int `json:"releasing"`
 
+	// RetrySchedule The endpoint's own retry schedule: the delay before each attempt (the first entry is the first attempt's, normally `0s`), so its length is the number of attempts in a series. Each retry is planned with the schedule in force when the attempt before it ends. Its delays must add up to no more than the retention (`--retention`). null: the dispatcher's `--retry-schedule`.
+	//
+	// Examples: ["0s","10s","1m","10m"]
+	RetrySchedule *RetrySchedule `json:"retry_schedule"`
+
 	// Signing How deliveries are signed: `hmac` (Standard Webhooks `v1,` HMAC-SHA256 signatures with a `whsec_` secret) or `ed25519` (`v1a,` Ed25519 signatures; hookd keeps the private key and shows only the `whpk_` public key).
 	Signing  Signing               `json:"signing"`
 	Status   EnabledEndpointStatus `json:"status"`
 	TenantID string                `json:"tenant_id"`
+
+	// Timeout The endpoint's own attempt timeout, a Go duration from `1s` to `60s` (from dial to the last byte read); every attempt's log records the timeout it was given (`timeout_ms`). null: the dispatcher's `--request-timeout`.
+	//
+	// Examples: 10s
+	Timeout *EndpointTimeout `json:"timeout"`
 
 	// TrafficClass `auto` or the name of the traffic class the endpoint runs under.
 	TrafficClass string    `json:"traffic_class"`

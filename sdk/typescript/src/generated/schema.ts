@@ -1075,6 +1075,13 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             rate_limit: components["schemas"]["RateLimit"];
+            ordering: components["schemas"]["Ordering"];
+            on_exhausted: components["schemas"]["OnExhausted"];
+            filter: components["schemas"]["PayloadFilter"];
+            retry_schedule: components["schemas"]["RetrySchedule"];
+            timeout: components["schemas"]["EndpointTimeout"];
+            /** @description The failed delivery that stops this `fifo` endpoint's queue (`on_exhausted` `block`) until it is retried or skipped; null when the queue moves. */
+            blocked_by: string | null;
             /** @description How many held deliveries the dispatchers release, in the background: oldest first, at a pace (a window that starts small and doubles while the endpoint keeps up), resuming after any restart. The request itself queues none. */
             releasing: number;
         };
