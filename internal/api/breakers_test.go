@@ -206,15 +206,18 @@ func TestGetBreaker(t *testing.T) {
 func TestListBreakers(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
-	trickle := classConfig(t, trafficclass.Trickle)
+	// Open for an hour: the open breaker stays open however slowly a busy
+	// machine runs the test, and the one tripped two hours ago is past it.
+	hour := classConfig(t, trafficclass.Trickle)
+	hour.OpenDuration, hour.MaxOpenDuration = time.Hour, time.Hour
 	closed := b.createEndpoint(t, "acme")
 	open := b.createEndpoint(t, "acme")
 	past := b.createEndpoint(t, "acme")
 	isolated := b.createEndpoint(t, "acme")
 	other := b.createEndpoint(t, "globex")
 	gone := b.createEndpoint(t, "acme")
-	b.tripBreaker(t, open.ID, trickle, time.Now(), "dispatcher-1", false)
-	b.tripBreaker(t, past.ID, trickle, time.Now().Add(-5*time.Minute), "dispatcher-1", false)
+	b.tripBreaker(t, open.ID, hour, time.Now(), "dispatcher-1", false)
+	b.tripBreaker(t, past.ID, hour, time.Now().Add(-2*time.Hour), "dispatcher-1", false)
 	requireStatus(t, http.StatusOK, b.do(t, "POST", "/v1/endpoints/"+isolated.ID+"/breaker/isolate", nil))
 	requireStatus(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/endpoints/"+gone.ID, nil))
 

@@ -66,28 +66,37 @@ func TestDefaultRateLimitNeverThrottlesASequentialClient(t *testing.T) {
 // header is ignored and the peer is the client.
 func TestRateLimitPerIPFollowsForwardedForOnlyFromTrustedProxies(t *testing.T) {
 	t.Parallel()
+	const window = 30 * time.Second
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	_, proxied := setup(t, func(d *api.Deps) {
-		d.RateLimit, d.RateWindow, d.TrustedProxies = 1, 30*time.Second, []netip.Prefix{loopback}
+	inFirstWindow(t, window, func() func() {
+		_, proxied := setup(t, func(d *api.Deps) {
+			d.RateLimit, d.RateWindow, d.TrustedProxies = 1, window, []netip.Prefix{loopback}
+		})
+		for i := range 30 {
+			// The client forges addresses to the left: they are not its key.
+			xff := "198.51.100." + strconv.Itoa(i) + ", 203.0.113.5"
+			require.Equal(t, http.StatusUnauthorized, proxied.rawVia(t, xff, "GET", "/v1/endpoints", "Bearer wrong").status, "guess %d", i+1)
+		}
+		over := proxied.rawVia(t, "203.0.113.5", "GET", "/v1/endpoints", "Bearer wrong")
+		// Another client behind the same proxy has its own budget.
+		require.Equal(t, http.StatusUnauthorized, proxied.rawVia(t, "203.0.113.6", "GET", "/v1/endpoints", "Bearer wrong").status)
+		// A chain of trusted proxies is skipped to the client.
+		chained := proxied.rawVia(t, "203.0.113.5, 127.0.0.9", "GET", "/v1/endpoints", "Bearer wrong")
+		return func() {
+			requireRateLimited(t, over, 30)
+			requireRateLimited(t, chained, 30)
+		}
 	})
-	for i := range 30 {
-		// The client forges addresses to the left: they are not its key.
-		xff := "198.51.100." + strconv.Itoa(i) + ", 203.0.113.5"
-		require.Equal(t, http.StatusUnauthorized, proxied.rawVia(t, xff, "GET", "/v1/endpoints", "Bearer wrong").status, "guess %d", i+1)
-	}
-	requireRateLimited(t, proxied.rawVia(t, "203.0.113.5", "GET", "/v1/endpoints", "Bearer wrong"), 30)
-	// Another client behind the same proxy has its own budget.
-	require.Equal(t, http.StatusUnauthorized, proxied.rawVia(t, "203.0.113.6", "GET", "/v1/endpoints", "Bearer wrong").status)
-	// A chain of trusted proxies is skipped to the client.
-	requireRateLimited(t, proxied.rawVia(t, "203.0.113.5, 127.0.0.9", "GET", "/v1/endpoints", "Bearer wrong"), 30)
-
-	_, direct := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, 30*time.Second })
-	for i := range 30 {
-		xff := "203.0.113." + strconv.Itoa(i)
-		require.Equal(t, http.StatusUnauthorized, direct.rawVia(t, xff, "GET", "/v1/endpoints", "Bearer wrong").status, "guess %d", i+1)
-	}
-	// Without trusted proxies every one of those was the peer's.
-	requireRateLimited(t, direct.rawVia(t, "203.0.113.200", "GET", "/v1/endpoints", "Bearer wrong"), 30)
+	inFirstWindow(t, window, func() func() {
+		_, direct := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, window })
+		for i := range 30 {
+			xff := "203.0.113." + strconv.Itoa(i)
+			require.Equal(t, http.StatusUnauthorized, direct.rawVia(t, xff, "GET", "/v1/endpoints", "Bearer wrong").status, "guess %d", i+1)
+		}
+		// Without trusted proxies every one of those was the peer's.
+		over := direct.rawVia(t, "203.0.113.200", "GET", "/v1/endpoints", "Bearer wrong")
+		return func() { requireRateLimited(t, over, 30) }
+	})
 }
 
 // TestBadTokensDoNotThrottleAValidToken: a flood of bad tokens from the
@@ -95,21 +104,30 @@ func TestRateLimitPerIPFollowsForwardedForOnlyFromTrustedProxies(t *testing.T) {
 // only: the valid token keeps its whole budget and is never refused.
 func TestBadTokensDoNotThrottleAValidToken(t *testing.T) {
 	t.Parallel()
-	_, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, time.Minute })
-	alice, _ := b.storedToken(t, "alice")
-	a := b.raw(t, "GET", "/v1/endpoints", "Bearer "+alice, nil)
-	require.Equal(t, http.StatusOK, a.status)
-	require.Equal(t, "59", a.header.Get("X-RateLimit-Remaining"))
-	for range 200 {
-		s := b.raw(t, "GET", "/v1/endpoints", "Bearer hkd_"+strings.Repeat("x", 43), nil).status
-		require.Contains(t, []int{http.StatusUnauthorized, http.StatusTooManyRequests}, s)
-	}
-	requireRateLimited(t, b.raw(t, "GET", "/v1/endpoints", "Bearer wrong", nil), 60)
-	for i := range 10 {
-		a := b.raw(t, "GET", "/v1/endpoints", "Bearer "+alice, nil)
-		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-		require.Equal(t, strconv.Itoa(58-i), a.header.Get("X-RateLimit-Remaining"), "bad tokens took nothing from alice's budget")
-	}
+	const window = time.Minute
+	inFirstWindow(t, window, func() func() {
+		_, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, window })
+		alice, _ := b.storedToken(t, "alice")
+		first := b.raw(t, "GET", "/v1/endpoints", "Bearer "+alice, nil)
+		for range 200 {
+			s := b.raw(t, "GET", "/v1/endpoints", "Bearer hkd_"+strings.Repeat("x", 43), nil).status
+			require.Contains(t, []int{http.StatusUnauthorized, http.StatusTooManyRequests}, s)
+		}
+		over := b.raw(t, "GET", "/v1/endpoints", "Bearer wrong", nil)
+		var after []rawAnswer
+		for range 10 {
+			after = append(after, b.raw(t, "GET", "/v1/endpoints", "Bearer "+alice, nil))
+		}
+		return func() {
+			require.Equal(t, http.StatusOK, first.status)
+			require.Equal(t, "59", first.header.Get("X-RateLimit-Remaining"))
+			requireRateLimited(t, over, 60)
+			for i, a := range after {
+				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+				require.Equal(t, strconv.Itoa(58-i), a.header.Get("X-RateLimit-Remaining"), "bad tokens took nothing from alice's budget")
+			}
+		}
+	})
 }
 
 // TestClientIP: the client a request is counted as, by its peer,

@@ -57,37 +57,48 @@ func TestDashboardSessionsFollowStoredTokens(t *testing.T) {
 // bootstrap one here) still logs in.
 func TestLoginGuessesAreRateLimited(t *testing.T) {
 	t.Parallel()
-	srv, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, 30*time.Second })
-	unseen, _ := b.storedToken(t, "unseen")
-	br := newBrowser(t, srv.URL)
-	for range 30 {
-		requireProblem(t, http.StatusUnauthorized, br.login("guess"))
-	}
-	r := br.login("guess")
-	requireProblem(t, http.StatusTooManyRequests, r)
-	require.Equal(t, "30", r.Header.Get("Retry-After"))
-	requireProblem(t, http.StatusTooManyRequests, br.login(unseen))
-	r = br.login(testToken)
-	requireStatus(t, http.StatusSeeOther, r)
-	require.Empty(t, r.Header.Get("Retry-After"))
+	const window = 30 * time.Second
+	inFirstWindow(t, window, func() func() {
+		srv, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, window })
+		unseen, _ := b.storedToken(t, "unseen")
+		br := newBrowser(t, srv.URL)
+		for range 30 {
+			requireProblem(t, http.StatusUnauthorized, br.login("guess"))
+		}
+		over := br.login("guess")
+		overUnseen := br.login(unseen)
+		known := br.login(testToken)
+		requireStatus(t, http.StatusSeeOther, known)
+		require.Empty(t, known.Header.Get("Retry-After"))
+		return func() {
+			requireProblem(t, http.StatusTooManyRequests, over)
+			require.Equal(t, "30", over.Header.Get("Retry-After"))
+			requireProblem(t, http.StatusTooManyRequests, overUnseen)
+		}
+	})
 }
 
 // TestSessionRequestsAreRateLimited: a session's /v1 requests share its
 // token's budget.
 func TestSessionRequestsAreRateLimited(t *testing.T) {
 	t.Parallel()
-	srv, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, time.Minute })
-	br := newBrowser(t, srv.URL)
-	c, _ := br.loggedIn()
-	for range 60 {
-		requireStatus(t, http.StatusOK, br.send("GET", "/v1/breakers", nil, c))
-	}
-	r := br.send("GET", "/v1/breakers", nil, c)
-	requireProblem(t, http.StatusTooManyRequests, r)
-	require.Equal(t, "60", r.Header.Get("Retry-After"))
-	// The bearer token of the same name shares the budget.
-	a := b.raw(t, "GET", "/v1/endpoints", "Bearer "+testToken, nil)
-	require.Equal(t, http.StatusTooManyRequests, a.status)
+	const window = time.Minute
+	inFirstWindow(t, window, func() func() {
+		srv, b := setup(t, func(d *api.Deps) { d.RateLimit, d.RateWindow = 1, window })
+		br := newBrowser(t, srv.URL)
+		c, _ := br.loggedIn()
+		for range 60 {
+			requireStatus(t, http.StatusOK, br.send("GET", "/v1/breakers", nil, c))
+		}
+		over := br.send("GET", "/v1/breakers", nil, c)
+		// The bearer token of the same name shares the budget.
+		bearer := b.raw(t, "GET", "/v1/endpoints", "Bearer "+testToken, nil)
+		return func() {
+			requireProblem(t, http.StatusTooManyRequests, over)
+			require.Equal(t, "60", over.Header.Get("Retry-After"))
+			require.Equal(t, http.StatusTooManyRequests, bearer.status)
+		}
+	})
 }
 
 // TestDashboardLoginTakesWritableAdminTokensOnly: sessions act as admins,

@@ -121,9 +121,12 @@ func TestReclassifyEndpoint(t *testing.T) {
 	ctx := context.Background()
 	busy := b.createEndpoint(t, "acme")
 	b.seedTraffic(t, busy.ID, 2*time.Hour, 500*time.Millisecond, 50)
-	// Its breaker is open (under trickle) when it is reclassified.
+	// Its breaker is open (under trickle, for an hour: however slowly a
+	// busy machine runs the test) when it is reclassified.
 	trickle, _ := trafficclass.Builtin(trafficclass.Trickle)
-	b.tripBreaker(t, busy.ID, trickle.Breaker, time.Now(), "dispatcher-1", false)
+	hour := trickle.Breaker
+	hour.OpenDuration, hour.MaxOpenDuration = time.Hour, time.Hour
+	b.tripBreaker(t, busy.ID, hour, time.Now(), "dispatcher-1", false)
 	open := b.breaker(t, busy.ID)
 	require.Equal(t, "open", open.State)
 
