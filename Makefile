@@ -23,10 +23,19 @@ FLEET_DURATION ?= 8m
 FLEET_ENDPOINTS ?= 300
 FLEET_REPORT ?= $(CURDIR)/fleet-report.json
 
+# GOTESTSUM runs the tests of make test and make check: go test's output of
+# each package and failure, and a JSON record of every test (TEST_REPORT)
+# from which make test-report lists the slowest.
+GOTESTSUM ?= gotest.tools/gotestsum@v1.13.0
+TEST_REPORT ?= $(CURDIR)/.test-report.json
+# CHECK_PKGS are make check's packages: all but the end-to-end tests (real
+# processes and a browser), the tour and the benchmark's scenarios.
+CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
+
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: help build run test fuzz lint clean bench bench-month bench-smoke soak chaos sdk sdk-test
+.PHONY: help build run test check test-report fuzz lint clean bench bench-month bench-smoke soak chaos sdk sdk-test
 
 ## help: list the targets and what each does
 help:
@@ -48,12 +57,24 @@ test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m ./...
+	$(MAKE) --no-print-directory test-report
 	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
+
+## check: the quick inner loop (about 2 minutes warm): vet and the race-detected tests of every package but the end-to-end tests, the tour and the benchmark; make test is the full suite CI runs
+check:
+	$(GO) vet ./...
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 10m $(CHECK_PKGS)
+	$(MAKE) --no-print-directory test-report
+
+## test-report: the 30 slowest tests of the last make test or make check (from TEST_REPORT); each package's time is in their own output
+test-report:
+	@echo "== the 30 slowest tests ($(TEST_REPORT))"
+	@$(GO) run $(GOTESTSUM) tool slowest --jsonfile $(TEST_REPORT) --num 30 --threshold 0s
 
 ## sdk: regenerate the client libraries' generated code (sdk/go/api/api.gen.go, sdk/typescript/src/generated/schema.ts) from internal/api/openapi.json
 sdk:

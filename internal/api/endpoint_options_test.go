@@ -63,7 +63,7 @@ func TestEndpointDeliveryOptions(t *testing.T) {
 	require.Nil(t, plain.Timeout)
 
 	// A tenant token of acme sets them on its own endpoints.
-	tok, _ := b.scopedToken(t, store.NewAPIToken{Name: "acme", TenantID: "acme"})
+	tok, _ := b.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme", TenantID: "acme"})
 	asAcme := withHeader("Authorization", "Bearer "+tok)
 	r = b.do(t, "PATCH", "/v1/endpoints/"+plain.ID, map[string]any{"ordering": "fifo", "timeout": "2s"}, asAcme)
 	requireStatus(t, http.StatusOK, r)

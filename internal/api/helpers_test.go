@@ -77,25 +77,39 @@ func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle
 	return srv, &testBundle{db: db, store: s, enq: enq, srv: srv, doc: doc, router: router, seen: map[string]bool{}}
 }
 
-// documentValid guards documentErr, the embedded document's validation.
+// document is the embedded OpenAPI document, loaded, validated and routed
+// once per test binary: every check only reads it.
 var (
-	documentValid sync.Once
-	documentErr   error
+	documentOnce   sync.Once
+	documentDoc    *openapi3.T
+	documentRouter routers.Router
+	documentErr    error
 )
 
-// loadDocument loads and validates the embedded OpenAPI document.
+// loadDocument returns the embedded OpenAPI document, validated (which
+// checks every example against its schema), and its router.
 func loadDocument(t *testing.T) (*openapi3.T, routers.Router) {
 	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(api.OpenAPIDocument())
-	require.NoError(t, err)
-	// Validating the document checks every example against its schema: done
-	// once per test binary, not in every setup.
-	documentValid.Do(func() { documentErr = doc.Validate(loader.Context) })
+	documentOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		doc, err := loader.LoadFromData(api.OpenAPIDocument())
+		if err != nil {
+			documentErr = fmt.Errorf("load: %w", err)
+			return
+		}
+		if err := doc.Validate(loader.Context); err != nil {
+			documentErr = fmt.Errorf("validate: %w", err)
+			return
+		}
+		router, err := legacy.NewRouter(doc)
+		if err != nil {
+			documentErr = fmt.Errorf("route: %w", err)
+			return
+		}
+		documentDoc, documentRouter = doc, router
+	})
 	require.NoError(t, documentErr)
-	router, err := legacy.NewRouter(doc)
-	require.NoError(t, err)
-	return doc, router
+	return documentDoc, documentRouter
 }
 
 // filterOptions are the openapi3filter options every check uses: an
