@@ -65,6 +65,21 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
+ * A signal that aborts after ms with a TimeoutError. Node may collect an
+ * AbortSignal.timeout() that only AbortSignal.any() refers to before it
+ * fires, leaving the attempt to undici's five-minute headers timeout; the
+ * timer here holds its controller until then, and never keeps a Node
+ * process alive.
+ */
+function attemptTimeout(ms: number): AbortSignal {
+  const controller = new AbortController();
+  const timer: unknown = setTimeout(() => controller.abort(new DOMException("the attempt timed out", "TimeoutError")), ms);
+  // Node's timers have unref; a browser's are numbers.
+  (timer as { unref?: () => void }).unref?.();
+  return controller.signal;
+}
+
+/**
  * Sends requests with a policy's retries. `fetch(request, repeatable)`
  * sends a request, repeating it after a network error only when
  * `repeatable` (by default, when its method is).
@@ -80,7 +95,7 @@ export class Retrier {
     const p = this.policy;
     for (let attempt = 1; ; attempt++) {
       const last = attempt >= Math.max(p.maxAttempts, 1);
-      const signal = p.attemptTimeoutMs > 0 ? AbortSignal.any([request.signal, AbortSignal.timeout(p.attemptTimeoutMs)]) : request.signal;
+      const signal = p.attemptTimeoutMs > 0 ? AbortSignal.any([request.signal, attemptTimeout(p.attemptTimeoutMs)]) : request.signal;
       let wait: number;
       try {
         // Each try sends a copy: the original's body is never read.
