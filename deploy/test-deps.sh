@@ -18,13 +18,15 @@ pg_initdb_glob=${TEST_DEPS_PG_GLOB:-/usr/lib/postgresql/*/bin/initdb}
 policy_rc_d=${TEST_DEPS_POLICY_RC_D:-/usr/sbin/policy-rc.d}
 
 export DEBIAN_FRONTEND=noninteractive
-updated=""
-apt_install() {
-	if [[ -z $updated ]]; then
-		apt-get update -qq
-		updated=1
-	fi
-	apt-get install -y -qq "$@" >/dev/null
+
+# missing collects the packages to install, so that everything missing is
+# installed in one apt transaction (one update, one dependency resolution,
+# one download), after a line saying why for each.
+missing=()
+need() {
+	log "$1"
+	shift
+	missing+=("$@")
 }
 
 # no_service_start runs a command with Debian's policy-rc.d refusing every
@@ -48,27 +50,24 @@ no_service_start() {
 # /usr/lib/postgresql/*/bin (or PATH); as root it runs them as the postgres
 # user, which the package creates.
 if ! compgen -G "$pg_initdb_glob" >/dev/null && ! command -v initdb >/dev/null; then
-	log "installing PostgreSQL's server programs (Debian's postgresql package; its own service is not started) for the tests' private clusters"
-	no_service_start apt_install --no-install-recommends postgresql postgresql-contrib
+	need "installing PostgreSQL's server programs (Debian's postgresql package; its own service is not started) for the tests' private clusters" postgresql postgresql-contrib
 fi
 
-# The dashboard's browser test (internal/e2e) drives Debian's headless Chromium.
+# The dashboard's browser test (internal/e2e) drives Debian's headless
+# Chromium; of its recommended packages it needs only fonts.
 if ! command -v chromium >/dev/null; then
-	log "installing Chromium for the dashboard's browser test"
-	apt_install chromium
+	need "installing Chromium for the dashboard's browser test" chromium fonts-liberation
 fi
 
 # The README's tour (internal/tour) reads the API's answers with jq.
 if ! command -v jq >/dev/null; then
-	log "installing jq for the README's tour test"
-	apt_install jq
+	need "installing jq for the README's tour test" jq
 fi
 
 # cmd/dispatcher/observability_test.go runs promtool on the alert rules
 # (and fails without it): Debian's prometheus package ships it.
 if ! command -v promtool >/dev/null; then
-	log "installing promtool (Debian's prometheus package; its service is not started)"
-	no_service_start apt_install --no-install-recommends prometheus
+	need "installing promtool (Debian's prometheus package; its service is not started)" prometheus
 fi
 
 # sdk/typescript's tests (make sdk-test) run on Node.js 20 or later with
@@ -79,8 +78,12 @@ node_major() {
 	[[ $v =~ ^[0-9]+$ ]] && echo "$v" || echo 0
 }
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	log "installing Node.js and npm (Debian's nodejs and npm packages) for the TypeScript client's tests"
-	apt_install nodejs npm
+	need "installing Node.js and npm (Debian's nodejs and npm packages) for the TypeScript client's tests" nodejs npm
+fi
+
+if ((${#missing[@]})); then
+	apt-get update -qq
+	no_service_start apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if (($(node_major) < 20)); then
 	echo "test-deps: Node.js $(node --version 2>/dev/null || echo none) is too old: sdk/typescript needs 20 or later" >&2
