@@ -65,7 +65,7 @@ test:
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
 
-## check: the quick inner loop (about 2 minutes warm): vet and the race-detected tests of every package but the end-to-end tests, the tour and the benchmark; make test is the full suite CI runs
+## check: the quick inner loop: vet and the race-detected tests of every package but the end-to-end tests, the tour and the benchmark; make test is the full suite CI runs
 check:
 	$(GO) vet ./...
 	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 10m $(CHECK_PKGS)
