@@ -16,8 +16,9 @@ import (
 
 // TestEndpointRateLimitIsAFleetCeiling: an endpoint limited to 20
 // deliveries a second and a backlog of 300 messages queued before any
-// dispatcher runs. Two dispatchers start together, a third joins 4 s into
-// the deliveries and one of the first two is SIGKILLed at 8 s. The
+// dispatcher runs. Two dispatchers start together, a third joins after 80
+// deliveries (4 s at the limit) and one of the first two is SIGKILLed after
+// 160 (8 s). The
 // receiver's busiest 10-second window holds at most 220 deliveries (ten
 // seconds of the limit plus one second's), through every change of the
 // fleet. Every message arrives once, except those whose jobs the killed
@@ -33,12 +34,17 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 		arrivals []time.Time
 		seen     = map[string]int{}
 		first    = make(chan struct{})
+		// The scenario's schedule, by deliveries received: a third
+		// dispatcher joins after 80 (4 s at the limit), the first is
+		// killed after 160 (8 s).
+		joinAt, killAt = make(chan struct{}), make(chan struct{})
+		marks          = map[int]chan struct{}{1: first, 80: joinAt, 160: killAt}
 	)
 	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
 		mu.Lock()
 		arrivals = append(arrivals, time.Now())
-		if len(arrivals) == 1 {
-			close(first)
+		if mark, ok := marks[len(arrivals)]; ok {
+			close(mark)
 		}
 		seen[r.MsgID]++
 		mu.Unlock()
@@ -59,19 +65,18 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 
 	env := map[string]string{"WORKERS": "50"}
 	ds := StartDispatchers(t, db.URL, env, "dispatcher-1", "dispatcher-2")
-	select {
-	case <-first:
-	case <-time.After(time.Minute):
-		t.Fatal("no delivery within a minute of the dispatchers' start")
+	awaitMark := func(mark chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-mark:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: not within a minute", what)
+		}
 	}
-	mu.Lock()
-	start := arrivals[0]
-	mu.Unlock()
-	// The scenario's schedule, from the first delivery: a third dispatcher
-	// joins at 4 s, the first is killed at 8 s.
-	time.Sleep(time.Until(start.Add(4 * time.Second)))
+	awaitMark(first, "the first delivery")
+	awaitMark(joinAt, "80 deliveries")
 	ds = append(ds, StartDispatcher(t, "dispatcher-3", db.URL, env))
-	time.Sleep(time.Until(start.Add(8 * time.Second)))
+	awaitMark(killAt, "160 deliveries")
 	ds[0].Kill()
 	killedAt := time.Now()
 	Eventually(t, 10*time.Second, 50*time.Millisecond, "a waiting delivery shows its next attempt", func() bool {
