@@ -58,12 +58,12 @@ test:
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
 	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m ./...
-	$(MAKE) --no-print-directory test-report
 	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
+	$(MAKE) --no-print-directory test-report
 
 ## check: the quick inner loop: vet and the race-detected tests of every package but the end-to-end tests, the tour and the benchmark; make test is the full suite CI runs
 check:
