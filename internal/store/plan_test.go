@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +115,32 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 		flush()
 	}
 	require.Less(t, seqRead()-before, int64(50000), "the grown table was seq-scanned by the flush")
+}
+
+// TestPoolsRunWithoutJIT: a pool's sessions run with jit off (its
+// compilation cost seconds a call on a short query with a pessimistic
+// estimate), unless the URL sets jit itself.
+func TestPoolsRunWithoutJIT(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ url, want string }{
+		{b.db.URL, "off"},
+		{b.db.URL + sep(b.db.URL) + "jit=on", "on"},
+	} {
+		pool, err := store.OpenPool(ctx, store.PoolConfig{URL: tc.url, MaxConns: 1})
+		require.NoError(t, err)
+		var jit string
+		require.NoError(t, pool.QueryRow(ctx, `SHOW jit`).Scan(&jit))
+		pool.Close()
+		require.Equal(t, tc.want, jit, tc.url)
+	}
+}
+
+// sep is what joins one more parameter to url.
+func sep(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	return "?"
 }

@@ -88,6 +88,15 @@ func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
 	}
+	if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
+		// JIT compiles a plan whose estimate passes jit_above_cost, and
+		// optimizes it past jit_optimize_above_cost: for a short query with
+		// a pessimistic estimate (the unparker's, before a fresh table is
+		// analyzed) that took 1-2.6 s of CPU a call against 1 ms to run.
+		// No statement of hookd's runs long enough to earn it back. A URL
+		// that sets jit keeps its own.
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
