@@ -20,6 +20,10 @@ import "time"
 type Window struct {
 	width time.Duration
 	slots [BucketsPerWindow]slot
+	// newest is the index of the newest bucket the slots hold, when held
+	// is set: kept by Add, since counting reads it for every outcome.
+	newest int64
+	held   bool
 }
 
 // slot is one ring position: the counts of the bucket index it last held.
@@ -79,7 +83,7 @@ func (w *Window) Add(at time.Time, successes, failures int) {
 		return
 	}
 	index := bucketIndex(w.width, at)
-	if newest, ok := w.newest(); ok && index <= newest-BucketsPerWindow {
+	if w.held && index <= w.newest-BucketsPerWindow {
 		return
 	}
 	s := &w.slots[ringPosition(index)]
@@ -89,18 +93,32 @@ func (w *Window) Add(at time.Time, successes, failures int) {
 	case s.index == index:
 		s.successes += successes
 		s.failures += failures
+	default:
+		// The slot already holds a bucket at least a whole window newer,
+		// so this one has left the window.
+		return
 	}
-	// s.index > index: the slot already holds a bucket at least a whole
-	// window newer, so this one has left the window.
+	if !w.held || index > w.newest {
+		w.newest, w.held = index, true
+	}
 }
 
 // Counts returns the number of observations (successes plus failures) and of
 // failures in the window at now.
-func (w Window) Counts(now time.Time) (observations, failures int) {
-	live, n := w.live(now)
-	for _, s := range live[:n] {
-		observations += s.successes + s.failures
-		failures += s.failures
+func (w *Window) Counts(now time.Time) (observations, failures int) {
+	first, last, ok := w.span(now)
+	if !ok {
+		return 0, 0
+	}
+	p := ringPosition(first)
+	for index := first; index <= last; index++ {
+		if s := &w.slots[p]; s.index == index {
+			observations += s.successes + s.failures
+			failures += s.failures
+		}
+		if p++; p == BucketsPerWindow {
+			p = 0
+		}
 	}
 	return observations, failures
 }
@@ -124,13 +142,11 @@ func (w Window) Buckets(now time.Time) []Bucket {
 
 // live returns the non-empty slots in the window at now, oldest first, in
 // the first n elements of an array so that counting allocates nothing.
-func (w Window) live(now time.Time) (live [BucketsPerWindow]slot, n int) {
-	newest, ok := w.newest()
+func (w *Window) live(now time.Time) (live [BucketsPerWindow]slot, n int) {
+	first, last, ok := w.span(now)
 	if !ok {
 		return live, 0
 	}
-	last := bucketIndex(w.width, now)
-	first := max(last, newest) - BucketsPerWindow + 1
 	for index := first; index <= last; index++ {
 		if s := w.slots[ringPosition(index)]; !s.empty() && s.index == index {
 			live[n] = s
@@ -140,16 +156,18 @@ func (w Window) live(now time.Time) (live [BucketsPerWindow]slot, n int) {
 	return live, n
 }
 
-// newest returns the index of the newest bucket w holds.
-func (w Window) newest() (int64, bool) {
-	var newest int64
-	found := false
-	for _, s := range w.slots {
-		if !s.empty() && (!found || s.index > newest) {
-			newest, found = s.index, true
-		}
+// span returns the bucket indexes of the window at now, first to last, or
+// false when w holds nothing. The window ends at now's bucket and reaches
+// BucketsPerWindow back from it, or from the newest bucket held when that
+// is later (a clock behind the one that added it). A slot never holds an
+// empty bucket (Add adds something), so a slot whose index is in the span
+// is live.
+func (w *Window) span(now time.Time) (first, last int64, ok bool) {
+	if !w.held {
+		return 0, 0, false
 	}
-	return newest, found
+	last = bucketIndex(w.width, now)
+	return max(last, w.newest) - BucketsPerWindow + 1, last, true
 }
 
 func bucketWidth(c Config) time.Duration {
