@@ -57,6 +57,7 @@ type plan struct {
 	lowRate         float64 // S1 latency run's first stage: messages/s offered
 	lowRateDur      time.Duration
 	s2Measure       time.Duration
+	s2sPairs        int           // S2s: off/on pairs
 	traceMeasure    time.Duration // S1 trace: each run's measured time
 	tracePairs      int           // S1 trace: off/on pairs
 	s3Measure       time.Duration
@@ -97,7 +98,7 @@ var fullPlan = plan{
 	s0Jobs:     200_000,
 	fanTenants: 100, warmup: 3 * time.Second, s1Measure: 15 * time.Second,
 	rateTenants: 1000, rate: 2000, rateDuration: 2 * time.Minute, lowRate: 1000, lowRateDur: time.Minute,
-	s2Measure:    10 * time.Second,
+	s2Measure: 10 * time.Second, s2sPairs: 4,
 	traceMeasure: 10 * time.Second, tracePairs: 3,
 	s3Measure: 2 * time.Minute, s3HotRate: 400,
 	s4Measure: 20 * time.Second, s4fifoMeasure: 15 * time.Second, s1filterMeasure: 10 * time.Second,
@@ -115,7 +116,7 @@ var smokePlan = plan{
 	s0Jobs:     10_000,
 	fanTenants: 10, warmup: 400 * time.Millisecond, s1Measure: 1500 * time.Millisecond,
 	rateTenants: 100, rate: 300, rateDuration: 2 * time.Second, lowRate: 150, lowRateDur: time.Second,
-	s2Measure:    time.Second,
+	s2Measure: time.Second, s2sPairs: 1,
 	traceMeasure: time.Second, tracePairs: 1,
 	s3Measure: 2 * time.Second, s3HotRate: 100,
 	s4Measure: 2500 * time.Millisecond, s4fifoMeasure: 1500 * time.Millisecond, s1filterMeasure: time.Second,

@@ -114,3 +114,18 @@ func (s *stage) loadErrors(res *scenarioResult, m measurement) error {
 	}
 	return nil
 }
+
+// pairOrder is the order of a scenario's off and on runs: pairs of them, each
+// pair's order the reverse of the last's (off on, on off, off on, ...), so
+// that a steady drift as the database grows weighs on both modes alike.
+func pairOrder(pairs int) []bool {
+	var out []bool
+	for i := range pairs {
+		if i%2 == 0 {
+			out = append(out, false, true)
+		} else {
+			out = append(out, true, false)
+		}
+	}
+	return out
+}

@@ -71,21 +71,6 @@ func tracingEnv(sinkURL string) map[string]string {
 	}
 }
 
-// tracingOrder is the order of the off and on runs: pairs of them, each
-// pair's order the reverse of the last's (off on, on off, off on, ...), so
-// that a steady drift as the database grows weighs on both modes alike.
-func tracingOrder(pairs int) []bool {
-	var out []bool
-	for i := range pairs {
-		if i%2 == 0 {
-			out = append(out, false, true)
-		} else {
-			out = append(out, true, false)
-		}
-	}
-	return out
-}
-
 // runS1Trace runs S1's closed loop against an api and a dispatcher with
 // tracing off, then on, alternated on one database (both processes
 // restarted for each run), and reports the medians of each mode. Tracing
@@ -93,7 +78,7 @@ func tracingOrder(pairs int) []bool {
 // exported nothing is an error, since it would measure tracing off twice.
 func runS1Trace(ctx context.Context, b *bench) (_ *scenarioResult, err error) {
 	set := b.fanSet()
-	order := tracingOrder(b.plan.tracePairs)
+	order := pairOrder(b.plan.tracePairs)
 	res := &scenarioResult{Layout: describeFan(set), Settings: b.river.env(),
 		Load: b.describeClosedLoop() + fmt.Sprintf("; a fresh api and dispatcher per run, %d pairs alternated off/on; tracing on: OTLP http/protobuf to a sink in the bench process answering 200, OTEL_TRACES_SAMPLER=always_on", b.plan.tracePairs)}
 	sink, err := newTraceSink()

@@ -14,10 +14,10 @@ import (
 	"github.com/hookd/hookd/internal/telemetry"
 )
 
-func TestTracingOrder(t *testing.T) {
+func TestPairOrder(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []bool{false, true}, tracingOrder(1))
-	require.Equal(t, []bool{false, true, true, false, false, true}, tracingOrder(3))
+	require.Equal(t, []bool{false, true}, pairOrder(1))
+	require.Equal(t, []bool{false, true, true, false, false, true}, pairOrder(3))
 }
 
 // TestTraceSinkTakesOTLPExports: the OTLP/HTTP exporter hookd's telemetry

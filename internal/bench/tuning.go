@@ -31,13 +31,14 @@ const (
 // runS2s runs S1's load against dispatchers whose class has a proposal in
 // shadow (every outcome of its endpoints also fed to a shadow breaker with
 // the proposed config) and against the same class with none, in turn on
-// one database (on, off, off, on, as S2), and reports the medians.
+// one database, in pairs whose order alternates (off, on, on, off, ...),
+// and reports the medians.
 func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 	set := b.fanSet()
 	set.class = s2sClass
 	res := &scenarioResult{Layout: describeFan(set) + "; every endpoint in class " + s2sClass,
-		Load: b.describeClosedLoop() + fmt.Sprintf("; a fresh dispatcher per run (TUNE_SHADOW=%s: the shadow breakers read the log every %s; REQUEST_TIMEOUT=2s), alternated shadow on, off, off, on",
-			s2sShadow, s2sShadow/10), Settings: b.river.env()}
+		Load: b.describeClosedLoop() + fmt.Sprintf("; a fresh dispatcher per run (TUNE_SHADOW=%s: the shadow breakers read the log every %s; REQUEST_TIMEOUT=2s), %d pairs alternated shadow off/on",
+			s2sShadow, s2sShadow/10, b.plan.s2sPairs), Settings: b.river.env()}
 	s, err := b.newStage(ctx, "s2s", nil)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 	}
 	var on, off []*scenarioResult
 	var shadowed int
-	for i, shadow := range []bool{true, false, false, true} {
+	for i, shadow := range pairOrder(b.plan.s2sPairs) {
 		mode := tuning.ModeRecommend
 		if shadow {
 			mode = tuning.ModeApply
@@ -93,7 +94,7 @@ func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 		}
 	}
 	res.setMedians(on)
-	res.MeasuredS = round1(b.plan.s2Measure.Seconds() * 4)
+	res.MeasuredS = round1(b.plan.s2Measure.Seconds() * float64(2*b.plan.s2sPairs))
 	res.Extra = map[string]any{
 		"shadow_on_median_per_s":  res.DeliveriesPerS,
 		"shadow_off_median_per_s": medianOf(off, func(r *scenarioResult) float64 { return r.DeliveriesPerS }),
