@@ -94,31 +94,34 @@ chaos:
 		$(GO) test -count=1 -timeout 60m -run '^TestBreakerFleetUnderFaults$$' -v ./internal/e2e/
 
 ## fuzz: run every Fuzz* target in the module for FUZZTIME executions each (a count, not a duration)
-# Targets are discovered with `go test -list`, which prints a package's
-# matching names before its "ok <package>" line. Each package's test binary
-# is built once with the fuzzing instrumentation and run once per target in
+# The packages are those whose test files declare a Fuzz function. Each
+# one's test binary is built once with the fuzzing instrumentation, lists
+# its own targets (-test.list, so nothing is built twice) and runs each in
 # the package's directory (where testdata/fuzz holds the seeds and any
 # reproducer it writes), with go test's own corpus cache. A count budget
 # has no deadline for Go 1.26's fuzzing coordinator to race (a duration
 # budget fails at random on a busy machine with "context deadline
 # exceeded" and no input).
 fuzz:
-	@targets=$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i]; n = 0 }'); \
-	if [ -z "$$targets" ]; then echo "== fuzz: no fuzz targets found"; exit 0; fi; \
+	@pkgs=$$($(GO) list -f '{{.ImportPath}}{{range .TestGoFiles}} {{$$.Dir}}/{{.}}{{end}}{{range .XTestGoFiles}} {{$$.Dir}}/{{.}}{{end}}' ./... | \
+		while read -r pkg files; do if [ -n "$$files" ] && grep -qs '^func Fuzz' $$files; then echo "$$pkg"; fi; done); \
+	if [ -z "$$pkgs" ]; then echo "== fuzz: no fuzz targets found"; exit 0; fi; \
 	bindir=$$(mktemp -d); trap 'rm -rf "$$bindir"' EXIT; \
 	cache=$$($(GO) env GOCACHE)/fuzz; \
 	count=0; \
-	for pkg in $$(awk '{ print $$1 }' <<< "$$targets" | uniq); do \
+	for pkg in $$pkgs; do \
 		dir=$$($(GO) list -f '{{.Dir}}' "$$pkg"); \
 		bin="$$bindir/$$count.test"; \
 		echo "== fuzz: building $$pkg"; \
 		$(GO) test -c -fuzz . -o "$$bin" "$$pkg"; \
-		for name in $$(awk -v p="$$pkg" '$$1 == p { print $$2 }' <<< "$$targets"); do \
+		names=$$(cd "$$dir" && "$$bin" -test.list '^Fuzz'); \
+		for name in $$names; do \
 			echo "== fuzz $$name in $$pkg for $(FUZZTIME)"; \
 			(cd "$$dir" && "$$bin" -test.run '^$$' -test.fuzz "^$$name\$$" -test.fuzztime $(FUZZTIME) -test.fuzzcachedir "$$cache/$$pkg"); \
 			count=$$((count + 1)); \
 		done; \
 	done; \
+	if [ "$$count" -eq 0 ]; then echo "== fuzz: no fuzz targets found"; exit 1; fi; \
 	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
 
 ## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json
