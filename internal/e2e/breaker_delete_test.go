@@ -66,7 +66,15 @@ func TestDeletingEndpointsSettlesTheirParkedDeliveries(t *testing.T) {
 		WHERE status = 'failed' AND last_error IS DISTINCT FROM 'endpoint deleted'
 			AND last_attempt_at IS NULL`).Scan(&wrong))
 	require.Zero(t, wrong, "a delivery settled by the delete says why")
-	// The jobs left behind find the endpoint gone and send nothing more.
+	// The jobs left behind find the endpoint gone and send nothing more. A
+	// job already past its checks when the delete committed (a probe, say)
+	// may still finish its request: count from when none is running.
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "no job of a deleted endpoint running", func() bool {
+		var running int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE state = 'running' AND kind = 'deliver' AND args->>'endpoint_id' = ANY($1)`, []string{open.ID, isolated.ID}).Scan(&running))
+		return running == 0
+	})
 	sent := rc.Stats("/open").Requests
 	Consistently(t, 2*time.Second, 100*time.Millisecond, "nothing sent to a deleted endpoint", func() bool {
 		return rc.Stats("/open").Requests == sent && rc.Stats("/isolated").Requests == 0
