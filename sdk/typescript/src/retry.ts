@@ -65,18 +65,30 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
- * A signal that aborts after ms with a TimeoutError. Node may collect an
- * AbortSignal.timeout() that only AbortSignal.any() refers to before it
- * fires, leaving the attempt to undici's five-minute headers timeout; the
- * timer here holds its controller until then, and never keeps a Node
- * process alive.
+ * Runs send with a signal that aborts after ms, and rejects with a
+ * TimeoutError then whether or not the abort reaches the request: undici
+ * holds a request's signal weakly, and Node may collect a signal made by
+ * AbortSignal.any() before it fires, which left an attempt to undici's
+ * five-minute headers timeout. The timer never keeps a Node process alive;
+ * after send resolves it still aborts a body read past ms.
  */
-function attemptTimeout(ms: number): AbortSignal {
+function withTimeout<T>(ms: number, parent: AbortSignal, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const controller = new AbortController();
-  const timer: unknown = setTimeout(() => controller.abort(new DOMException("the attempt timed out", "TimeoutError")), ms);
-  // Node's timers have unref; a browser's are numbers.
-  (timer as { unref?: () => void }).unref?.();
-  return controller.signal;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new DOMException("the attempt timed out", "TimeoutError");
+      controller.abort(err);
+      reject(err);
+    }, ms);
+    // Node's timers have unref; a browser's are numbers.
+    (timer as { unref?: () => void }).unref?.();
+  });
+  const sent = send(AbortSignal.any([parent, controller.signal]));
+  return Promise.race([sent, timedOut]).catch((err: unknown) => {
+    clearTimeout(timer);
+    throw err;
+  });
 }
 
 /**
@@ -95,11 +107,12 @@ export class Retrier {
     const p = this.policy;
     for (let attempt = 1; ; attempt++) {
       const last = attempt >= Math.max(p.maxAttempts, 1);
-      const signal = p.attemptTimeoutMs > 0 ? AbortSignal.any([request.signal, attemptTimeout(p.attemptTimeoutMs)]) : request.signal;
       let wait: number;
       try {
         // Each try sends a copy: the original's body is never read.
-        const response = await this.send(new Request(request.clone(), { signal }));
+        const copy = request.clone();
+        const send = (signal: AbortSignal) => this.send(new Request(copy, { signal }));
+        const response = await (p.attemptTimeoutMs > 0 ? withTimeout(p.attemptTimeoutMs, request.signal, send) : send(request.signal));
         if (response.status !== 429 && response.status !== 503) return response;
         if (last) return response;
         const asked = retryAfterMs(response.headers.get("Retry-After"));
