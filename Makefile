@@ -31,10 +31,6 @@ TEST_REPORT ?= $(CURDIR)/.test-report.json
 # CHECK_PKGS are make check's packages: all but the end-to-end tests (real
 # processes and a browser), the tour and the benchmark's scenarios.
 CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
-# TEST_PKGS are make test's packages, the end-to-end tests first: go test
-# starts packages in the order given, and theirs is the longest run, most
-# of it waiting on processes and clocks, so the others run beside it.
-TEST_PKGS = ./internal/e2e ./...
 
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
@@ -61,7 +57,7 @@ test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
-	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m $(TEST_PKGS)
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m ./...
 	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
