@@ -105,6 +105,14 @@ func TestPortalInBrowser(t *testing.T) {
 		return s == "Test event sent"
 	})
 	Eventually(t, time.Minute, 100*time.Millisecond, "the test event delivered", func() bool { return rc.Stats("/ok").Delivered >= 1 })
+	// The page lists the attempts the log holds when asked: wait for the
+	// dispatcher's ledger to have written this one (it batches its writes,
+	// later than the receipt on a loaded machine).
+	Eventually(t, time.Minute, 100*time.Millisecond, "the attempt logged", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM delivery_attempts WHERE endpoint_id = $1 AND status_code = 200`, newID).Scan(&n))
+		return n >= 1
+	})
 	h.do("see it delivered", 30*time.Second,
 		chromedp.Click(chromedp.CSS(portalCard(newID)+` button[data-action="attempts"]`)),
 		chromedp.WaitVisible(chromedp.CSS(portalCard(newID)+` td.excerpt`)),
