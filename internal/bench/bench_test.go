@@ -373,3 +373,9 @@ func TestMaintainerRestartTargets(t *testing.T) {
 	require.Equal(t, 120.0, r.S10MaxLockWaitMs)
 	require.Equal(t, int64(3), r.S10RowsLost)
 }
+
+func TestPairOrder(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []bool{false, true}, pairOrder(1))
+	require.Equal(t, []bool{false, true, true, false, false, true}, pairOrder(3))
+}

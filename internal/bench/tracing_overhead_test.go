@@ -14,12 +14,6 @@ import (
 	"github.com/hookd/hookd/internal/telemetry"
 )
 
-func TestPairOrder(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, []bool{false, true}, pairOrder(1))
-	require.Equal(t, []bool{false, true, true, false, false, true}, pairOrder(3))
-}
-
 // TestTraceSinkTakesOTLPExports: the OTLP/HTTP exporter hookd's telemetry
 // builds from the environment the scenario sets exports to the sink
 // without an error (an empty 200 answer is a valid empty response), and
