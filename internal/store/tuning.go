@@ -108,33 +108,40 @@ type AttemptOutcome struct {
 	Classification string
 }
 
-// attemptStep is the span of one query of StreamAttemptOutcomes: a day,
-// the default partition interval, so each query reads one partition.
-const attemptStep = 24 * time.Hour
+// ClassOutcome is an attempt of one of several endpoints as a breaker
+// sees it; Endpoint is the endpoint's index in the ids asked for.
+type ClassOutcome struct {
+	Endpoint int
+	AttemptOutcome
+}
 
-// StreamAttemptOutcomes calls fn with an endpoint's attempts in [since,
-// until), in (attempted_at, id) order, reading one day (one partition) per
-// query through the (endpoint_id, attempted_at) index and holding no more
-// than a day's rows of the endpoint at once.
-func (s *Store) StreamAttemptOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(AttemptOutcome) error) error {
-	for from := since; from.Before(until); {
-		to := from.Add(attemptStep).Truncate(attemptStep)
-		if to.After(until) {
-			to = until
-		}
-		rows, err := s.pool.Query(ctx, `
-			SELECT id, attempted_at, classification FROM delivery_attempts
-			WHERE endpoint_id = $1 AND attempted_at >= $2 AND attempted_at < $3
-			ORDER BY attempted_at, id`, customPlan, endpointID, from, to)
-		if err != nil {
-			return fmt.Errorf("read attempts: %w", err)
-		}
-		var a AttemptOutcome
-		_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.At, &a.Classification}, func() error { return fn(a) })
-		if err != nil {
-			return fmt.Errorf("read attempts: %w", err)
-		}
-		from = to
+// StreamClassOutcomes calls fn with the attempts of endpointIDs in [since,
+// until), in no particular order, from one query. When the endpoints hold
+// much of the range's attempts the planner reads each page once (a bitmap
+// or sequential scan), where a query per endpoint would fetch about a heap
+// page per attempt: one endpoint's attempts are spread over every page of
+// a partition.
+func (s *Store) StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(ClassOutcome) error) error {
+	index := make(map[string]int, len(endpointIDs))
+	for i, id := range endpointIDs {
+		index[id] = i
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT endpoint_id, id, attempted_at, classification FROM delivery_attempts
+		WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $3`, customPlan, endpointIDs, since, until)
+	if err != nil {
+		return fmt.Errorf("read class attempts: %w", err)
+	}
+	var (
+		ep string
+		o  ClassOutcome
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ep, &o.ID, &o.At, &o.Classification}, func() error {
+		o.Endpoint = index[ep]
+		return fn(o)
+	})
+	if err != nil {
+		return fmt.Errorf("read class attempts: %w", err)
 	}
 	return nil
 }

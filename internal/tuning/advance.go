@@ -216,13 +216,13 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 		live = append(live, ShadowOpen{EndpointID: o.EndpointID, At: o.At})
 		recorded[o.EndpointID] = append(recorded[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 	}
+	logs, err := t.readLogs(ctx, ids, rec.Shadow.Since, rec.Shadow.Until, false)
+	if err != nil {
+		return err
+	}
 	incidents := map[string][]Incident{}
-	for _, id := range ids {
-		log, err := t.readRows(ctx, id, rec.Shadow.Since, rec.Shadow.Until)
-		if err != nil {
-			return err
-		}
-		incidents[id] = Measure(id, log.all(), rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
+	for i, id := range ids {
+		incidents[id] = Measure(id, logs[i].all(), rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
 	}
 	liveF, propF, ok, why := JudgeShadow(ids, incidents, rec.Shadow.Opens, live)
 	rec.Shadow.Live, rec.Shadow.Proposed = &liveF, &propF
@@ -240,7 +240,7 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 	}
 	rec.Status = StatusApplied
 	rec.Reasons = append(rec.Reasons, "applied after its shadow by "+t.cfg.Actor)
-	_, err := Apply(ctx, t.deps.Store, rec, t.cfg.Actor, StatusShadowing)
+	_, err = Apply(ctx, t.deps.Store, rec, t.cfg.Actor, StatusShadowing)
 	if errors.Is(err, store.ErrClassChanged) {
 		rec.Status = StatusRejected
 		rec.Reasons = append(rec.Reasons[:len(rec.Reasons)-1], "rejected: the class's config changed during the shadow")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
 )
 
 // PassDetail runs a pass like Pass and also returns the configs it ranked
@@ -23,4 +24,17 @@ func (t *Tuner) PassDetail(ctx context.Context, class string, since, until time.
 		return out, nil, nil, err
 	}
 	return out, used.configs, used.segments, err
+}
+
+// ReadLogs reads the logs of ids in [since, until) as a pass reads them.
+func (t *Tuner) ReadLogs(ctx context.Context, ids []string, since, until time.Time) ([][]replay.Row, error) {
+	logs, err := t.readLogs(ctx, ids, since, until, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]replay.Row, len(logs))
+	for i, l := range logs {
+		out[i] = l.all()
+	}
+	return out, nil
 }

@@ -1,11 +1,13 @@
 package tuning
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -19,7 +21,7 @@ type Store interface {
 	GetClass(ctx context.Context, name string) (trafficclass.Class, error)
 	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
-	StreamAttemptOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(store.AttemptOutcome) error) error
+	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
 	ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]store.AttemptOutcome, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
 	BusyBreaker(ctx context.Context, endpointIDs []string) (string, error)
@@ -254,23 +256,68 @@ func (r *rows) all() []replay.Row {
 	return out
 }
 
-// readRows reads an endpoint's log in [since, until) in one streaming pass,
-// skipping attempts that never reached it (blocked), as
-// replay.LoadAttempts does.
-func (t *Tuner) readRows(ctx context.Context, id string, since, until time.Time) (*rows, error) {
-	r := &rows{base: since.UnixNano()}
-	err := t.deps.Store.StreamAttemptOutcomes(ctx, id, since, until, func(a store.AttemptOutcome) error {
-		if a.Classification == "blocked" {
+// readStep is the span of the log read at once: an hour of a class's
+// attempts, so that memory beyond the compact logs stays small and a paced
+// pass rests between short pieces of work.
+const readStep = time.Hour
+
+// pending is an attempt read but not yet in its endpoint's log.
+type pending struct {
+	at time.Time
+	id int64
+	o  breaker.Outcome
+}
+
+// readLogs reads the log of every endpoint of ids in [since, until), an
+// hour of the whole class per query (each page of the log read once), and
+// returns each endpoint's rows in (attempted_at, id) order without the
+// attempts that never reached it (blocked), as replay.LoadAttempts reads
+// them. A paced read rests after each hour (Config.Pace).
+func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Time, paced bool) ([]*rows, error) {
+	logs := make([]*rows, len(ids))
+	for i := range logs {
+		logs[i] = &rows{base: since.UnixNano()}
+	}
+	if len(ids) == 0 {
+		return logs, nil
+	}
+	held := make([][]pending, len(ids))
+	for from := since; from.Before(until); {
+		started := time.Now()
+		to := from.Add(readStep).Truncate(readStep)
+		if to.After(until) {
+			to = until
+		}
+		err := t.deps.Store.StreamClassOutcomes(ctx, ids, from, to, func(a store.ClassOutcome) error {
+			if a.Classification == "blocked" {
+				return nil
+			}
+			o, err := breaker.ParseOutcome(a.Classification)
+			if err != nil {
+				return fmt.Errorf("attempt %d: %w", a.ID, err)
+			}
+			held[a.Endpoint] = append(held[a.Endpoint], pending{at: a.At, id: a.ID, o: o})
 			return nil
-		}
-		o, err := breaker.ParseOutcome(a.Classification)
+		})
 		if err != nil {
-			return fmt.Errorf("attempt %d: %w", a.ID, err)
+			return nil, err
 		}
-		r.add(a.At, o)
-		return nil
-	})
-	return r, err
+		for i, p := range held {
+			slices.SortFunc(p, func(a, b pending) int {
+				if c := a.at.Compare(b.at); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.id, b.id)
+			})
+			for _, a := range p {
+				logs[i].add(a.at, a.o)
+			}
+			held[i] = p[:0]
+		}
+		t.pace(ctx, paced, time.Since(started))
+		from = to
+	}
+	return logs, nil
 }
 
 // Pass runs a tuning pass of class over its endpoints' log in [since,
@@ -327,16 +374,14 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			byEndpoint[o.EndpointID] = append(byEndpoint[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 		}
 	}
-	logs := make([]*rows, len(ids))
+	logs, err := t.readLogs(ctx, ids, since, until, paced)
+	if err != nil {
+		return Recommendation{}, nil, err
+	}
 	evs := make([]EndpointEvidence, len(ids))
 	for i, id := range ids {
 		started := time.Now()
-		r, err := t.readRows(ctx, id, since, until)
-		if err != nil {
-			return Recommendation{}, nil, err
-		}
-		logs[i] = r
-		evs[i] = Measure(id, r.all(), since, until, byEndpoint[id])
+		evs[i] = Measure(id, logs[i].all(), since, until, byEndpoint[id])
 		t.pace(ctx, paced, time.Since(started))
 	}
 	ev := Reduce(since, until, evs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -126,6 +127,46 @@ func sweepOver(t *testing.T, st *store.Store, configs []breaker.Config, segments
 	ranked, err := replay.SweepTraces(configs, traces, replay.SweepOptions{Seed: replay.DefaultSeed})
 	require.NoError(t, err)
 	return ranked
+}
+
+// TestPassReadsEachLogAsTheSweepDoes: the pass reads a class's logs an
+// hour of the whole class at a time; each endpoint's rows are what
+// replay.LoadAttempts reads for it alone, in (attempted_at, id) order
+// across the hours, ties included, without blocked attempts and without
+// another class's endpoint.
+func TestPassReadsEachLogAsTheSweepDoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	b.class(t, "steady", breaker.DefaultConfig(), tuning.ModeRecommend)
+	b.class(t, "other", breaker.DefaultConfig(), tuning.ModeRecommend)
+	ids := []string{b.endpoint(t, "steady"), b.endpoint(t, "steady")}
+	stranger := b.endpoint(t, "other")
+	since := start.Add(-90 * time.Minute)
+	until := since.Add(3*time.Hour + 20*time.Minute)
+	for i, id := range append([]string{stranger}, ids...) {
+		rows := synth(t, 0.5, uint64(10+i), phase("mixed", 3*time.Hour, 0.3))
+		// Written out of time order, so that the pages hold them so too.
+		rand.New(rand.NewPCG(uint64(i), 1)).Shuffle(len(rows), func(a, b int) { rows[a], rows[b] = rows[b], rows[a] })
+		// Two outcomes at one instant: the one written first (the failure)
+		// comes first.
+		rows = append(rows, replay.Row{TS: 100 * time.Minute, Outcome: breaker.OutcomeFailure}, replay.Row{TS: 100 * time.Minute, Outcome: breaker.OutcomeSuccess})
+		b.log(t, id, since.Add(10*time.Minute), rows)
+	}
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
+		VALUES ('dlv_tuning', 'msg_tuning', $1, 1, $2, 0, 'blocked')`, ids[0], since.Add(2*time.Hour))
+	require.NoError(t, err)
+
+	logs, err := b.tuner.ReadLogs(ctx, ids, since, until)
+	require.NoError(t, err)
+	require.Len(t, logs, len(ids))
+	for i, id := range ids {
+		want, err := replay.LoadAttempts(ctx, b.st, id, since, until)
+		require.NoError(t, err)
+		require.Greater(t, len(want), 2000, "the log spans several reads")
+		require.Equal(t, want, logs[i], "endpoint %d", i)
+	}
 }
 
 // TestPassRecommendsWhatTheSweepRanksFirst: over the three acceptance
