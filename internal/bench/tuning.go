@@ -179,7 +179,7 @@ func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, run func(r *sce
 	if err != nil {
 		return err
 	}
-	tu := tuning.New(tuning.Config{Pace: tuning.DefaultPace, Actor: "bench"}, tuning.Deps{Store: st, Now: time.Now})
+	tu := tuning.New(tuning.Config{Pace: tuning.DefaultPace, Actor: "bench"}, tuning.Deps{Store: st, Now: time.Now, Logger: s.b.logger})
 	type outcome struct {
 		took     time.Duration
 		statuses map[string]string

@@ -255,8 +255,9 @@ func score(configs []breaker.Config, traces []Trace, opts SweepOptions, keep boo
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	type job struct{ config, trace int }
-	// Each job writes its own slot; the slots are summed in order after,
+	type job struct{ group, trace int }
+	groups := thresholdGroups(configs, !keep)
+	// Each job writes its own slots; the slots are summed in order after,
 	// so the result does not depend on the number of workers.
 	parts := make([][]Tally, len(configs))
 	var reports [][]Report
@@ -272,27 +273,37 @@ func score(configs []breaker.Config, traces []Trace, opts SweepOptions, keep boo
 	jobs := make(chan job)
 	errs := make([]error, len(configs)*len(traces))
 	var wg sync.WaitGroup
-	for range min(workers, max(len(configs)*len(traces), 1)) {
+	for range min(workers, max(len(groups)*len(traces), 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
 				t := traces[j.trace]
-				r, err := Replay(configs[j.config], t.Rows, Options{Seed: opts.Seed, Progress: opts.Progress})
-				if err != nil {
-					errs[j.config*len(traces)+j.trace] = fmt.Errorf("sweep config %d: %w", j.config+1, err)
-					continue
-				}
-				parts[j.config][j.trace] = tallyOf(t, r)
-				if keep {
-					reports[j.config][j.trace] = r
+				stands := -1 // a config of the group that never opened
+				for _, c := range groups[j.group] {
+					if stands >= 0 {
+						parts[c][j.trace] = parts[stands][j.trace]
+						continue
+					}
+					r, err := Replay(configs[c], t.Rows, Options{Seed: opts.Seed, Progress: opts.Progress})
+					if err != nil {
+						errs[c*len(traces)+j.trace] = fmt.Errorf("sweep config %d: %w", c+1, err)
+						break
+					}
+					parts[c][j.trace] = tallyOf(t, r)
+					if keep {
+						reports[c][j.trace] = r
+					}
+					if r.Total.Opens == 0 {
+						stands = c
+					}
 				}
 			}
 		}()
 	}
-	for i := range configs {
+	for g := range groups {
 		for j := range traces {
-			jobs <- job{config: i, trace: j}
+			jobs <- job{group: g, trace: j}
 		}
 	}
 	close(jobs)
@@ -307,6 +318,40 @@ func score(configs []breaker.Config, traces []Trace, opts SweepOptions, keep boo
 		}
 	}
 	return tallies, reports, nil
+}
+
+// thresholdGroups returns the indexes of configs in groups that replay
+// alike until one trips: with share set, rate configs that differ only in
+// FailureRateThreshold, lowest threshold first; otherwise (and for every
+// other config) a group each. A config of a group that never opened on a
+// trace stands for the higher thresholds after it, so they are not
+// replayed: until a trip their breakers hold the same window, and a
+// failure rate under the lower threshold is under the higher ones. Only a
+// tally can be shared so: the reports differ in their suppressed counts.
+func thresholdGroups(configs []breaker.Config, share bool) [][]int {
+	var groups [][]int
+	at := map[breaker.Config]int{}
+	for i, c := range configs {
+		if !share || c.Trip != breaker.TripRate {
+			groups = append(groups, []int{i})
+			continue
+		}
+		key := c
+		key.FailureRateThreshold = 0
+		g, ok := at[key]
+		if !ok {
+			g = len(groups)
+			at[key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	for _, g := range groups {
+		slices.SortStableFunc(g, func(a, b int) int {
+			return cmp.Compare(configs[a].FailureRateThreshold, configs[b].FailureRateThreshold)
+		})
+	}
+	return groups
 }
 
 // tallyOf returns what report says about trace: quiet figures of the whole

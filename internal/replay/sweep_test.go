@@ -115,3 +115,43 @@ func TestSweepNeedsATrace(t *testing.T) {
 func addInt64(p *int64, n int64) { atomic.AddInt64(p, n) }
 
 func loadInt64(p *int64) int64 { return atomic.LoadInt64(p) }
+
+// TestScoreMatchesEachConfigAlone: Score replays a rate config once for
+// the higher thresholds of its group on a trace it never opened on; every
+// tally is still the one its config gives replayed alone, on quiet, noisy
+// and incident traces, and the quiet trace is replayed fewer times than
+// there are configs.
+func TestScoreMatchesEachConfigAlone(t *testing.T) {
+	t.Parallel()
+	synth := func(seed uint64, phases ...replay.Phase) []replay.Row {
+		rows, err := replay.Synth(replay.SynthConfig{RPS: 5, Phases: phases, Spacing: replay.SpacingPoisson, Seed: seed})
+		require.NoError(t, err)
+		return rows
+	}
+	quiet := synth(1, replay.Phase{Name: "quiet", Duration: 20 * time.Minute, FailureRate: 0.02})
+	traces := []replay.Trace{
+		{Rows: quiet},
+		{Rows: synth(2, replay.Phase{Name: "noisy", Duration: 20 * time.Minute, FailureRate: 0.45})},
+		{Rows: synth(3, replay.Phase{Name: "before", Duration: 5 * time.Minute, FailureRate: 0.05},
+			replay.Phase{Name: "outage", Duration: time.Minute, FailureRate: 0.9}), Incident: true, IncidentPhase: "outage"},
+	}
+	configs := replay.DefaultGrid().Configs(breaker.DefaultConfig())
+	consecutive := breaker.DefaultConfig()
+	consecutive.Trip, consecutive.ConsecutiveFailures = breaker.TripConsecutive, 3
+	configs = append(configs, consecutive)
+
+	var rows atomic.Int64
+	opts := replay.SweepOptions{Seed: 7, Workers: 2, Progress: func(n int) { rows.Add(int64(n)) }}
+	together, err := replay.Score(configs, traces, opts)
+	require.NoError(t, err)
+	for i, c := range configs {
+		alone, err := replay.Score([]breaker.Config{c}, traces, replay.SweepOptions{Seed: 7})
+		require.NoError(t, err)
+		require.Equal(t, alone[0], together[i], "config %d (%s)", i, c.Trip)
+	}
+
+	rows.Store(0)
+	_, err = replay.Score(configs, traces[:1], opts)
+	require.NoError(t, err)
+	require.Less(t, rows.Load(), int64(len(configs)*len(quiet)), "the quiet trace's higher thresholds were not replayed")
+}

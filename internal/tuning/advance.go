@@ -216,7 +216,7 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 		live = append(live, ShadowOpen{EndpointID: o.EndpointID, At: o.At})
 		recorded[o.EndpointID] = append(recorded[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 	}
-	logs, err := t.readLogs(ctx, ids, rec.Shadow.Since, rec.Shadow.Until, false)
+	logs, err := t.readLogs(ctx, ids, rec.Shadow.Since, rec.Shadow.Until, false, &spent{})
 	if err != nil {
 		return err
 	}

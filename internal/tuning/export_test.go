@@ -28,7 +28,7 @@ func (t *Tuner) PassDetail(ctx context.Context, class string, since, until time.
 
 // ReadLogs reads the logs of ids in [since, until) as a pass reads them.
 func (t *Tuner) ReadLogs(ctx context.Context, ids []string, since, until time.Time) ([][]replay.Row, error) {
-	logs, err := t.readLogs(ctx, ids, since, until, false)
+	logs, err := t.readLogs(ctx, ids, since, until, false, &spent{})
 	if err != nil {
 		return nil, err
 	}

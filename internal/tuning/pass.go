@@ -214,7 +214,7 @@ func (t *Tuner) passAll(ctx context.Context, due func(class string) bool) {
 		if c.AutoTune == ModeOff || !due(c.Name) {
 			continue
 		}
-		r, err := t.Pass(ctx, c.Name, since, until, true)
+		_, err := t.Pass(ctx, c.Name, since, until, true)
 		switch {
 		case errors.Is(err, store.ErrTuningBusy):
 			continue
@@ -225,8 +225,6 @@ func (t *Tuner) passAll(ctx context.Context, due func(class string) bool) {
 			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", c.Name), slog.String("error", err.Error()))
 			continue
 		}
-		t.deps.Logger.InfoContext(ctx, "tuning_pass", slog.String("class", c.Name), slog.String("status", string(r.Status)),
-			slog.Int("endpoints", r.Evidence.Endpoints), slog.Int("attempts", r.Evidence.Attempts))
 	}
 }
 
@@ -273,7 +271,7 @@ type pending struct {
 // returns each endpoint's rows in (attempted_at, id) order without the
 // attempts that never reached it (blocked), as replay.LoadAttempts reads
 // them. A paced read rests after each hour (Config.Pace).
-func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Time, paced bool) ([]*rows, error) {
+func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Time, paced bool, sp *spent) ([]*rows, error) {
 	logs := make([]*rows, len(ids))
 	for i := range logs {
 		logs[i] = &rows{base: since.UnixNano()}
@@ -314,7 +312,7 @@ func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Ti
 			}
 			held[i] = p[:0]
 		}
-		t.pace(ctx, paced, time.Since(started))
+		t.pace(ctx, paced, time.Since(started), &sp.read, sp)
 		from = to
 	}
 	return logs, nil
@@ -328,17 +326,42 @@ func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Ti
 func (t *Tuner) Pass(ctx context.Context, class string, since, until time.Time, paced bool) (Recommendation, error) {
 	var out Recommendation
 	err := t.deps.Store.WithTuningLock(ctx, class, func(ctx context.Context) error {
-		var err error
-		out, _, err = t.pass(ctx, class, since, until, paced)
-		return err
+		var (
+			used *passUsed
+			err  error
+		)
+		out, used, err = t.pass(ctx, class, since, until, paced)
+		if err != nil {
+			return err
+		}
+		sp := used.spent
+		attrs := []any{slog.String("class", class), slog.String("status", string(out.Status)), slog.Int("configs", out.Configs),
+			slog.Float64("read_s", sp.read.Seconds()), slog.Float64("measure_s", sp.measure.Seconds()),
+			slog.Float64("replay_s", sp.replay.Seconds()), slog.Float64("rested_s", sp.rested.Seconds())}
+		if out.Evidence != nil {
+			attrs = append(attrs, slog.Int("endpoints", out.Evidence.Endpoints), slog.Int("attempts", out.Evidence.Attempts))
+		}
+		t.deps.Logger.InfoContext(ctx, "tuning_pass", attrs...)
+		return nil
 	})
 	return out, err
 }
 
-func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration) {
+// spent is where a pass's time went: the work of each phase and the
+// rests that pace it.
+type spent struct {
+	read, measure, replay, rested time.Duration
+}
+
+// pace adds busy to a phase's work and, in a paced pass, rests so that the
+// pass uses no more than Config.Pace of a core.
+func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration, phase *time.Duration, sp *spent) {
+	*phase += busy
 	if !paced || !(t.cfg.Pace > 0 && t.cfg.Pace < 1) {
 		return
 	}
+	started := time.Now()
+	defer func() { sp.rested += time.Since(started) }()
 	sleep := time.NewTimer(time.Duration(float64(busy) * (1/t.cfg.Pace - 1)))
 	defer sleep.Stop()
 	select {
@@ -351,6 +374,7 @@ func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration) {
 type passUsed struct {
 	configs  []breaker.Config
 	segments map[string][]Segment
+	spent    spent
 }
 
 func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced bool) (Recommendation, *passUsed, error) {
@@ -374,7 +398,8 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			byEndpoint[o.EndpointID] = append(byEndpoint[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 		}
 	}
-	logs, err := t.readLogs(ctx, ids, since, until, paced)
+	var sp spent
+	logs, err := t.readLogs(ctx, ids, since, until, paced, &sp)
 	if err != nil {
 		return Recommendation{}, nil, err
 	}
@@ -382,7 +407,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	for i, id := range ids {
 		started := time.Now()
 		evs[i] = Measure(id, logs[i].all(), since, until, byEndpoint[id])
-		t.pace(ctx, paced, time.Since(started))
+		t.pace(ctx, paced, time.Since(started), &sp.measure, &sp)
 	}
 	ev := Reduce(since, until, evs)
 	ranAt := t.deps.Now().UTC()
@@ -410,6 +435,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	rec.Evidence = &view
 	if ok, why := EnoughEvidence(ev, quiet); !ok {
 		rec.Reasons = append(why, "the current config is kept")
+		used.spent = sp
 		return rec, used, t.save(ctx, c, rec)
 	}
 	for i := range ids {
@@ -426,8 +452,9 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		for j := range tallies {
 			tallies[j].Add(part[j])
 		}
-		t.pace(ctx, paced, time.Since(started))
+		t.pace(ctx, paced, time.Since(started), &sp.replay, &sp)
 	}
+	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
 	d := Decide(c.Breaker, ranked)
 	rec.Configs = len(configs)
