@@ -86,7 +86,7 @@ func sendInOrder(t *testing.T, api *API, from, n int) []string {
 
 var riverClientRE = regexp.MustCompile(`msg=dispatcher_started .*river_client=(\S+)`)
 
-// TestFIFOOrderSurvivesAKilledDispatcher: 2,000 messages to a FIFO
+// TestFIFOOrderSurvivesAKilledDispatcher: 1,000 messages to a FIFO
 // endpoint whose receiver fails 20% of requests at random, through two
 // dispatchers; the one sending the head is SIGKILLed mid-request. Every
 // message is received, one request at a time, and the order of first
@@ -95,9 +95,9 @@ var riverClientRE = regexp.MustCompile(`msg=dispatcher_started .*river_client=(\
 func TestFIFOOrderSurvivesAKilledDispatcher(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	const messages = 2000
+	const messages = 1000
 	o := newOrderedReceiver(0.2, 25)
-	o.hangAt = 700
+	o.hangAt = 350
 	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: o.respond})
 	api := StartAPI(t, db.URL, nil)
 	ep := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/fifo"), "secret": testSecret, "ordering": "fifo"})
