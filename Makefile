@@ -71,8 +71,12 @@ check:
 	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 10m $(CHECK_PKGS)
 	$(MAKE) --no-print-directory test-report
 
-## test-report: the 30 slowest tests of the last make test or make check (from TEST_REPORT); each package's time is in their own output
+## test-report: each package's time and the 30 slowest tests of the last make test or make check (from TEST_REPORT)
 test-report:
+	@echo "== each package's time, longest first ($(TEST_REPORT))"
+	@if command -v jq >/dev/null; then \
+		jq -r 'select(.Test == null and (.Action == "pass" or .Action == "fail") and .Elapsed != null) | "\(.Elapsed)s\t\(.Action)\t\(.Package)"' $(TEST_REPORT) | sort -rn; \
+	else echo "(jq is not installed: deploy/test-deps.sh installs it)"; fi
 	@echo "== the 30 slowest tests ($(TEST_REPORT))"
 	@$(GO) run $(GOTESTSUM) tool slowest --jsonfile $(TEST_REPORT) --num 30 --threshold 0s
 
