@@ -225,8 +225,10 @@ func TestFleetGuardStopsTransportTrips(t *testing.T) {
 	db := storetest.New(t)
 	st := store.New(db.Pool, nil)
 	ctx := context.Background()
+	// A window of a minute holds every outcome the test feeds an endpoint
+	// however slowly a loaded machine feeds them.
 	cfg := breaker.Config{
-		Trip: breaker.TripRate, FailureRateThreshold: 0.5, Window: time.Second, MinThroughput: 5,
+		Trip: breaker.TripRate, FailureRateThreshold: 0.5, Window: time.Minute, MinThroughput: 5,
 		ConsecutiveFailures: 5, OpenDuration: time.Minute, OpenJitter: 0, OpenBackoff: 1,
 		MaxOpenDuration: time.Minute, HalfOpenTrials: 1, HalfOpenConcurrency: 1,
 	}
