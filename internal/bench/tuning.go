@@ -165,7 +165,7 @@ func s2sShadowed(ctx context.Context, st *store.Store, within time.Duration) (in
 // s8TuneLoops is how many of S1's closed loops S8 runs during the tuning
 // pass, and after it: one loop a side spreads as widely between runs as
 // the target's margin.
-const s8TuneLoops = 4
+const s8TuneLoops = 6
 
 // s8Tune runs one tuning pass over every class, paced as the dispatchers'
 // tuning leader runs it, over the last week of the month's history. S1's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/trafficclass"
@@ -132,18 +133,33 @@ func (s *Store) StreamClassOutcomes(ctx context.Context, endpointIDs []string, s
 	if err != nil {
 		return fmt.Errorf("read class attempts: %w", err)
 	}
+	// The text columns are read in place (a pass reads millions of rows):
+	// the endpoint id only to look it up, the classification as one of
+	// the constants the CHECK allows.
 	var (
-		ep string
-		o  ClassOutcome
+		ep, class pgtype.DriverBytes
+		o         ClassOutcome
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ep, &o.ID, &o.At, &o.Classification}, func() error {
-		o.Endpoint = index[ep]
+	_, err = pgx.ForEachRow(rows, []any{&ep, &o.ID, &o.At, &class}, func() error {
+		o.Endpoint = index[string(ep)]
+		o.Classification = classificationOf(class)
 		return fn(o)
 	})
 	if err != nil {
 		return fmt.Errorf("read class attempts: %w", err)
 	}
 	return nil
+}
+
+// classificationOf returns an attempt's classification as a constant
+// string where it is one of the known ones.
+func classificationOf(b []byte) string {
+	for _, c := range [...]string{"success", "failure", "ignore", "auth_failure", "blocked"} {
+		if string(b) == c {
+			return c
+		}
+	}
+	return string(b)
 }
 
 // ClassAttemptOutcomes returns the attempts of endpoints in [since,

@@ -246,12 +246,16 @@ func (r *rows) row(i int) replay.Row {
 }
 
 // all returns every row as replay rows.
-func (r *rows) all() []replay.Row {
-	out := make([]replay.Row, len(r.v))
+func (r *rows) all() []replay.Row { return r.appendTo(nil) }
+
+// appendTo appends every row to buf as replay rows: a pass reuses one
+// buffer for every endpoint.
+func (r *rows) appendTo(buf []replay.Row) []replay.Row {
+	buf = slices.Grow(buf, len(r.v))
 	for i := range r.v {
-		out[i] = r.row(i)
+		buf = append(buf, r.row(i))
 	}
-	return out
+	return buf
 }
 
 // readStep is the span of the log read at once: an hour of a class's
@@ -404,9 +408,13 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		return Recommendation{}, nil, err
 	}
 	evs := make([]EndpointEvidence, len(ids))
+	// buf holds one endpoint's rows at a time: Measure keeps none of them,
+	// and Traces copies what it keeps.
+	var buf []replay.Row
 	for i, id := range ids {
 		started := time.Now()
-		evs[i] = Measure(id, logs[i].all(), since, until, byEndpoint[id])
+		buf = logs[i].appendTo(buf[:0])
+		evs[i] = Measure(id, buf, since, until, byEndpoint[id])
 		t.pace(ctx, paced, time.Since(started), &sp.measure, &sp)
 	}
 	ev := Reduce(since, until, evs)
@@ -440,7 +448,8 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	}
 	for i := range ids {
 		started := time.Now()
-		traces := Traces(logs[i].all(), segments[i])
+		buf = logs[i].appendTo(buf[:0])
+		traces := Traces(buf, segments[i])
 		logs[i] = nil
 		if len(traces) == 0 {
 			continue
