@@ -48,6 +48,7 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 		{env: map[string]string{"SHUTDOWN_GRACE": "0s"}, want: "--shutdown-grace (SHUTDOWN_GRACE): must be positive"},
 		{args: []string{"run", "--retry-schedule", "0s,-1s"}, want: "--retry-schedule (RETRY_SCHEDULE): parse schedule: entry 2: negative delay -1s"},
 		{args: []string{"--rescue-stuck-after", "10s"}, want: "--rescue-stuck-after (RESCUE_STUCK_AFTER): must exceed the request timeout + 5s (20s)"},
+		{args: []string{"--ledger-write-timeout", "500ms"}, want: "--ledger-write-timeout (LEDGER_WRITE_TIMEOUT): must be at least 1s"},
 		{args: []string{"--operational-webhook-url", "https://ops.example/"}, want: "--operational-webhook-secret (OPERATIONAL_WEBHOOK_SECRET): parse secret: missing \"whsec_\" prefix (required with the operational webhook URL)"},
 		{args: []string{"migrate", "--db-max-conns", "3"}, want: "--db-max-conns (DB_MAX_CONNS): must be at least 4"},
 	}

@@ -52,6 +52,7 @@ type settings struct {
 	fetchPollInterval *time.Duration
 	jobRetention      *time.Duration
 	rescueAfter       *time.Duration
+	ledgerTimeout     *time.Duration
 	metricsEndpoints  *int
 	queueMetricsEvery *time.Duration
 	breakers          *bool
@@ -95,6 +96,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
 		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", def.RescueStuckAfter, "when a running job of a dead process is retried; 0 = the longest attempt timeout (the request timeout, or an endpoint's own, at most 60s) + 60s; set by hand, it should exceed that timeout + 5s"),
+		ledgerTimeout:     fs.Duration("ledger-write-timeout", "LEDGER_WRITE_TIMEOUT", def.LedgerWriteTimeout, "how long one ledger write (a batch of attempts and status updates) may wait for Postgres; past it the write fails and its deliveries retry"),
 		metricsEndpoints:  fs.Int("metrics-endpoint-cap", "METRICS_ENDPOINT_CAP", def.MetricsEndpointCap, "most endpoints with their own metric series; the rest share endpoint=\"_other\" (0 = no cap)"),
 		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", def.QueueMetricsInterval, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),
 		breakers:          fs.Bool("breakers", "BREAKERS", def.Breakers, "run every delivery through its endpoint's circuit breaker"),
@@ -133,6 +135,7 @@ func (s *settings) config() dispatcher.Config {
 		FetchPollInterval:        *s.fetchPollInterval,
 		CompletedJobRetention:    *s.jobRetention,
 		RescueStuckAfter:         *s.rescueAfter,
+		LedgerWriteTimeout:       *s.ledgerTimeout,
 		MetricsEndpointCap:       *s.metricsEndpoints,
 		QueueMetricsInterval:     *s.queueMetricsEvery,
 		Breakers:                 *s.breakers,
@@ -169,6 +172,7 @@ var flagOf = map[string]string{
 	"FetchPollInterval":        "fetch-poll-interval",
 	"CompletedJobRetention":    "completed-job-retention",
 	"RescueStuckAfter":         "rescue-stuck-after",
+	"LedgerWriteTimeout":       "ledger-write-timeout",
 	"MetricsEndpointCap":       "metrics-endpoint-cap",
 	"QueueMetricsInterval":     "queue-metrics-interval",
 	"Breakers":                 "breakers",

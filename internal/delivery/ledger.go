@@ -49,7 +49,12 @@ type ledgerEntry struct {
 // applied because the endpoint was enabled meanwhile: run the job again.
 var ErrHoldRefused = errors.New("endpoint enabled again; delivery not held")
 
-// LedgerConfig tunes batching.
+// DefaultLedgerWriteTimeout is how long a ledger write waits for PostgreSQL
+// by default: long enough to ride out a failover, short enough that a
+// stalled server fails the batch and its jobs retry.
+const DefaultLedgerWriteTimeout = 30 * time.Second
+
+// LedgerConfig tunes a Ledger.
 type LedgerConfig struct {
 	// AfterDisable runs inside the transaction that auto-disables
 	// endpoints (to queue operational webhooks atomically).
@@ -60,6 +65,8 @@ type LedgerConfig struct {
 	// head a batch made final, in the batch's transaction; nil leaves the
 	// queues to the unparker's pass.
 	Queue store.Enqueuer
+	// WriteTimeout bounds one write. Default DefaultLedgerWriteTimeout.
+	WriteTimeout time.Duration
 	// MaxBatch caps the records in one transaction. Default 500.
 	MaxBatch int
 	// Linger is how long the flusher waits for more records after the first
@@ -74,6 +81,9 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 	}
 	if cfg.Linger <= 0 {
 		cfg.Linger = 2 * time.Millisecond
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultLedgerWriteTimeout
 	}
 	return &Ledger{
 		store:    s,
@@ -194,7 +204,7 @@ func (l *Ledger) flush(ctx context.Context) {
 	}
 	// The write must not die with the caller's context: a worker that got a
 	// 2xx must see its attempt recorded even during shutdown.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 	res, err := l.store.RecordBatch(wctx, b, l.cfg.AfterDisable)
 	cancel()
 	if err != nil {

@@ -40,6 +40,9 @@ type Config struct {
 	// endpoint's own timeout, at most delivery.MaxEndpointTimeout) + 60s.
 	// It must exceed the job timeout.
 	RescueStuckAfter time.Duration
+	// LedgerWriteTimeout bounds one ledger write (a batch of attempts and
+	// status updates); a write past it fails and its jobs retry.
+	LedgerWriteTimeout time.Duration
 	// MetricsEndpointCap is the most endpoints with their own metric
 	// series (0 = no cap).
 	MetricsEndpointCap int
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 		FetchCooldown:         5 * time.Millisecond,
 		FetchPollInterval:     250 * time.Millisecond,
 		CompletedJobRetention: time.Hour,
+		LedgerWriteTimeout:    delivery.DefaultLedgerWriteTimeout,
 		MetricsEndpointCap:    1000,
 		QueueMetricsInterval:  15 * time.Second,
 		Breakers:              true,
@@ -183,6 +187,8 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("CompletedJobRetention", "must be at least 1m")
 	case c.RescueStuckAfter < 0:
 		return r, invalid("RescueStuckAfter", "must not be negative")
+	case c.LedgerWriteTimeout < time.Second:
+		return r, invalid("LedgerWriteTimeout", "must be at least 1s")
 	case c.MetricsEndpointCap < 0:
 		return r, invalid("MetricsEndpointCap", "must not be negative")
 	case c.QueueMetricsInterval < time.Second:

@@ -206,11 +206,14 @@ func TestPostgresUnavailableFrozen(t *testing.T) {
 	api := StartAPI(t, db.URL, map[string]string{"NO_MIGRATE": "true"})
 	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{
 		"WORKERS": "60", "MAX_PER_ENDPOINT": "60", "REQUEST_TIMEOUT": "2s", "RETRY_SCHEDULE": "0s,500ms,1s,1s,1s,1s,1s,1s",
+		// The freeze outlasts the ledger's writes, as a stalled server
+		// outlasts the default 30 s, in less of the suite's time.
+		"LEDGER_WRITE_TIMEOUT": "4s",
 		// Past the freeze and the ledger's write timeout, so no job is
 		// rescued while it still waits on a write; the default (the longest
-		// endpoint timeout + 60s) would leave the lost completions two
-		// minutes behind the thaw.
-		"RESCUE_STUCK_AFTER": "62s",
+		// endpoint timeout + 60s) would leave the lost completions a
+		// minute behind the thaw.
+		"RESCUE_STUCK_AFTER": "15s",
 	})
 	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/f"), "secret": testSecret})
 	const messages = 200
@@ -221,9 +224,12 @@ func TestPostgresUnavailableFrozen(t *testing.T) {
 		return rc.Stats("/f").InFlight >= 20
 	})
 	pg.Freeze(t)
-	// Longer than the ledger's 30 s write timeout.
-	Consistently(t, 40*time.Second, 200*time.Millisecond, "the dispatcher running while Postgres is frozen", func() bool {
+	// Longer than the ledger's write timeout.
+	Consistently(t, 8*time.Second, 200*time.Millisecond, "the dispatcher running while Postgres is frozen", func() bool {
 		return !d.Exited()
+	})
+	Eventually(t, 10*time.Second, 100*time.Millisecond, "a ledger write timed out while frozen", func() bool {
+		return len(d.Lines("msg=ledger_flush")) > 0
 	})
 	pg.Thaw(t)
 	db.Pool.Reset()
