@@ -379,3 +379,33 @@ func TestPairOrder(t *testing.T) {
 	require.Equal(t, []bool{false, true}, pairOrder(1))
 	require.Equal(t, []bool{false, true, true, false, false, true}, pairOrder(3))
 }
+
+// TestShadowCostTarget: S2s's verdict is the shadow's cost bound (twice
+// its busy time per outcome at S1's rate, over the cores), with the
+// alternated runs beside it.
+func TestShadowCostTarget(t *testing.T) {
+	t.Parallel()
+	// 1 s busy for 10,000 outcomes at 1,000/s on 2 cores: 2*1e-4*1000/2 = 10%.
+	require.InDelta(t, 0.1, shadowCostBound(1, 10_000, 1000, 2), 1e-12)
+	require.Zero(t, shadowCostBound(1, 0, 1000, 2))
+
+	for _, tc := range []struct {
+		bound  float64
+		status string
+	}{{0.8, "met"}, {5, "met"}, {5.1, "missed"}} {
+		s2s := &scenarioResult{Name: "s2s", Extra: map[string]any{
+			"shadow_on_median_per_s": 900.0, "shadow_off_median_per_s": 1000.0,
+			"shadow_cost_bound_pct": tc.bound, "shadow_busy_s": 0.2, "shadow_fed": 5000.0, "cores": 2,
+		}, Runs: []*scenarioResult{
+			{Name: "s2s #1 shadow=false", DeliveriesPerS: 1000}, {Name: "s2s #2 shadow=true", DeliveriesPerS: 800},
+			{Name: "s2s #3 shadow=true", DeliveriesPerS: 1000}, {Name: "s2s #4 shadow=false", DeliveriesPerS: 1100},
+		}}
+		r := &results{Scenarios: []*scenarioResult{s2s}}
+		evaluate(r)
+		i := slices.IndexFunc(r.Targets, func(tg target) bool { return tg.Scenario == "s2s" })
+		require.GreaterOrEqual(t, i, 0)
+		require.Equal(t, tc.status, r.Targets[i].Status, tc.bound)
+		require.Contains(t, r.Targets[i].Measured, "0.90 x")
+		require.Contains(t, r.Targets[i].Measured, "10% off, 25% on")
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/hookd/hookd/internal/store"
@@ -16,7 +19,7 @@ import (
 // month of history while S1's closed loop runs).
 
 const (
-	s2sGoal      = "S2s shadow breakers on >= 0.95 x off (they cost <= 5% of S1's throughput)"
+	s2sGoal      = "S2s shadow breakers cost <= 5% of S1's throughput (bounded by their busy time; alternated runs beside)"
 	s8TuneGoal   = "S8 one tuning pass over every class <= 300 s"
 	s8TuneS1Goal = "S8 deliveries/s while a tuning pass runs >= 0.9 x without"
 	// s2sClass is the class S2s puts every endpoint in.
@@ -53,6 +56,7 @@ func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 	}
 	var on, off []*scenarioResult
 	var shadowed int
+	var busy, fed float64
 	for i, shadow := range pairOrder(b.plan.s2sPairs) {
 		mode := tuning.ModeRecommend
 		if shadow {
@@ -79,6 +83,13 @@ func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 			n, err = s2sShadowed(ctx, st, 30*time.Second)
 			shadowed += n
 			r.Extra = map[string]any{"shadow_outcomes": n}
+			if err == nil {
+				var m map[string]float64
+				if m, err = s.metrics(ctx, s2sBusySeries, s2sFedSeries); err == nil {
+					busy, fed = busy+m[s2sBusySeries], fed+m[s2sFedSeries]
+					r.Extra["shadow_busy_s"], r.Extra["shadow_fed"] = round3(m[s2sBusySeries]), m[s2sFedSeries]
+				}
+			}
 		}
 		if serr := s.stopDispatchers(); err == nil {
 			err = serr
@@ -95,16 +106,40 @@ func runS2s(ctx context.Context, b *bench) (*scenarioResult, error) {
 	}
 	res.setMedians(on)
 	res.MeasuredS = round1(b.plan.s2Measure.Seconds() * float64(2*b.plan.s2sPairs))
+	offMedian := medianOf(off, func(r *scenarioResult) float64 { return r.DeliveriesPerS })
 	res.Extra = map[string]any{
 		"shadow_on_median_per_s":  res.DeliveriesPerS,
-		"shadow_off_median_per_s": medianOf(off, func(r *scenarioResult) float64 { return r.DeliveriesPerS }),
+		"shadow_off_median_per_s": offMedian,
 		"shadow_off_p99_ms":       medianOf(off, func(r *scenarioResult) float64 { return r.LatencyP99Ms }),
 		"shadow_outcomes_read":    shadowed,
+		"shadow_busy_s":           round3(busy),
+		"shadow_fed":              fed,
+		"cores":                   runtime.NumCPU(),
 	}
-	if shadowed == 0 {
+	if shadowed == 0 || fed == 0 {
 		return res, fmt.Errorf("s2s: the shadow breakers read no outcome in the shadow runs")
 	}
+	res.Extra["shadow_cost_bound_pct"] = round3(100 * shadowCostBound(busy, fed, offMedian, runtime.NumCPU()))
 	return res, nil
+}
+
+// Series S2s reads from the dispatchers after each run with the shadow on.
+const (
+	s2sBusySeries = "hookd_tuning_shadow_seconds_total"
+	s2sFedSeries  = "hookd_tuning_shadow_outcomes_total"
+)
+
+// shadowCostBound bounds the share of a CPU-bound S1's throughput the
+// shadow breakers take: the shadow is one sequential loop, so at any
+// instant at most its goroutine and the PostgreSQL backend answering it
+// work for it, and its CPU is at most twice its wall time (busy, over fed
+// outcomes). At perSecond deliveries a second, each one outcome, it needs
+// at most 2 * busy / fed * perSecond cores of the machine's cores.
+func shadowCostBound(busy, fed, perSecond float64, cores int) float64 {
+	if fed <= 0 || cores <= 0 {
+		return 0
+	}
+	return 2 * busy / fed * perSecond / float64(cores)
 }
 
 // s2sClassMode stores the S2s class with the default config and mode.
@@ -248,4 +283,22 @@ func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, run func(r *sce
 	res.Extra["tune_s1_over_without"] = round3(with / max(without, 1e-9))
 	res.Extra["tune_pass_outlasted_loops"] = o.took > loopsEnded
 	return nil
+}
+
+// s2sSpread says how far S2s's runs of each mode spread: (fastest -
+// slowest) / slowest.
+func s2sSpread(s2s *scenarioResult) string {
+	spread := func(on bool) string {
+		lo, hi := math.Inf(1), 0.0
+		for _, r := range s2s.Runs {
+			if strings.HasSuffix(r.Name, fmt.Sprintf("shadow=%v", on)) {
+				lo, hi = min(lo, r.DeliveriesPerS), max(hi, r.DeliveriesPerS)
+			}
+		}
+		if hi == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f%%", (hi/lo-1)*100)
+	}
+	return spread(false) + " off, " + spread(true) + " on"
 }

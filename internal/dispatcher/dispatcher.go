@@ -192,7 +192,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		// An attempt is logged when it ends, stamped with its start.
 		Lag:  cfg.RequestTimeout + 5*time.Second,
 		Pace: tuning.DefaultPace, Actor: cfg.Actor,
-	}, tuning.Deps{Store: d.store, Now: d.clock.Now, Logger: d.logger})
+	}, tuning.Deps{Store: d.store, Now: d.clock.Now, Logger: d.logger, Metrics: d.metrics.Tuning})
 	return d, nil
 }
 
@@ -489,6 +489,8 @@ type Metrics struct {
 	*delivery.DispatcherMetrics
 	// Retention is the partition maintainer's.
 	Retention *retention.Metrics
+	// Tuning is the tuning leader's.
+	Tuning *tuning.Metrics
 }
 
 // RegisterMetrics registers every series a dispatcher exports on reg (the
@@ -497,5 +499,5 @@ type Metrics struct {
 func RegisterMetrics(reg prometheus.Registerer, endpointCap int) Metrics {
 	telemetry.RegisterRuntime(reg)
 	dm := delivery.NewDispatcherMetrics(reg, &delivery.EndpointLabels{Max: endpointCap})
-	return Metrics{DispatcherMetrics: dm, Retention: retention.NewMetrics(reg, dm.Delivery.Expired)}
+	return Metrics{DispatcherMetrics: dm, Retention: retention.NewMetrics(reg, dm.Delivery.Expired), Tuning: tuning.NewMetrics(reg)}
 }

@@ -42,7 +42,10 @@ func (t *Tuner) Advance(ctx context.Context) error {
 	var errs []error
 	for _, sr := range recs {
 		live[sr.Class] = true
-		if err := t.advance(ctx, sr); err != nil {
+		started := time.Now()
+		err := t.advance(ctx, sr)
+		t.deps.Metrics.ShadowSeconds.Add(time.Since(started).Seconds())
+		if err != nil {
 			errs = append(errs, fmt.Errorf("class %s: %w", sr.Class, err))
 		}
 	}
@@ -136,6 +139,8 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 	if err != nil {
 		return nil, err
 	}
+	fed := run.outcomes
+	defer func() { t.deps.Metrics.ShadowOutcomes.Add(float64(run.outcomes - fed)) }()
 	for _, id := range ids {
 		b := run.breakers[id]
 		if b == nil {

@@ -79,6 +79,8 @@ type Deps struct {
 	// Rand draws the shadow breakers' open jitter; nil means a seeded
 	// source.
 	Rand func() float64
+	// Metrics counts the shadows' cost; nil counts nothing.
+	Metrics *Metrics
 }
 
 // Tuner runs tuning passes and advances shadows.
@@ -116,6 +118,9 @@ func New(cfg Config, deps Deps) *Tuner {
 	}
 	if deps.Rand == nil {
 		deps.Rand = replay.NewRand(cfg.Seed)
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
 	}
 	return &Tuner{cfg: cfg, deps: deps, shadows: map[string]*shadowRun{}}
 }

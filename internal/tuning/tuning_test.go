@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -26,16 +27,17 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 type bundle struct {
 	db    *storetest.DB
 	st    *store.Store
-	now   time.Time
-	tuner *tuning.Tuner
+	now     time.Time
+	tuner   *tuning.Tuner
+	metrics *tuning.Metrics
 }
 
 func setup(t *testing.T, cfg tuning.Config) *bundle {
 	t.Helper()
 	db := storetest.New(t)
-	b := &bundle{db: db, st: store.New(db.Pool, nil)}
+	b := &bundle{db: db, st: store.New(db.Pool, nil), metrics: tuning.NewMetrics(nil)}
 	cfg.Actor = "tuning-test"
-	b.tuner = tuning.New(cfg, tuning.Deps{Store: b.st, Now: func() time.Time { return b.now }})
+	b.tuner = tuning.New(cfg, tuning.Deps{Store: b.st, Now: func() time.Time { return b.now }, Metrics: b.metrics})
 	return b
 }
 
@@ -343,6 +345,12 @@ func TestShadowThatDisagreesBlocksTheApply(t *testing.T) {
 	require.Equal(t, tuning.StatusShadowing, mid.Status)
 	require.Equal(t, start.Add(shadow/2-lag), mid.Shadow.ReadUntil)
 	require.NotEmpty(t, mid.Shadow.Opens, "consecutive 3 trips on 20% errors")
+	midCalm, err := tuning.Get(ctx, b.st, "calm")
+	require.NoError(t, err)
+	require.Positive(t, mid.Shadow.Attempts)
+	require.Equal(t, float64(mid.Shadow.Attempts+midCalm.Shadow.Attempts), testutil.ToFloat64(b.metrics.ShadowOutcomes),
+		"the series counts every outcome the shadows fed")
+	require.Positive(t, testutil.ToFloat64(b.metrics.ShadowSeconds))
 
 	b.now = start.Add(shadow + lag)
 	require.NoError(t, b.tuner.Advance(ctx))
