@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/api"
+	"github.com/hookd/hookd/internal/api/openapitest"
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
@@ -42,6 +43,8 @@ type testBundle struct {
 	doc   *openapi3.T
 	// router finds the documented operation of a request.
 	router routers.Router
+	// schemas validates bodies against the document's schemas.
+	schemas *openapitest.Schemas
 
 	mu sync.Mutex
 	// seen records every (operationId, status) answered, for the coverage
@@ -74,15 +77,16 @@ func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle
 	srv := httptest.NewServer(api.NewServer(deps))
 	t.Cleanup(srv.Close)
 	doc, router := loadDocument(t)
-	return srv, &testBundle{db: db, store: s, enq: enq, srv: srv, doc: doc, router: router, seen: map[string]bool{}}
+	return srv, &testBundle{db: db, store: s, enq: enq, srv: srv, doc: doc, router: router, schemas: documentSchemas, seen: map[string]bool{}}
 }
 
 // document is the embedded OpenAPI document, loaded, validated and routed
 // once per test binary: every check only reads it.
 var (
 	documentOnce   sync.Once
-	documentDoc    *openapi3.T
-	documentRouter routers.Router
+	documentDoc     *openapi3.T
+	documentRouter  routers.Router
+	documentSchemas *openapitest.Schemas
 	documentErr    error
 )
 
@@ -106,7 +110,12 @@ func loadDocument(t *testing.T) (*openapi3.T, routers.Router) {
 			documentErr = fmt.Errorf("route: %w", err)
 			return
 		}
-		documentDoc, documentRouter = doc, router
+		schemas, err := openapitest.New(api.OpenAPIDocument(), doc)
+		if err != nil {
+			documentErr = fmt.Errorf("schemas: %w", err)
+			return
+		}
+		documentDoc, documentRouter, documentSchemas = doc, router, schemas
 	})
 	require.NoError(t, documentErr)
 	return documentDoc, documentRouter
@@ -228,11 +237,17 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 			route, routeErr = nil, routers.ErrPathNotFound
 		}
 	}
+	// The bodies are checked against schemas compiled once (b.schemas);
+	// kin-openapi checks everything else.
+	fopts := filterOptions()
+	fopts.ExcludeRequestBody, fopts.ExcludeResponseBody = true, true
 	var input *openapi3filter.RequestValidationInput
 	reqErr := routeErr
 	if routeErr == nil {
-		input = &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: filterOptions()}
-		reqErr = openapi3filter.ValidateRequest(context.Background(), input)
+		input = &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: fopts}
+		if reqErr = openapi3filter.ValidateRequest(context.Background(), input); reqErr == nil {
+			reqErr = b.requestBodyError(route.Operation, vreq.Header.Get("Content-Type"), raw, body != nil)
+		}
 	}
 
 	res, err := b.srv.Client().Do(newRequest())
@@ -250,10 +265,12 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 		return out
 	}
 	rin := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: input, Status: out.Status, Header: out.Header, Options: filterOptions(),
+		RequestValidationInput: input, Status: out.Status, Header: out.Header, Options: fopts,
 	}
 	rin.SetBodyBytes(got)
 	require.NoErrorf(t, openapi3filter.ValidateResponse(context.Background(), rin),
+		"%s %s: the %d response does not match the document: %s", method, path, out.Status, got)
+	require.NoErrorf(t, b.responseBodyError(route.Operation, out),
 		"%s %s: the %d response does not match the document: %s", method, path, out.Status, got)
 
 	rejected := out.Status == http.StatusBadRequest || out.Status == http.StatusUnsupportedMediaType
@@ -272,6 +289,43 @@ func (b *testBundle) do(t *testing.T, method, path string, body any, opts ...cal
 	return out
 }
 
+// requestBodyError is what the document says of a request's body, as
+// openapi3filter.ValidateRequestBody says it, with the schema compiled once.
+func (b *testBundle) requestBodyError(op *openapi3.Operation, contentType string, raw []byte, sent bool) error {
+	if op.RequestBody == nil || op.RequestBody.Value == nil {
+		return nil
+	}
+	rb := op.RequestBody.Value
+	if !sent || len(raw) == 0 {
+		if rb.Required {
+			return errors.New("request body is required")
+		}
+		return nil
+	}
+	mt := rb.Content.Get(contentType)
+	if mt == nil {
+		return fmt.Errorf("request body has an undocumented content type %q", contentType)
+	}
+	if mt.Schema == nil {
+		return nil
+	}
+	return b.schemas.ValidateJSON(mt.Schema.Value, raw)
+}
+
+// responseBodyError is what the document says of a response's body, as
+// openapi3filter.ValidateResponse says it, with the schema compiled once.
+func (b *testBundle) responseBodyError(op *openapi3.Operation, r *response) error {
+	ct := r.Header.Get("Content-Type")
+	schema, ok := openapitest.ResponseSchema(op, r.Status, ct)
+	switch {
+	case !ok:
+		return fmt.Errorf("status %d with content type %q is not documented", r.Status, ct)
+	case schema == nil:
+		return nil
+	}
+	return b.schemas.ValidateJSON(schema, r.Body)
+}
+
 // requireSchema checks body against a component schema of the document.
 func (b *testBundle) requireSchema(t *testing.T, name string, body []byte) {
 	t.Helper()
@@ -279,7 +333,7 @@ func (b *testBundle) requireSchema(t *testing.T, name string, body []byte) {
 	require.NotNilf(t, ref, "no schema %s", name)
 	var v any
 	require.NoError(t, json.Unmarshal(body, &v))
-	require.NoErrorf(t, ref.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), "%s: %s", name, body)
+	require.NoErrorf(t, b.schemas.Validate(ref.Value, v), "%s: %s", name, body)
 }
 
 // decodeJSON decodes a response body strictly into T.

@@ -793,8 +793,15 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 		in.SetBodyBytes(raw)
 		return openapi3filter.ValidateResponse(context.Background(), in)
 	}
+	// What b.do checks bodies with (schemas compiled once) sees the same.
+	checkBody := func(status int, header http.Header, body any) error {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		return b.responseBodyError(route.Operation, &response{Status: status, Header: header, Body: raw})
+	}
 	header := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/endpoints/" + good["id"].(string)}}
 	require.NoError(t, validate(201, header, good))
+	require.NoError(t, checkBody(201, header, good))
 
 	with := func(k string, v any) map[string]any {
 		m := maps.Clone(good)
@@ -820,18 +827,33 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Error(t, validate(201, header, body))
+			require.Error(t, checkBody(201, header, body))
 		})
 	}
 	require.NoError(t, validate(201, header, with("disabled_reason", "manual")), "a nullable field takes a string")
+	require.NoError(t, checkBody(201, header, with("disabled_reason", "manual")))
+	require.Error(t, checkBody(201, http.Header{"Content-Type": {"text/plain"}}, good), "wrong content type")
 	require.Error(t, validate(http.StatusTeapot, header, good), "undocumented status")
 	require.Error(t, validate(201, http.Header{"Content-Type": {"application/json"}}, good), "missing Location")
 	require.Error(t, validate(201, http.Header{"Content-Type": {"text/plain"}, "Location": {"/x"}}, good), "wrong content type")
 	problem := map[string]any{"type": "https://hookd.dev/problems/validation", "title": "Bad Request", "status": 400}
-	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "a 400 names its fields")
+	problemHeader := http.Header{"Content-Type": {"application/problem+json"}}
+	require.Error(t, validate(400, problemHeader, problem), "a 400 names its fields")
+	require.Error(t, checkBody(400, problemHeader, problem))
 	problem["errors"] = []any{map[string]any{"field": "url", "message": "bad"}}
-	require.NoError(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem))
+	require.NoError(t, validate(400, problemHeader, problem))
+	require.NoError(t, checkBody(400, problemHeader, problem))
 	problem["status"] = 422
-	require.Error(t, validate(400, http.Header{"Content-Type": {"application/problem+json"}}, problem), "status matches")
+	require.Error(t, validate(400, problemHeader, problem), "status matches")
+	require.Error(t, checkBody(400, problemHeader, problem))
+
+	// And the request side: a body the document refuses.
+	ct := "application/json"
+	require.NoError(t, b.requestBodyError(route.Operation, ct, []byte(`{"tenant_id": "acme", "url": "https://acme.example/hook"}`), true))
+	require.Error(t, b.requestBodyError(route.Operation, ct, []byte(`{"tenant_id": "acme"}`), true), "missing url")
+	require.Error(t, b.requestBodyError(route.Operation, ct, []byte(`{"tenant_id": "acme", "url": 5}`), true), "wrong type")
+	require.Error(t, b.requestBodyError(route.Operation, ct, nil, false), "a required body")
+	require.Error(t, b.requestBodyError(route.Operation, "text/plain", []byte(`{}`), true), "wrong content type")
 }
 
 // TestOpenAPIBreakerAndClassDrift does for the breaker, traffic and
