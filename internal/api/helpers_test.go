@@ -83,11 +83,11 @@ func setup(t *testing.T, opts ...func(*api.Deps)) (*httptest.Server, *testBundle
 // document is the embedded OpenAPI document, loaded, validated and routed
 // once per test binary: every check only reads it.
 var (
-	documentOnce   sync.Once
+	documentOnce    sync.Once
 	documentDoc     *openapi3.T
 	documentRouter  routers.Router
 	documentSchemas *openapitest.Schemas
-	documentErr    error
+	documentErr     error
 )
 
 // loadDocument returns the embedded OpenAPI document, validated (which

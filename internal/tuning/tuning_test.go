@@ -25,8 +25,8 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // bundle is a fresh database with a store and a tuner whose clock the test
 // sets.
 type bundle struct {
-	db    *storetest.DB
-	st    *store.Store
+	db      *storetest.DB
+	st      *store.Store
 	now     time.Time
 	tuner   *tuning.Tuner
 	metrics *tuning.Metrics
