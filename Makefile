@@ -31,6 +31,10 @@ TEST_REPORT ?= $(CURDIR)/.test-report.json
 # CHECK_PKGS are make check's packages: all but the end-to-end tests (real
 # processes and a browser), the tour and the benchmark's scenarios.
 CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
+# CHECK_FLAGS are make check's extra go test flags: CHECK_FLAGS=-race adds
+# the race detector, which make test always runs with (it doubles the api
+# and store tests' time).
+CHECK_FLAGS ?=
 
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
@@ -65,10 +69,10 @@ test:
 	rm -f $(PGSTATE_FILE)
 	$(MAKE) --no-print-directory test-report
 
-## check: the quick inner loop: vet and the race-detected tests of every package but the end-to-end tests, the tour and the benchmark; make test is the full suite CI runs
+## check: the quick inner loop: vet and the tests of every package but the end-to-end tests, the tour and the benchmark, without the race detector unless CHECK_FLAGS=-race; make test is the full suite CI runs
 check:
 	$(GO) vet ./...
-	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 10m $(CHECK_PKGS)
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- $(CHECK_FLAGS) -count=1 -timeout 10m $(CHECK_PKGS)
 	$(MAKE) --no-print-directory test-report
 
 ## test-report: each package's time and the 30 slowest tests of the last make test or make check (from TEST_REPORT)
