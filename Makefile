@@ -28,6 +28,11 @@ FLEET_REPORT ?= $(CURDIR)/fleet-report.json
 # from which make test-report lists the slowest.
 GOTESTSUM ?= gotest.tools/gotestsum@v1.13.0
 TEST_REPORT ?= $(CURDIR)/.test-report.json
+# TEST_PKGS are make test's packages, internal/e2e named first: go test
+# starts packages in the order given, and the end-to-end tests, the
+# longest package by far, then run beside all the others instead of after
+# most of them.
+TEST_PKGS = ./internal/e2e ./...
 # CHECK_PKGS are make check's packages: all but the end-to-end tests (real
 # processes and a browser), the tour and the benchmark's scenarios.
 CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
@@ -61,7 +66,7 @@ test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
-	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m ./...
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m $(TEST_PKGS)
 	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
