@@ -41,6 +41,17 @@ CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e
 # and store tests' time).
 CHECK_FLAGS ?=
 
+# DEPLOY_TEST_PKGS hold the tests of the deployment files (compose, the
+# Dockerfile, deploy/k8s, the alert rules and dashboard), which read them
+# with each tool's own parser (internal/deploycheck). Those test files are
+# built without the race detector (//go:build !race): the parsers (the
+# Kubernetes API types, PromQL, BuildKit, compose-go) take minutes of CPU
+# to compile with it on an empty build cache and run none of hookd's
+# concurrent code. make test runs them in a go test of their own.
+DEPLOY_TEST_PKGS = ./internal/deploycheck ./cmd/...
+# DEPLOY_REPORT is that go test's JSON record, added to TEST_REPORT.
+DEPLOY_REPORT ?= $(CURDIR)/.test-report-deploy.json
+
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
@@ -58,7 +69,7 @@ build:
 run:
 	./deploy/run-local.sh
 
-## test: install missing test dependencies, vet, run every test with the race detector (private PostgreSQL clusters), the bench's smoke form and each fuzz target briefly; fails if a server at 127.0.0.1:5432 was not left as found
+## test: install missing test dependencies, vet, run every test with the race detector (private PostgreSQL clusters; the deployment files' tests without it), the bench's smoke form beside the SDKs' tests and each fuzz target briefly; fails if a server at 127.0.0.1:5432 was not left as found
 # pgstate records the server at 127.0.0.1:5432 (PGSTATE_URL), when one
 # runs, before the tests and fails after them if they restarted, stopped or
 # reconfigured it; test databases left on it are reported.
@@ -67,12 +78,27 @@ test:
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
 	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- -race -count=1 -timeout 25m $(TEST_PKGS)
-	$(MAKE) --no-print-directory sdk-test
-	$(MAKE) --no-print-directory bench-smoke
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-after
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
+	cat $(DEPLOY_REPORT) >>$(TEST_REPORT) && rm -f $(DEPLOY_REPORT)
 	$(MAKE) --no-print-directory test-report
+
+# test-after is what make test runs after the race detector's run, in two
+# lanes at once (each one's output printed when it ends): bench-smoke,
+# which mostly waits on its processes and clocks, beside test-lane, which
+# mostly computes.
+.PHONY: test-after test-lane test-deploy
+test-after: bench-smoke test-lane
+
+test-lane:
+	$(MAKE) --no-print-directory test-deploy
+	$(MAKE) --no-print-directory sdk-test
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+# test-deploy runs DEPLOY_TEST_PKGS' tests without the race detector.
+test-deploy:
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(DEPLOY_REPORT) -- -count=1 -timeout 10m $(DEPLOY_TEST_PKGS)
 
 ## check: the quick inner loop: vet and the tests of every package but the end-to-end tests, the tour and the benchmark, without the race detector unless CHECK_FLAGS=-race; make test is the full suite CI runs
 check:

@@ -1,3 +1,5 @@
+//go:build !race
+
 package main
 
 import (
@@ -13,21 +15,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookd/hookd/internal/deploycheck"
-	"github.com/hookd/hookd/internal/dispatcher"
 	"github.com/hookd/hookd/internal/telemetry"
 	"github.com/hookd/hookd/internal/telemetry/telemetrytest"
 )
-
-// catalogue returns the families the dispatcher exports
-// (dispatcher.RegisterMetrics, which its New calls).
-func catalogue(t *testing.T) telemetrytest.Catalogue {
-	t.Helper()
-	rec := telemetrytest.NewRecorder()
-	dispatcher.RegisterMetrics(rec, 0)
-	cat, err := rec.Catalogue()
-	require.NoError(t, err)
-	return cat
-}
 
 // exported returns, for a series name, the labels of the family the
 // dispatcher or the api exports it in. The api's own families are

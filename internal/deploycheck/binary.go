@@ -4,6 +4,11 @@
 // alert rules and the dashboard), so that each binary's tests can hold them
 // to what only hookd knows: its flags, their environment twins, and the
 // series it exports. No Docker engine or cluster is needed.
+//
+// Its tests and the binaries' tests that use it are built without the race
+// detector (//go:build !race): the parsers cost minutes of CPU to compile
+// with it and run none of hookd's concurrent code; make test runs them in a
+// go test of their own.
 package deploycheck
 
 import (
