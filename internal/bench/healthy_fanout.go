@@ -161,15 +161,20 @@ func (s *stage) rateRun(ctx context.Context, res *scenarioResult, set tenantSet,
 	t0 := s.clock.now()
 	lctx, cancel := context.WithTimeout(ctx, d)
 	var backlog []backlogSample
+	var fetch []fetchSample
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-lctx.Done():
 				return
 			case <-tick.C:
+			}
+			// A sample the run's end cut short is left out.
+			if f, err := s.fetchHealth(ctx, t0, i%5 == 4); err == nil {
+				fetch = append(fetch, f)
 			}
 			due := s.tracker.due.Load() - due0
 			accepted := s.tracker.messages[0].Load() + s.tracker.failed.Load() - msgs0
@@ -203,6 +208,8 @@ func (s *stage) rateRun(ctx context.Context, res *scenarioResult, set tenantSet,
 		"backlog_last_10s_mean": round1(tailMean),
 		"backlog_samples":       backlog,
 		"growing_backlog":       growing(slope, rate, res.MessagesPerS),
+		"fetch_samples":         fetch,
+		"fetch_by_10s":          fetchCostByWindow(fetch, 10),
 		"backlog_rule":          "growing when the backlog's least-squares slope after the first 10% of the run exceeds 1% of the offered rate per second, or the api accepted fewer than 98% of the offered messages",
 	}
 	return s.loadErrors(res, m)
