@@ -96,7 +96,7 @@ test-lane:
 	$(MAKE) --no-print-directory sdk-test
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
-# test-deploy runs DEPLOY_TEST_PKGS' tests without the race detector.
+## test-deploy: the deployment files' tests (compose, Dockerfile, deploy/k8s, alert rules, dashboard), without the race detector; make test runs them, make check too unless CHECK_FLAGS=-race
 test-deploy:
 	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(DEPLOY_REPORT) -- -count=1 -timeout 10m $(DEPLOY_TEST_PKGS)
 
