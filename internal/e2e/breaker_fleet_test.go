@@ -346,6 +346,11 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 			for j, b := range probes {
 				if i != j && b.start.Before(a.start) && b.end.After(a.start) {
 					n++
+					// Where an overlap falls against the faults says
+					// which one let it through.
+					t.Logf("overlapping trials to %s: one %.3f-%.3f s, the next from %.3f s (kill at %.3f s, trial connections cut at %.3f s)",
+						path, b.start.Sub(start).Seconds(), b.end.Sub(start).Seconds(), a.start.Sub(start).Seconds(),
+						killedAt.Sub(start).Seconds(), cutAt.Sub(start).Seconds())
 				}
 			}
 			maxTrials = max(maxTrials, n)
