@@ -630,7 +630,9 @@ type riverJob struct {
 	Kind  string
 	Queue string
 	State string
-	Args  delivery.DeliverArgs
+	// Args are a delivery job's; Message a message job's.
+	Args    delivery.DeliverArgs
+	Message delivery.MessageArgs
 }
 
 // jobs returns every River job, oldest first.
@@ -643,6 +645,9 @@ func (b *testBundle) jobs(t *testing.T) []riverJob {
 		var args []byte
 		if err := row.Scan(&j.ID, &j.Kind, &j.Queue, &j.State, &args); err != nil {
 			return j, err
+		}
+		if j.Kind == (delivery.MessageArgs{}).Kind() {
+			return j, json.Unmarshal(args, &j.Message)
 		}
 		return j, json.Unmarshal(args, &j.Args)
 	})

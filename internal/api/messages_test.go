@@ -45,22 +45,23 @@ func TestCreateMessageQueuesOneJobPerDelivery(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{e1.ID, e2.ID}, slices.Collect(maps.Keys(byEndpoint)))
 
-	// One River job per delivery, inserted in the message's transaction,
-	// carrying what the worker needs; the delivery remembers its job.
-	// Escapes stay as sent: these are the bytes signed.
+	// One River job for the message's fan-out, inserted in the message's
+	// transaction, carrying what the worker needs; each delivery
+	// remembers the job. Escapes stay as sent: these are the bytes signed.
 	const compact = `{"invoice":"in_1","amount":12345678901234567890,"note":"caf\u00e9 <b>"}`
 	jobs := b.jobs(t)
-	require.Len(t, jobs, 2)
-	for _, j := range jobs {
-		require.Equal(t, "deliver", j.Kind)
-		require.Equal(t, delivery.QueueDeliver, j.Queue)
-		require.Equal(t, "available", j.State)
-		d, ok := byEndpoint[j.Args.EndpointID]
+	require.Len(t, jobs, 1)
+	j := jobs[0]
+	require.Equal(t, "deliver_message", j.Kind)
+	require.Equal(t, delivery.QueueDeliver, j.Queue)
+	require.Equal(t, "available", j.State)
+	require.Equal(t, m.ID, j.Message.MessageID)
+	require.Equal(t, "invoice.paid", j.Message.EventType)
+	require.Len(t, j.Message.Deliveries, 2)
+	for _, jd := range j.Message.Deliveries {
+		d, ok := byEndpoint[jd.EndpointID]
 		require.True(t, ok)
-		require.Equal(t, delivery.DeliverArgs{
-			DeliveryID: d.ID, MessageID: m.ID, EndpointID: d.EndpointID, EventType: "invoice.paid",
-			Series: 1,
-		}, j.Args)
+		require.Equal(t, d.ID, jd.DeliveryID)
 		require.Equal(t, &j.ID, b.jobIDOf(t, d.ID))
 	}
 
@@ -129,9 +130,17 @@ func TestMessageFanOut(t *testing.T) {
 		fanOutCases(t, b, endpoints, disabled)
 	})
 	t.Run("jobs", func(t *testing.T) {
-		// Jobs exist exactly for the pending deliveries.
+		// Jobs exist exactly for the pending deliveries: a message job
+		// for each message's, or a delivery job for a single one.
 		var pending int
 		for _, j := range b.jobs(t) {
+			if j.Kind == "deliver_message" {
+				for _, d := range j.Message.Deliveries {
+					require.NotEqual(t, disabled, d.EndpointID)
+					pending++
+				}
+				continue
+			}
 			require.NotEqual(t, disabled, j.Args.EndpointID)
 			pending++
 		}
@@ -267,7 +276,7 @@ func TestCreateMessageConcurrentReplaysCreateOne(t *testing.T) {
 	counts := b.counts(t)
 	require.Equal(t, 1, counts["messages"])
 	require.Equal(t, 2, counts["deliveries"])
-	require.Equal(t, 2, counts["river_job"])
+	require.Equal(t, 1, counts["river_job"], "one message job for both deliveries")
 	require.Equal(t, 1, counts["idempotency_keys"])
 }
 

@@ -61,6 +61,43 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
 }
 
+// MessageArgs are the arguments of a message job: the first attempt of
+// each of a message's deliveries, made side by side by one job, so River's
+// writes of a job (its insert, its fetch, its completion) are shared by
+// the message's fan-out. A delivery that needs a later attempt gets a
+// job of its own (DeliverArgs): a retry queued by the ledger with the
+// attempt's record, a wait handed off by the message worker.
+type MessageArgs struct {
+	MessageID string `json:"message_id"`
+	EventType string `json:"event_type"`
+	// Deliveries are the message's deliveries this job owns, each in its
+	// first attempt series with no attempt made.
+	Deliveries []MessageDelivery `json:"deliveries"`
+	// Trace is the message's trace context, as DeliverArgs.Trace.
+	Trace map[string]string `json:"trace,omitempty"`
+}
+
+// MessageDelivery is one delivery of a message job.
+type MessageDelivery struct {
+	DeliveryID string `json:"id"`
+	EndpointID string `json:"endpoint_id"`
+}
+
+// Kind names the job kind.
+func (MessageArgs) Kind() string { return "deliver_message" }
+
+// InsertOpts puts message jobs on the deliveries' queue.
+func (MessageArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
+}
+
+// delivery is the DeliverArgs of the job's i-th delivery.
+func (a MessageArgs) delivery(i int) DeliverArgs {
+	d := a.Deliveries[i]
+	return DeliverArgs{DeliveryID: d.DeliveryID, MessageID: a.MessageID, EndpointID: d.EndpointID,
+		EventType: a.EventType, Series: 1, Trace: a.Trace}
+}
+
 // DefaultNotifyInterval is the least time between an inserting process's
 // notifications that jobs are queued. A job inserted meanwhile waits for
 // the next one (or a dispatcher's poll), so it bounds a quiet queue's wait
@@ -74,13 +111,38 @@ type Enqueuer struct {
 
 var _ store.Enqueuer = (*Enqueuer)(nil)
 
-// EnqueueTx inserts one job per delivery and returns their ids in order.
+// EnqueueTx inserts the deliveries' jobs and returns each delivery's job
+// id in order: one message job (MessageArgs) for the deliveries of one
+// message that may share it (QueuedDelivery.Shared), when there are at
+// least two, and one job per delivery for the rest.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.QueuedDelivery) ([]int64, error) {
 	if e.Client == nil {
 		return nil, errors.New("insert jobs: no River client yet")
 	}
-	params := make([]river.InsertManyParams, len(deliveries))
+	// job[i] is the index in params of delivery i's job.
+	job := make([]int, len(deliveries))
+	shared := make(map[string][]int)
 	for i, d := range deliveries {
+		if d.Shared {
+			shared[d.MessageID] = append(shared[d.MessageID], i)
+		}
+	}
+	params := make([]river.InsertManyParams, 0, len(deliveries))
+	for i, d := range deliveries {
+		if group := shared[d.MessageID]; d.Shared && len(group) > 1 {
+			if group[0] != i {
+				job[i] = job[group[0]]
+				continue
+			}
+			args := MessageArgs{MessageID: d.MessageID, EventType: d.EventType, Trace: d.Trace,
+				Deliveries: make([]MessageDelivery, len(group))}
+			for j, k := range group {
+				args.Deliveries[j] = MessageDelivery{DeliveryID: deliveries[k].ID, EndpointID: deliveries[k].EndpointID}
+			}
+			job[i] = len(params)
+			params = append(params, river.InsertManyParams{Args: args})
+			continue
+		}
 		args := DeliverArgs{
 			DeliveryID:     d.ID,
 			MessageID:      d.MessageID,
@@ -92,15 +154,26 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 			Trace:          d.Trace,
 			NotBefore:      d.NotBefore,
 		}
-		params[i] = river.InsertManyParams{Args: args}
+		var opts *river.InsertOpts
+		if d.ScheduledAt != nil || d.Unsettled {
+			opts = &river.InsertOpts{}
+			if d.ScheduledAt != nil {
+				opts.ScheduledAt = *d.ScheduledAt
+			}
+			if d.Unsettled {
+				opts.Metadata = []byte(`{"` + metaUnsettled + `":true}`)
+			}
+		}
+		job[i] = len(params)
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	res, err := e.Client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
-	ids := make([]int64, len(res))
-	for i, r := range res {
-		ids[i] = r.Job.ID
+	ids := make([]int64, len(deliveries))
+	for i := range deliveries {
+		ids[i] = res[job[i]].Job.ID
 	}
 	return ids, nil
 }

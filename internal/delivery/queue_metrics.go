@@ -32,7 +32,7 @@ func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
 	m := &QueueMetrics{
 		Depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_queue_depth",
-			Help: "Unfinished delivery jobs in the deliver queue by River state (available: due and waiting for a worker; scheduled: retries, breaker and concurrency snoozes; running; retryable; pending). Fleet-wide: every dispatcher exports the same value.",
+			Help: "Unfinished jobs in the deliver queue (a message job for a message's first attempts, a delivery job for each later one) by River state (available: due and waiting for a worker; scheduled: retries, breaker and concurrency snoozes; running; retryable; pending). Fleet-wide: every dispatcher exports the same value.",
 		}, []string{"state"}),
 		OldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_oldest_pending_seconds",

@@ -49,16 +49,16 @@ type rateSlot struct {
 }
 
 // slotOf returns the slot the job's metadata holds for its current attempt.
-func slotOf(job *river.Job[DeliverArgs]) (time.Time, bool) {
-	if !bytes.Contains(job.Metadata, []byte(metaRateSlot)) {
+func slotOf(r *run) (time.Time, bool) {
+	if !bytes.Contains(r.metadata, []byte(metaRateSlot)) {
 		return time.Time{}, false
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(job.Metadata, &m) != nil {
+	if json.Unmarshal(r.metadata, &m) != nil {
 		return time.Time{}, false
 	}
 	var s rateSlot
-	if json.Unmarshal(m[metaRateSlot], &s) != nil || s.Attempt != job.Attempt || s.At.IsZero() {
+	if json.Unmarshal(m[metaRateSlot], &s) != nil || s.Attempt != r.attempt || s.At.IsZero() {
 		return time.Time{}, false
 	}
 	return s.At, true
@@ -115,9 +115,9 @@ func (b *bookedUntil) set(id string, at, now time.Time) {
 // rateWait returns how long the delivery must wait under its endpoint's
 // rate limit (zero: send now), or the error of a booking that failed:
 // nothing is sent without a slot.
-func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *Target) (time.Duration, error) {
+func (w *Worker) rateWait(ctx context.Context, r *run, t *Target) (time.Duration, error) {
 	now := w.deps.Now()
-	if at, ok := slotOf(job); ok && now.Sub(at) <= slotGrace {
+	if at, ok := slotOf(r); ok && now.Sub(at) <= slotGrace {
 		// Booked by an earlier run, here or in another process.
 		return max(at.Sub(now), 0), nil
 	}
@@ -137,7 +137,7 @@ func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *T
 	}
 	wait := slot.At.Sub(slot.Now)
 	if wait > 0 {
-		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: job.Attempt, At: slot.At}) // fails only outside River (unit tests)
+		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: r.attempt, At: slot.At}) // fails only outside River (unit tests)
 	}
 	return wait, nil
 }
@@ -145,15 +145,15 @@ func (w *Worker) rateWait(ctx context.Context, job *river.Job[DeliverArgs], t *T
 // rateLimited snoozes a delivery over its endpoint's rate limit, counting
 // the wait and, for a wait long enough to see, showing it as the
 // delivery's next_attempt_at.
-func (w *Worker) rateLimited(job *river.Job[DeliverArgs], t *Target, wait time.Duration) error {
+func (w *Worker) rateLimited(r *run, t *Target, wait time.Duration) error {
 	if w.deps.Metrics != nil {
 		w.deps.Metrics.RateLimited.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
 	}
 	if wait >= visibleRateWait {
 		next := w.deps.Now().Add(wait)
 		w.deps.Ledger.RecordAsync(store.StatusUpdate{
-			DeliveryID: job.Args.DeliveryID, Series: job.Args.Series, Status: store.DeliveryPending,
-			NextAttemptAt: &next, JobID: job.ID,
+			DeliveryID: r.args.DeliveryID, Series: r.args.Series, Status: store.DeliveryPending,
+			NextAttemptAt: &next, JobID: r.jobID,
 		})
 	}
 	return river.JobSnooze(wait)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,14 +37,14 @@ func TestSlotOfReadsTheCurrentAttemptsSlot(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
 	meta, err := json.Marshal(map[string]any{metaRateSlot: rateSlot{Attempt: 1, At: at}, "snoozes": 3})
 	require.NoError(t, err)
-	job := &river.Job[DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: 1, Metadata: meta}}
-	got, ok := slotOf(job)
+	r := &run{attempt: 1, metadata: meta}
+	got, ok := slotOf(r)
 	require.True(t, ok)
 	require.True(t, at.Equal(got))
 
-	job.Attempt = 2
-	_, ok = slotOf(job)
+	r.attempt = 2
+	_, ok = slotOf(r)
 	require.False(t, ok, "a retry books anew")
-	_, ok = slotOf(&river.Job[DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: 1, Metadata: []byte(`{}`)}})
+	_, ok = slotOf(&run{attempt: 1, metadata: []byte(`{}`)})
 	require.False(t, ok)
 }

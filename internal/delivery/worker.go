@@ -195,8 +195,14 @@ const JobTimeoutMargin = 5 * time.Second
 // endpoint's own timeout when the cache holds the endpoint, else the
 // longest an attempt may be given.
 func (w *Worker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
+	return w.timeoutFor(job.Args.EndpointID)
+}
+
+// timeoutFor is the request timeout of an attempt to the endpoint plus
+// JobTimeoutMargin.
+func (w *Worker) timeoutFor(endpointID string) time.Duration {
 	d := w.deps.Sender.timeout
-	if t := w.deps.Endpoints.Cached(job.Args.EndpointID); t == nil {
+	if t := w.deps.Endpoints.Cached(endpointID); t == nil {
 		d = max(d, MaxEndpointTimeout)
 	} else if t.Timeout > 0 {
 		d = t.Timeout
@@ -266,17 +272,48 @@ func (e *attemptError) Error() string {
 	return fmt.Sprintf("attempt transport error: %s", e.class)
 }
 
+// run is one delivery's turn in a job: a delivery job's own, or one of the
+// deliveries of a message job (MessageArgs).
+type run struct {
+	// jobID is the job that owns the delivery while it runs.
+	jobID int64
+	// attempt is River's attempt number of that job.
+	attempt int
+	// rerun marks a run of a job that ran before (with any attempt
+	// number): it checks the ledger before it sends.
+	rerun    bool
+	args     DeliverArgs
+	metadata []byte
+	// shared marks one of a message job's deliveries: it is not retried
+	// or snoozed with the job; a retry is queued by the ledger with the
+	// attempt's record (StatusUpdate.Requeue) and a wait (a snooze's
+	// error) is handed to a job of its own by the message worker.
+	shared bool
+	// unsettled is set on a shared run whose record may have committed
+	// unacknowledged: the job it is handed to checks the ledger first.
+	unsettled bool
+}
+
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	args := job.Args
-	_, parkUnconfirmed := w.unconfirmed.LoadAndDelete(job.ID)
-	if parkUnconfirmed {
-		w.nUnconfirmed.Add(-1)
+	return w.work(ctx, &run{jobID: job.ID, attempt: job.Attempt, args: job.Args, metadata: job.Metadata})
+}
+
+// work makes one attempt of the run's delivery. Its error is what River
+// should do with a delivery job: nil completes it, a snooze or an
+// attemptError (with the time stored for NextRetry) comes back later.
+func (w *Worker) work(ctx context.Context, r *run) error {
+	args := r.args
+	var parkUnconfirmed bool
+	if !r.shared {
+		if _, parkUnconfirmed = w.unconfirmed.LoadAndDelete(r.jobID); parkUnconfirmed {
+			w.nUnconfirmed.Add(-1)
+		}
 	}
 	// expiresIn is how long until retention may make the delivery expired.
 	expiresIn, limited := w.untilExpiry(args.DeliveryID)
-	nearExpiry := limited && expiresIn < w.Timeout(job)
-	if job.Attempt > 1 || unsettled(job) || parkUnconfirmed || nearExpiry {
+	nearExpiry := limited && expiresIn < w.timeoutFor(args.EndpointID)
+	if r.attempt > 1 || r.rerun || unsettled(r.metadata) || parkUnconfirmed || nearExpiry {
 		// A retry, a job rescued from a process that died after its
 		// attempt was recorded but before River marked the job done, one
 		// whose last record may have committed unacknowledged, or one whose
@@ -291,19 +328,19 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 				w.deps.Metrics.Missing.Inc()
 			}
 			w.deps.Logger.WarnContext(ctx, "delivery_missing", slog.String("delivery", args.DeliveryID),
-				slog.String("message", args.MessageID), slog.String("endpoint", args.EndpointID), slog.Int64("job", job.ID))
+				slog.String("message", args.MessageID), slog.String("endpoint", args.EndpointID), slog.Int64("job", r.jobID))
 			return nil
 		}
 		if err != nil {
 			if parkUnconfirmed {
-				w.markUnconfirmed(job.ID)
+				w.markUnconfirmed(r.jobID)
 			}
 			return river.JobSnooze(time.Second + w.jitter())
 		}
 		if p.Series != args.Series || p.Status == store.DeliveryDelivered || p.Status == store.DeliveryFailed || p.Status == store.DeliveryHeld || p.Status == store.DeliveryExpired {
 			return nil
 		}
-		if p.JobID == nil || *p.JobID != job.ID {
+		if p.JobID == nil || *p.JobID != r.jobID {
 			return nil
 		}
 		if nearExpiry {
@@ -311,7 +348,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 			// maintainer makes the delivery expired, and would send it
 			// after all: wait for the maintainer instead, which cancels this
 			// job (snoozed, it is scheduled) as it expires the delivery.
-			return river.JobSnooze(max(expiresIn, 0) + w.Timeout(job) + w.jitter())
+			return river.JobSnooze(max(expiresIn, 0) + w.timeoutFor(args.EndpointID) + w.jitter())
 		}
 	}
 	if args.NotBefore != nil {
@@ -347,17 +384,22 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 		}
 		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
 	}
+	if t.RateLimit != nil && r.shared {
+		// A rate-limited endpoint's slot is booked by a job of the
+		// delivery's own, which remembers it across its runs.
+		return river.JobSnooze(0)
+	}
 	if t.RateLimit != nil {
 		// Before the slot and the breaker: a wait for the rate limit uses
 		// no attempt and says nothing about the endpoint.
-		wait, err := w.rateWait(ctx, job, t)
+		wait, err := w.rateWait(ctx, r, t)
 		if err != nil {
 			// The database is unreachable: come back later without using an attempt.
 			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 			return river.JobSnooze(time.Second + w.jitter())
 		}
 		if wait > 0 {
-			return w.rateLimited(job, t, wait)
+			return w.rateLimited(r, t, wait)
 		}
 	}
 	if !w.slots.acquire(ctx, t.ID) {
@@ -382,7 +424,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 
 	// AttemptOffset counts every attempt before this job (earlier series
 	// and, for a released delivery, earlier jobs of this series).
-	attemptNo := args.AttemptOffset + job.Attempt
+	attemptNo := args.AttemptOffset + r.attempt
 	ctx, span := w.startAttemptSpan(ctx, args, attemptNo)
 	defer span.End()
 	adm, err := w.deps.Gate.Admit(ctx, t)
@@ -392,7 +434,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	}
 	recordDecision(span, adm)
 	if adm.Refused {
-		return w.refused(ctx, job, adm)
+		return w.refused(ctx, r, adm)
 	}
 
 	payload := []byte(args.Payload) // jobs queued by older versions carried it
@@ -490,23 +532,24 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	}
 	if class == ClassSuccess {
 		update.Status = store.DeliveryDelivered
-		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
+		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
 	// The schedule in force now plans the retry: the endpoint's own, or
 	// the dispatcher's.
-	delay, again := t.Schedule(w.cfg.Schedule).RetryDelay(args.ScheduleOffset+job.Attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	delay, again := t.Schedule(w.cfg.Schedule).RetryDelay(args.ScheduleOffset+r.attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
-		return w.finishAttempt(ctx, job, t, attempt, update, time.Time{})
+		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
 	}
 	next := start.Add(delay)
 	update.Status = store.DeliveryPending
 	update.NextAttemptAt = &next
 	// A FIFO head's retry is a new job the ledger inserts with the
 	// attempt's record: the queue behind it waits for no River completer.
-	update.Requeue = t.Ordered() && w.deps.Ledger.QueuesFIFO()
-	return w.finishAttempt(ctx, job, t, attempt, update, next)
+	// So is a message job's delivery's: its retry is its own from then on.
+	update.Requeue = (t.Ordered() || r.shared) && w.deps.Ledger.QueuesFIFO()
+	return w.finishAttempt(ctx, r, t, attempt, update, next)
 }
 
 // refused handles a delivery the breaker refused. While the breaker is open
@@ -514,12 +557,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 // dead endpoint's backlog grows it costs the queue nothing until the
 // breaker lets traffic through and the unparker releases it. While a trial
 // holds the half-open breaker (a short wait) the job is snoozed instead.
-func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm Admission) error {
-	args := job.Args
+func (w *Worker) refused(ctx context.Context, r *run, adm Admission) error {
+	args := r.args
 	until := adm.RetryAt
 	update := store.StatusUpdate{
 		DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
-		BreakerOpenUntil: &until, JobID: job.ID,
+		BreakerOpenUntil: &until, JobID: r.jobID,
 	}
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
 		update.Park = true
@@ -535,8 +578,7 @@ func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm A
 		// job's next run checks that it still owns the delivery before it
 		// sends (here, and in the metadata for a run in another process).
 		w.deps.Logger.WarnContext(ctx, "park_unconfirmed", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
-		w.markUnconfirmed(job.ID)
-		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
+		w.markUnsettled(ctx, r)
 		return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
 	}
 	w.deps.Ledger.RecordAsync(update)
@@ -546,6 +588,18 @@ func (w *Worker) refused(ctx context.Context, job *river.Job[DeliverArgs], adm A
 // maxUnconfirmed bounds the jobs markUnconfirmed remembers: an entry is
 // dropped only when the job runs again here, and a job may run elsewhere.
 const maxUnconfirmed = 10000
+
+// markUnsettled makes the run's next turn check the ledger before it
+// sends: the job's next run (here, and through its metadata in another
+// process), or for a shared run the job it is handed to.
+func (w *Worker) markUnsettled(ctx context.Context, r *run) {
+	if r.shared {
+		r.unsettled = true
+		return
+	}
+	w.markUnconfirmed(r.jobID)
+	_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
+}
 
 // markUnconfirmed makes the job's next run in this process check that the
 // job still owns its delivery.
@@ -561,7 +615,7 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 // finishAttempt records the attempt and returns what River should do: nil to
 // complete the job (also when the ledger queued the retry as a new job,
 // u.Requeue), an attemptError (with next stored for NextRetry) to retry.
-func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs], t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
+func (w *Worker) finishAttempt(ctx context.Context, r *run, t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
 	rule := store.DefaultAuthRule
 	if w.deps.AuthRules != nil {
 		rule = w.deps.AuthRules.AuthRule(t)
@@ -574,18 +628,31 @@ func (w *Worker) finishAttempt(ctx context.Context, job *river.Job[DeliverArgs],
 		// keeps the attempt number, so mark the job for the next run to
 		// check the ledger before sending.
 		w.deps.Logger.ErrorContext(ctx, "attempt_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
-		_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
+		if r.shared {
+			r.unsettled = true
+		} else {
+			_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
+		}
 		return river.JobSnooze(time.Second + w.jitter())
 	}
 	if next.IsZero() || u.Requeue {
 		return nil
 	}
-	w.retryAt.Store(job.ID, next)
-	var status int
-	if a.StatusCode != nil {
-		status = *a.StatusCode
+	if r.shared {
+		// No queue to requeue with (tests): the message job's retry
+		// makes the attempt again.
+		return &attemptError{status: statusOf(a), class: ErrorClass(a.ErrorClass)}
 	}
-	return &attemptError{status: status, class: ErrorClass(a.ErrorClass)}
+	w.retryAt.Store(r.jobID, next)
+	return &attemptError{status: statusOf(a), class: ErrorClass(a.ErrorClass)}
+}
+
+// statusOf is the attempt's HTTP status, zero when none came back.
+func statusOf(a *store.Attempt) int {
+	if a.StatusCode != nil {
+		return *a.StatusCode
+	}
+	return 0
 }
 
 // finish records a final status without an attempt and completes the job.
@@ -652,14 +719,14 @@ func describe(r Response) string {
 // an attempt the ledger may or may not have recorded.
 const metaUnsettled = "hookd_unsettled"
 
-// unsettled reports whether job carries metaUnsettled. Most jobs have
-// empty metadata, so the common case costs a byte search.
-func unsettled(job *river.Job[DeliverArgs]) bool {
-	if !bytes.Contains(job.Metadata, []byte(metaUnsettled)) {
+// unsettled reports whether a job's metadata carries metaUnsettled. Most
+// jobs have empty metadata, so the common case costs a byte search.
+func unsettled(metadata []byte) bool {
+	if !bytes.Contains(metadata, []byte(metaUnsettled)) {
 		return false
 	}
 	var m map[string]json.RawMessage
-	return json.Unmarshal(job.Metadata, &m) == nil && string(m[metaUnsettled]) == "true"
+	return json.Unmarshal(metadata, &m) == nil && string(m[metaUnsettled]) == "true"
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -391,6 +391,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &delivery.MessageWorker{Worker: worker, HandOffs: d.store, Queue: d.enq})
 	river.AddWorker(workers, &delivery.ReclassifyWorker{Store: d.store, Logger: d.logger})
 	// Jobs of the earlier operational webhook kind still queued finish.
 	river.AddWorker(workers, &delivery.OperationalWorker{

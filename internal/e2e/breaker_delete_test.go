@@ -72,7 +72,8 @@ func TestDeletingEndpointsSettlesTheirParkedDeliveries(t *testing.T) {
 	Eventually(t, 10*time.Second, 50*time.Millisecond, "no job of a deleted endpoint running", func() bool {
 		var running int
 		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
-			WHERE state = 'running' AND kind = 'deliver' AND args->>'endpoint_id' = ANY($1)`, []string{open.ID, isolated.ID}).Scan(&running))
+			WHERE state = 'running' AND (kind = 'deliver' AND args->>'endpoint_id' = ANY($1) OR kind = 'deliver_message' AND EXISTS (
+				SELECT 1 FROM jsonb_array_elements(args->'deliveries') x WHERE x->>'endpoint_id' = ANY($1)))`, []string{open.ID, isolated.ID}).Scan(&running))
 		return running == 0
 	})
 	sent := rc.Stats("/open").Requests

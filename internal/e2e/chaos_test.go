@@ -454,7 +454,7 @@ func TestChaosNothingLost(t *testing.T) {
 		var open, jobs int
 		err := db.Pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM deliveries WHERE status NOT IN ('delivered', 'failed', 'held')),
-			(SELECT count(*) FROM river_job WHERE kind = 'deliver' AND state NOT IN ('completed', 'discarded', 'cancelled'))`).Scan(&open, &jobs)
+			(SELECT count(*) FROM river_job WHERE queue = 'deliver' AND state NOT IN ('completed', 'discarded', 'cancelled'))`).Scan(&open, &jobs)
 		if err == nil && open == 0 && jobs == 0 {
 			break
 		}
@@ -641,7 +641,7 @@ func verifyChaos(t *testing.T, db *storetest.DB, rc *deliverytest.Receiver, resp
 		bad("%d attempts logged against no delivery or the wrong one", orphans)
 	}
 	var dropped int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'deliver' AND state IN ('discarded', 'cancelled')`).Scan(&dropped))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = 'deliver' AND state IN ('discarded', 'cancelled')`).Scan(&dropped))
 	if dropped > 0 {
 		bad("%d delivery jobs discarded or cancelled by River", dropped)
 	}

@@ -43,7 +43,7 @@ func TestLedgerCommitAckLost(t *testing.T) {
 		var n, open int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM deliveries WHERE status = 'delivered'),
-			(SELECT count(*) FROM river_job WHERE kind = 'deliver' AND state <> 'completed')`).Scan(&n, &open))
+			(SELECT count(*) FROM river_job WHERE queue = 'deliver' AND state <> 'completed')`).Scan(&n, &open))
 		return n == messages && open == 0
 	})
 	require.Equal(t, lose, proxy.Lost(), "acknowledgements lost")

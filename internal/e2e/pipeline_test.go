@@ -181,3 +181,68 @@ func TestKilledDispatcherLosesNothing(t *testing.T) {
 	require.Equal(t, messages+st.Duplicates, st.Delivered)
 	t.Logf("killed after %d deliveries; duplicates after restart: %d", killedAt, st.Duplicates)
 }
+
+// TestKilledDispatcherMidFanOut kills the dispatcher with SIGKILL while its
+// message jobs are mid-fan-out: each message's deliveries to the fast
+// endpoints delivered and recorded, the one to the slow endpoint still
+// waiting for its answer. The restarted fleet reruns the message jobs;
+// nothing is lost, the fast endpoints get nothing twice, and the slow one
+// gets each message once it answers.
+func TestKilledDispatcherMidFanOut(t *testing.T) {
+	t.Parallel()
+	var killed atomic.Bool
+	p := setupPipeline(t, func(r *deliverytest.Request) deliverytest.Response {
+		if r.Path == "/slow" && !killed.Load() {
+			return deliverytest.Response{Hang: true}
+		}
+		return deliverytest.Response{Status: http.StatusOK}
+	})
+	// Every message job starts at once (WORKERS, MAX_PER_ENDPOINT) and
+	// holds its slow attempt for the request timeout, long enough for the
+	// kill to land before any of them times out on a busy machine.
+	const messages = 10
+	env := map[string]string{"WORKERS": "20", "MAX_PER_ENDPOINT": "20", "REQUEST_TIMEOUT": "10s", "RESCUE_STUCK_AFTER": "16s",
+		"RETRY_SCHEDULE": "0s" + strings.Repeat(",1s", 30)}
+	fast := []string{"/f1", "/f2", "/f3", "/f4"}
+	for _, path := range append([]string{"/slow"}, fast...) {
+		p.api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": p.receiver.URL(path), "secret": testSecret})
+	}
+	for i := range messages {
+		m := p.api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
+		require.Len(t, m.Deliveries, 5)
+	}
+	require.Equal(t, messages, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_message'`),
+		"one job per message")
+	require.Zero(t, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver'`))
+
+	first := StartDispatcher(t, "dispatcher-1", p.db.URL, env)
+	Eventually(t, time.Minute, 10*time.Millisecond, "the fast deliveries recorded, the slow ones in flight", func() bool {
+		return p.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`) == len(fast)*messages &&
+			p.receiver.Stats("/slow").InFlight == messages
+	})
+	require.Equal(t, messages, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_message' AND state = 'running'`),
+		"the kill lands mid-fan-out")
+	first.Kill()
+	killed.Store(true)
+	StartDispatcher(t, "dispatcher-2", p.db.URL, env)
+
+	Eventually(t, 3*time.Minute, 200*time.Millisecond, "every delivery delivered after the restart", func() bool {
+		return p.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`) == 5*messages
+	})
+	for _, path := range append([]string{"/slow"}, fast...) {
+		st := p.receiver.Stats(path)
+		require.Equal(t, messages, st.DistinctDelivered, path)
+		require.Zero(t, st.Duplicates, path)
+		require.Zero(t, st.BadSignatures, path)
+	}
+	for _, path := range fast {
+		require.Equal(t, messages, p.receiver.Stats(path).Requests, "%s: the rerun sent nothing the ledger had settled", path)
+	}
+	// The rerun made the slow attempts, as attempt 2 (the first was cut
+	// with its process and left no record).
+	require.Equal(t, 5*messages, p.count(t, `SELECT count(*) FROM delivery_attempts`))
+	require.Equal(t, messages, p.count(t, `SELECT count(*) FROM delivery_attempts WHERE attempt_number = 2`))
+	Eventually(t, time.Minute, 100*time.Millisecond, "every message job completed on its second run", func() bool {
+		return p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_message' AND state = 'completed' AND attempt = 2`) == messages
+	})
+}

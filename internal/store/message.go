@@ -60,6 +60,16 @@ type QueuedDelivery struct {
 	// head's retry, queued as a new job when the attempt before it
 	// failed (StatusUpdate.Requeue).
 	NotBefore *time.Time
+	// Shared lets the delivery share one job with the other deliveries of
+	// its message that may: a new message's deliveries to endpoints
+	// without FIFO ordering.
+	Shared bool
+	// ScheduledAt, when set, is when the job becomes available (on the
+	// queue's clock); nil: at once.
+	ScheduledAt *time.Time
+	// Unsettled makes the job check the ledger before it sends: an
+	// attempt of the delivery may have been recorded unacknowledged.
+	Unsettled bool
 }
 
 func queueAll(msg Message, ds []Delivery) []QueuedDelivery {
@@ -340,10 +350,15 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 			}
 		}
 		if len(queued) > 0 {
+			inFIFO := make(map[int]bool, len(fifo))
+			for _, di := range fifo {
+				inFIFO[di] = true
+			}
 			qs := make([]QueuedDelivery, len(queued))
 			for j, di := range queued {
 				m := out[deliveryMsg[di]].Message
-				qs[j] = QueuedDelivery{Delivery: deliveries[di], EventType: m.EventType, Payload: m.Payload, Trace: ins[deliveryMsg[di]].Trace}
+				qs[j] = QueuedDelivery{Delivery: deliveries[di], EventType: m.EventType, Payload: m.Payload, Trace: ins[deliveryMsg[di]].Trace,
+					Shared: !inFIFO[di]}
 			}
 			jobIDs, err := enq.EnqueueTx(ctx, tx, qs)
 			if err != nil {

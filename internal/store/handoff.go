@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// HandOff is a delivery of a message job given a job of its own: one
+// that must wait (a snooze), which the message job cannot do for one of
+// its deliveries without holding up the others.
+type HandOff struct {
+	DeliveryID string
+	// At is when its job becomes available, on the queue's clock.
+	At time.Time
+	// Unsettled makes the job check the ledger before it sends.
+	Unsettled bool
+}
+
+// HandOff gives each delivery that job jobID still owns (its job_id, and
+// pending or waiting) a job of its own, in one transaction, and returns
+// how many it handed off. A delivery the ledger settled, or gave a job
+// already (a retry queued with its attempt's record), is left as it is,
+// so a handoff whose answer was lost can be made again.
+func (s *Store) HandOff(ctx context.Context, jobID int64, hs []HandOff, enq Enqueuer) (int, error) {
+	if len(hs) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(hs))
+	byID := make(map[string]HandOff, len(hs))
+	for i, h := range hs {
+		ids[i] = h.DeliveryID
+		byID[h.DeliveryID] = h
+	}
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
+			JOIN messages m ON m.id = d.message_id
+			WHERE d.id = ANY($1) AND d.job_id = $2 AND d.status IN ('pending', 'waiting')
+			ORDER BY d.id
+			FOR UPDATE OF d`, customPlan, ids, jobID)
+		if err != nil {
+			return fmt.Errorf("read handoffs: %w", err)
+		}
+		var batch []QueuedDelivery
+		for rows.Next() {
+			var q QueuedDelivery
+			d, err := scanDelivery(rows, &q.EventType)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read handoffs: %w", err)
+			}
+			h := byID[d.ID]
+			q.Delivery, q.ScheduledAt, q.Unsettled = d, &h.At, h.Unsettled
+			batch = append(batch, q)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read handoffs: %w", err)
+		}
+		n = len(batch)
+		if n == 0 {
+			return nil
+		}
+		jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
+		if err != nil {
+			return fmt.Errorf("enqueue handoffs: %w", err)
+		}
+		handed := make([]string, n)
+		for i, q := range batch {
+			handed[i] = q.ID
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE deliveries d SET job_id = j.job_id
+			FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1)`, customPlan, handed, jobIDs); err != nil {
+			return fmt.Errorf("hand off: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
