@@ -70,17 +70,14 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 type MessageArgs struct {
 	MessageID string `json:"message_id"`
 	EventType string `json:"event_type"`
-	// Deliveries are the message's deliveries this job owns, each in its
-	// first attempt series with no attempt made.
-	Deliveries []MessageDelivery `json:"deliveries"`
+	// Endpoints are the endpoints of the message's deliveries that the
+	// job owns, each in its first attempt series with no attempt made.
+	// A delivery's id follows from its message's and its endpoint's
+	// (store.DeliveryID): River writes a job's row three times, and the
+	// ids would double it.
+	Endpoints []string `json:"endpoints"`
 	// Trace is the message's trace context, as DeliverArgs.Trace.
 	Trace map[string]string `json:"trace,omitempty"`
-}
-
-// MessageDelivery is one delivery of a message job.
-type MessageDelivery struct {
-	DeliveryID string `json:"id"`
-	EndpointID string `json:"endpoint_id"`
 }
 
 // Kind names the job kind.
@@ -91,10 +88,9 @@ func (MessageArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
 }
 
-// delivery is the DeliverArgs of the job's i-th delivery.
-func (a MessageArgs) delivery(i int) DeliverArgs {
-	d := a.Deliveries[i]
-	return DeliverArgs{DeliveryID: d.DeliveryID, MessageID: a.MessageID, EndpointID: d.EndpointID,
+// delivery is the DeliverArgs of the job's delivery to an endpoint.
+func (a MessageArgs) delivery(endpointID string) DeliverArgs {
+	return DeliverArgs{DeliveryID: store.DeliveryID(a.MessageID, endpointID), MessageID: a.MessageID, EndpointID: endpointID,
 		EventType: a.EventType, Series: 1, Trace: a.Trace}
 }
 
@@ -135,9 +131,9 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 				continue
 			}
 			args := MessageArgs{MessageID: d.MessageID, EventType: d.EventType, Trace: d.Trace,
-				Deliveries: make([]MessageDelivery, len(group))}
+				Endpoints: make([]string, len(group))}
 			for j, k := range group {
-				args.Deliveries[j] = MessageDelivery{DeliveryID: deliveries[k].ID, EndpointID: deliveries[k].EndpointID}
+				args.Endpoints[j] = deliveries[k].EndpointID
 			}
 			job[i] = len(params)
 			params = append(params, river.InsertManyParams{Args: args})

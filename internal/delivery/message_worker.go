@@ -48,8 +48,8 @@ var _ river.Worker[MessageArgs] = (*MessageWorker)(nil)
 // Timeout is the longest of its deliveries' (Worker.Timeout).
 func (m *MessageWorker) Timeout(job *river.Job[MessageArgs]) time.Duration {
 	var d time.Duration
-	for _, x := range job.Args.Deliveries {
-		d = max(d, m.Worker.timeoutFor(x.EndpointID))
+	for _, id := range job.Args.Endpoints {
+		d = max(d, m.Worker.timeoutFor(id))
 	}
 	return d
 }
@@ -73,11 +73,14 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 	// River gives a job interrupted by a client's stop back its attempt
 	// number, so a run after the first is known by its list of runs.
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
-	runs := make([]*run, len(job.Args.Deliveries))
+	runs := make([]*run, len(job.Args.Endpoints))
+	for i, endpointID := range job.Args.Endpoints {
+		runs[i] = &run{jobID: job.ID, attempt: job.Attempt, rerun: rerun,
+			args: job.Args.delivery(endpointID), metadata: job.Metadata, shared: true}
+	}
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i := range runs {
-		runs[i] = &run{jobID: job.ID, attempt: job.Attempt, rerun: rerun, args: job.Args.delivery(i), metadata: job.Metadata, shared: true}
 		wg.Go(func() { errs[i] = m.Worker.work(ctx, runs[i]) })
 	}
 	wg.Wait()

@@ -95,7 +95,7 @@ func TestMessageJobAttemptsEachDeliveryAndHandsOffTheRest(t *testing.T) {
 	args := delivery.MessageArgs{MessageID: m.ID, EventType: "a"}
 	byEndpoint := map[string]string{}
 	for _, d := range m.Deliveries {
-		args.Deliveries = append(args.Deliveries, delivery.MessageDelivery{DeliveryID: d.ID, EndpointID: d.EndpointID})
+		args.Endpoints = append(args.Endpoints, d.EndpointID)
 		byEndpoint[d.EndpointID] = d.ID
 		_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE id = $1`, d.ID, jobID)
 		require.NoError(t, err)

@@ -73,7 +73,7 @@ func TestDeletingEndpointsSettlesTheirParkedDeliveries(t *testing.T) {
 		var running int
 		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
 			WHERE state = 'running' AND (kind = 'deliver' AND args->>'endpoint_id' = ANY($1) OR kind = 'deliver_message' AND EXISTS (
-				SELECT 1 FROM jsonb_array_elements(args->'deliveries') x WHERE x->>'endpoint_id' = ANY($1)))`, []string{open.ID, isolated.ID}).Scan(&running))
+				SELECT 1 FROM jsonb_array_elements_text(args->'endpoints') x WHERE x = ANY($1)))`, []string{open.ID, isolated.ID}).Scan(&running))
 		return running == 0
 	})
 	sent := rc.Stats("/open").Requests

@@ -281,7 +281,7 @@ func (s *Store) createMessagesTx(ctx context.Context, tx pgx.Tx, ins []NewMessag
 				continue
 			}
 			d := Delivery{
-				ID:         childID("dlv", m.ID),
+				ID:         DeliveryID(m.ID, *endpointID),
 				MessageID:  m.ID,
 				EndpointID: *endpointID,
 				TenantID:   m.TenantID,

@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -109,19 +109,24 @@ func IDTime(id string) (time.Time, bool) {
 	return time.UnixMilli(int64(ms)).UTC(), true
 }
 
-// childID mints an id with prefix that carries the time of parent (a
-// ULID) and 80 fresh random bits: a delivery's id names its message's
-// interval, so the two always share a partition.
-func childID(prefix, parent string) string {
-	_, rest, _ := strings.Cut(parent, "_")
-	var b [10]byte
-	_, _ = rand.Read(b[:])
+// DeliveryID is the id of message messageID's delivery to endpoint
+// endpointID: the message's time (its ULID's first ten characters), so a
+// delivery always shares its message's partition, then 80 bits of a hash
+// of the pair. A message has one delivery per endpoint, so the id is
+// unique, and a message job (which names its endpoints) knows its
+// deliveries' ids without carrying them or reading them.
+func DeliveryID(messageID, endpointID string) string {
+	_, rest, _ := strings.Cut(messageID, "_")
+	if len(rest) < 10 {
+		rest += strings.Repeat("0", 10-len(rest))
+	}
+	sum := sha256.Sum256([]byte(messageID + "\x00" + endpointID))
 	// 80 bits as 16 base32 characters.
 	var chars [16]byte
 	var acc uint64
 	bits := 0
 	j := 0
-	for _, x := range b {
+	for _, x := range sum[:10] {
 		acc = acc<<8 | uint64(x)
 		bits += 8
 		for bits >= 5 {
@@ -130,7 +135,7 @@ func childID(prefix, parent string) string {
 			j++
 		}
 	}
-	return prefix + "_" + rest[:10] + string(chars[:])
+	return "dlv_" + rest[:10] + string(chars[:])
 }
 
 // idRange returns the bounds [lo, hi) of the ids with prefix minted from
