@@ -30,10 +30,10 @@ var _ HandOffs = (*store.Store)(nil)
 //
 // A run of the job after its first (River's retry after an error, a job
 // rescued from a dispatcher that died, or one a stopping dispatcher
-// interrupted) reads each delivery's progress
-// first, as a delivery job's retry does: a delivery the ledger settled or
-// gave a job of its own is not sent again, so only the ones whose attempt
-// was in flight may reach their endpoint twice.
+// interrupted) reads each delivery's progress first, as a delivery job's
+// retry does: a delivery the ledger settled or gave a job of its own is
+// not sent again, so only the ones whose attempt was in flight may reach
+// their endpoint twice.
 type MessageWorker struct {
 	river.WorkerDefaults[MessageArgs]
 	// Worker makes each delivery's attempt.

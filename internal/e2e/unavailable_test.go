@@ -204,6 +204,13 @@ func TestPostgresUnavailableFrozen(t *testing.T) {
 		return deliverytest.Response{Status: http.StatusOK, Delay: 500 * time.Millisecond}
 	}})
 	api := StartAPI(t, db.URL, map[string]string{"NO_MIGRATE": "true"})
+	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/f"), "secret": testSecret})
+	const messages = 200
+	for i := range messages {
+		api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
+	}
+	// Queued before the dispatcher starts, so its workers have deliveries
+	// in flight at once however slowly the api accepted them.
 	d := StartDispatcher(t, "dispatcher", db.URL, map[string]string{
 		"WORKERS": "60", "MAX_PER_ENDPOINT": "60", "REQUEST_TIMEOUT": "2s", "RETRY_SCHEDULE": "0s,500ms,1s,1s,1s,1s,1s,1s",
 		// The freeze outlasts the ledger's writes, as a stalled server
@@ -215,11 +222,6 @@ func TestPostgresUnavailableFrozen(t *testing.T) {
 		// minute behind the thaw.
 		"RESCUE_STUCK_AFTER": "15s",
 	})
-	e := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/f"), "secret": testSecret})
-	const messages = 200
-	for i := range messages {
-		api.SendMessage(t, "acme", "order.created", map[string]any{"n": i})
-	}
 	Eventually(t, 30*time.Second, 5*time.Millisecond, "deliveries in flight", func() bool {
 		return rc.Stats("/f").InFlight >= 20
 	})
