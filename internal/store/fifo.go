@@ -268,42 +268,8 @@ func releaseHead(ctx context.Context, tx pgx.Tx, id string, parked bool, enq Enq
 // transaction planned (and locked), a new job due at its next_attempt_at
 // (StatusUpdate.Requeue).
 func requeueRetries(ctx context.Context, tx pgx.Tx, ids []string, enq Enqueuer) error {
-	rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
-		JOIN messages m ON m.id = d.message_id
-		WHERE d.id = ANY($1) AND d.status = 'pending'
-		FOR UPDATE OF d`, customPlan, ids)
-	if err != nil {
-		return fmt.Errorf("read retries: %w", err)
-	}
-	var batch []QueuedDelivery
-	for rows.Next() {
-		var q QueuedDelivery
-		d, err := scanDelivery(rows, &q.EventType)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("read retries: %w", err)
-		}
-		q.Delivery, q.NotBefore = d, d.NextAttemptAt
-		batch = append(batch, q)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read retries: %w", err)
-	}
-	if len(batch) == 0 {
-		return nil
-	}
-	jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
-	if err != nil {
-		return fmt.Errorf("enqueue retries: %w", err)
-	}
-	queued := make([]string, len(batch))
-	for i, q := range batch {
-		queued[i] = q.ID
-	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE deliveries d SET job_id = j.job_id
-		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1)`, customPlan, queued, jobIDs); err != nil {
+	if _, err := giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.status = 'pending'`, []any{ids},
+		func(q *QueuedDelivery) { q.NotBefore = q.NextAttemptAt }, enq); err != nil {
 		return fmt.Errorf("requeue retries: %w", err)
 	}
 	return nil

@@ -36,45 +36,13 @@ func (s *Store) HandOff(ctx context.Context, jobID int64, hs []HandOff, enq Enqu
 	}
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
-			JOIN messages m ON m.id = d.message_id
-			WHERE d.id = ANY($1) AND d.job_id = $2 AND d.status IN ('pending', 'waiting')
-			ORDER BY d.id
-			FOR UPDATE OF d`, customPlan, ids, jobID)
+		var err error
+		n, err = giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.job_id = $2 AND d.status IN ('pending', 'waiting')`,
+			[]any{ids, jobID}, func(q *QueuedDelivery) {
+				h := byID[q.ID]
+				q.ScheduledAt, q.Unsettled = &h.At, h.Unsettled
+			}, enq)
 		if err != nil {
-			return fmt.Errorf("read handoffs: %w", err)
-		}
-		var batch []QueuedDelivery
-		for rows.Next() {
-			var q QueuedDelivery
-			d, err := scanDelivery(rows, &q.EventType)
-			if err != nil {
-				rows.Close()
-				return fmt.Errorf("read handoffs: %w", err)
-			}
-			h := byID[d.ID]
-			q.Delivery, q.ScheduledAt, q.Unsettled = d, &h.At, h.Unsettled
-			batch = append(batch, q)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read handoffs: %w", err)
-		}
-		n = len(batch)
-		if n == 0 {
-			return nil
-		}
-		jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
-		if err != nil {
-			return fmt.Errorf("enqueue handoffs: %w", err)
-		}
-		handed := make([]string, n)
-		for i, q := range batch {
-			handed[i] = q.ID
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE deliveries d SET job_id = j.job_id
-			FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1)`, customPlan, handed, jobIDs); err != nil {
 			return fmt.Errorf("hand off: %w", err)
 		}
 		return nil
@@ -83,4 +51,52 @@ func (s *Store) HandOff(ctx context.Context, jobID int64, hs []HandOff, enq Enqu
 		return 0, err
 	}
 	return n, nil
+}
+
+// giveOwnJobs locks the deliveries that match where (over deliveryFrom,
+// with their message's event type), lets set fill in what their jobs
+// carry, queues a job for each and stores it as the delivery's job_id, in
+// tx. It returns how many it gave a job.
+func giveOwnJobs(ctx context.Context, tx pgx.Tx, where string, args []any, set func(*QueuedDelivery), enq Enqueuer) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
+		JOIN messages m ON m.id = d.message_id
+		WHERE `+where+`
+		ORDER BY d.id
+		FOR UPDATE OF d`, append([]any{customPlan}, args...)...)
+	if err != nil {
+		return 0, fmt.Errorf("read deliveries: %w", err)
+	}
+	var batch []QueuedDelivery
+	for rows.Next() {
+		var q QueuedDelivery
+		d, err := scanDelivery(rows, &q.EventType)
+		if err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("read deliveries: %w", err)
+		}
+		q.Delivery = d
+		set(&q)
+		batch = append(batch, q)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read deliveries: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
+	if err != nil {
+		return 0, fmt.Errorf("enqueue: %w", err)
+	}
+	ids := make([]string, len(batch))
+	for i, q := range batch {
+		ids[i] = q.ID
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE deliveries d SET job_id = j.job_id
+		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1)`, customPlan, ids, jobIDs); err != nil {
+		return 0, fmt.Errorf("store job ids: %w", err)
+	}
+	return len(batch), nil
 }
