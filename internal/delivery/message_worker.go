@@ -75,7 +75,7 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
 	runs := make([]*run, len(job.Args.Endpoints))
 	for i, endpointID := range job.Args.Endpoints {
-		runs[i] = &run{jobID: job.ID, attempt: job.Attempt, rerun: rerun,
+		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun,
 			args: job.Args.delivery(endpointID), metadata: job.Metadata, shared: true}
 	}
 	errs := make([]error, len(runs))

@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,9 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/store"
@@ -160,4 +165,252 @@ func TestMessageJobAttemptsEachDeliveryAndHandsOffTheRest(t *testing.T) {
 	require.Equal(t, map[string]int{"/ok": 1, "/fail": 1}, hits)
 	mu.Unlock()
 	require.Equal(t, 5*time.Second+delivery.JobTimeoutMargin, mw.Timeout(job))
+}
+
+// messageBundle is a message job's world without River: a store on a
+// fresh database, a receiver, a ledger queuing into a queueRecorder, and
+// the workers.
+type messageBundle struct {
+	db     *storetest.DB
+	st     *store.Store
+	srv    *httptest.Server
+	queue  *queueRecorder
+	ledger *delivery.Ledger
+	mw     *delivery.MessageWorker
+}
+
+// setupMessageJob starts the bundle; handler answers the receiver's
+// requests, and cfg and deps adjust the worker's (the bundle fills in its
+// store, ledger, clock and a 5 s sender where they are unset).
+func setupMessageJob(t *testing.T, handler http.HandlerFunc, cfg delivery.WorkerConfig, deps delivery.WorkerDeps) *messageBundle {
+	t.Helper()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	queue := &queueRecorder{}
+	ledger := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{Queue: queue})
+	lctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { ledger.Run(lctx) })
+	t.Cleanup(func() {
+		ledger.Stop()
+		stop()
+		wg.Wait()
+	})
+	if deps.Endpoints == nil {
+		deps.Endpoints = delivery.NewEndpointCache(st, time.Minute, time.Now)
+	}
+	deps.Deliveries, deps.Ledger, deps.RateSlots = st, ledger, st
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Sender == nil {
+		deps.Sender = delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second})
+	}
+	w := delivery.NewWorker(cfg, deps)
+	return &messageBundle{db: db, st: st, srv: srv, queue: queue, ledger: ledger,
+		mw: &delivery.MessageWorker{Worker: w, HandOffs: st, Queue: queue}}
+}
+
+// endpoint creates an endpoint of tenant acme at the receiver's path.
+func (b *messageBundle) endpoint(t *testing.T, path string, e store.Endpoint) store.Endpoint {
+	t.Helper()
+	e.TenantID, e.URL, e.Secret = "acme", b.srv.URL+path, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	got, err := b.st.CreateEndpoint(context.Background(), e)
+	require.NoError(t, err)
+	return got
+}
+
+// message accepts a message to every endpoint and gives all of its
+// deliveries to one message job, jobID, as the api queues them; it
+// returns the job (at its first attempt) and each endpoint's delivery id.
+func (b *messageBundle) message(t *testing.T, jobID int64) (*river.Job[delivery.MessageArgs], map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	m, _, err := b.st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{"n":1}`)}, &countingEnqueuer{})
+	require.NoError(t, err)
+	args := delivery.MessageArgs{MessageID: m.ID, EventType: "a"}
+	byEndpoint := map[string]string{}
+	for _, d := range m.Deliveries {
+		args.Endpoints = append(args.Endpoints, d.EndpointID)
+		byEndpoint[d.EndpointID] = d.ID
+	}
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE message_id = $1`, m.ID, jobID)
+	require.NoError(t, err)
+	return &river.Job[delivery.MessageArgs]{JobRow: &rivertype.JobRow{ID: jobID, Attempt: 1}, Args: args}, byEndpoint
+}
+
+// delivery reads a delivery.
+func (b *messageBundle) delivery(t *testing.T, id string) store.Delivery {
+	t.Helper()
+	d, err := b.st.GetDelivery(context.Background(), id)
+	require.NoError(t, err)
+	return d
+}
+
+// attempts lists a delivery's recorded attempts' numbers.
+func (b *messageBundle) attempts(t *testing.T, id string) []int {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT attempt_number FROM delivery_attempts WHERE delivery_id = $1 ORDER BY attempt_number`, id)
+	require.NoError(t, err)
+	ns, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	return ns
+}
+
+// TestMessageJobRerunNumbersAttemptsFromTheDelivery: a message job that
+// River runs for the k-th time (its earlier runs cut before any attempt
+// was recorded) makes each delivery's first attempt as number 1 and plans
+// its retry from schedule step 1, however large k is; a delivery whose
+// earlier attempt the ledger recorded (its answer lost, so the job still
+// owns it) goes on from its record.
+func TestMessageJobRerunNumbersAttemptsFromTheDelivery(t *testing.T) {
+	t.Parallel()
+	for _, jobAttempt := range []int{2, 3, 7} {
+		t.Run(fmt.Sprintf("job attempt %d", jobAttempt), func(t *testing.T) {
+			t.Parallel()
+			b := setupMessageJob(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusInternalServerError)
+			}, delivery.WorkerConfig{Schedule: delivery.Schedule{0, 30 * time.Second, time.Minute}}, delivery.WorkerDeps{})
+			fresh := b.endpoint(t, "/fresh", store.Endpoint{})
+			tried := b.endpoint(t, "/tried", store.Endpoint{})
+			job, ids := b.message(t, 42)
+			// The tried delivery's first attempt was recorded, its answer
+			// lost: still pending, still the job's.
+			_, err := b.db.Pool.Exec(context.Background(), `UPDATE deliveries SET attempt_count = 1 WHERE id = $1`, ids[tried.ID])
+			require.NoError(t, err)
+			job.Attempt = jobAttempt
+			start := time.Now()
+			require.NoError(t, b.mw.Work(context.Background(), job))
+
+			d := b.delivery(t, ids[fresh.ID])
+			require.Equal(t, store.DeliveryPending, d.Status, "a first failure is never final")
+			require.Equal(t, 1, d.AttemptCount)
+			require.Equal(t, []int{1}, b.attempts(t, ids[fresh.ID]))
+			retry, ok := b.queue.get(ids[fresh.ID])
+			require.True(t, ok, "its retry queued")
+			require.Equal(t, 1, retry.AttemptCount)
+			require.NotNil(t, d.NextAttemptAt)
+			require.WithinRange(t, *d.NextAttemptAt, start, time.Now().Add(30*time.Second), "step 1 of the schedule (30 s, jittered)")
+
+			d = b.delivery(t, ids[tried.ID])
+			require.Equal(t, store.DeliveryPending, d.Status)
+			require.Equal(t, 2, d.AttemptCount)
+			require.Equal(t, []int{2}, b.attempts(t, ids[tried.ID]), "numbered after the recorded one")
+			require.NotNil(t, d.NextAttemptAt)
+			require.WithinRange(t, *d.NextAttemptAt, start, time.Now().Add(time.Minute), "step 2 of the schedule")
+		})
+	}
+}
+
+// panicTracer traces every attempt and panics when the breaker's decision
+// is set on the span of an attempt to endpoint: a panic in hookd's own
+// code after the breaker admitted the attempt.
+type panicTracer struct {
+	noop.Tracer
+	endpoint string
+}
+
+func (p panicTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
+	return ctx, &panicSpan{endpoint: p.endpoint}
+}
+
+type panicSpan struct {
+	noop.Span
+	endpoint string
+	mine     bool
+}
+
+func (s *panicSpan) IsRecording() bool { return true }
+
+func (s *panicSpan) SetAttributes(kv ...attribute.KeyValue) {
+	for _, a := range kv {
+		if a.Key == delivery.AttrEndpointID && a.Value.AsString() == s.endpoint {
+			s.mine = true
+		}
+		if a.Key == delivery.AttrBreakerDecision && s.mine {
+			panic("boom: a nil field")
+		}
+	}
+}
+
+// finishCounter admits everything and counts each endpoint's reported
+// outcomes.
+type finishCounter struct {
+	mu       sync.Mutex
+	finished map[string][]delivery.Outcome
+}
+
+func (f *finishCounter) Admit(_ context.Context, t *delivery.Target) (delivery.Admission, error) {
+	return delivery.Admission{Finish: func(_ context.Context, o delivery.Outcome) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.finished == nil {
+			f.finished = map[string][]delivery.Outcome{}
+		}
+		f.finished[t.ID] = append(f.finished[t.ID], o)
+	}}, nil
+}
+
+func (f *finishCounter) outcomes(endpointID string) []delivery.Outcome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.finished[endpointID]
+}
+
+// TestMessageJobPanicCostsOneAttempt: a panic in one delivery's attempt
+// costs that attempt only. The process goes on, the message's other
+// deliveries are delivered, the breaker's admission is given back once
+// with nothing counted, and the delivery is recorded with an attempt of
+// error class panic and retried on its schedule; once the schedule is
+// exhausted the panic makes it failed, not a loop.
+func TestMessageJobPanicCostsOneAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		schedule delivery.Schedule
+		status   string
+	}{
+		{"retried", delivery.Schedule{0, time.Minute}, store.DeliveryPending},
+		{"schedule exhausted", delivery.Schedule{0}, store.DeliveryFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			gate := &finishCounter{}
+			tracer := panicTracer{}
+			deps := delivery.WorkerDeps{Gate: gate, Tracer: &tracer, Metrics: delivery.NewMetrics(nil, nil)}
+			b := setupMessageJob(t, func(http.ResponseWriter, *http.Request) {}, delivery.WorkerConfig{Schedule: tc.schedule}, deps)
+			ok1 := b.endpoint(t, "/ok1", store.Endpoint{})
+			bad := b.endpoint(t, "/bad", store.Endpoint{})
+			ok2 := b.endpoint(t, "/ok2", store.Endpoint{})
+			tracer.endpoint = bad.ID
+			job, ids := b.message(t, 42)
+			require.NoError(t, b.mw.Work(context.Background(), job))
+
+			for _, e := range []store.Endpoint{ok1, ok2} {
+				require.Equal(t, store.DeliveryDelivered, b.delivery(t, ids[e.ID]).Status)
+				require.Len(t, gate.outcomes(e.ID), 1)
+			}
+			outcomes := gate.outcomes(bad.ID)
+			require.Len(t, outcomes, 1, "the admission given back once")
+			require.Empty(t, outcomes[0].Class, "an abandoned outcome: nothing counted against the endpoint")
+
+			d := b.delivery(t, ids[bad.ID])
+			require.Equal(t, tc.status, d.Status)
+			require.Equal(t, 1, d.AttemptCount)
+			require.NotNil(t, d.LastError)
+			require.Contains(t, *d.LastError, "boom: a nil field")
+			var class, classification, excerpt string
+			require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+				`SELECT error_class, classification, response_excerpt FROM delivery_attempts WHERE delivery_id = $1`, ids[bad.ID]).
+				Scan(&class, &classification, &excerpt))
+			require.Equal(t, string(delivery.ErrPanic), class)
+			require.Equal(t, string(delivery.ClassIgnore), classification)
+			require.Contains(t, excerpt, "boom: a nil field")
+			_, queued := b.queue.get(ids[bad.ID])
+			require.Equal(t, tc.status == store.DeliveryPending, queued, "retried by a job of its own while the schedule lasts")
+			require.Equal(t, 1.0, testutil.ToFloat64(deps.Metrics.Panics))
+		})
+	}
 }

@@ -73,6 +73,8 @@ type Metrics struct {
 	// PayloadMissing counts attempts that found no payload for a message
 	// younger than payload retention (retried, not expired).
 	PayloadMissing prometheus.Counter
+	// Panics counts attempts cut by a panic (recoverPanic).
+	Panics prometheus.Counter
 	// Missing counts jobs that found no row for their delivery.
 	Missing prometheus.Counter
 }
@@ -126,6 +128,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_payload_missing_total",
 			Help: "Attempts that found no payload for a message younger than --payload-retention: a read that missed, retried by River (never expired, nothing sent).",
 		}),
+		Panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_panics_total",
+			Help: "Attempts cut by a panic in the dispatcher's own code: each recorded as an attempt with error class panic and retried on its delivery's schedule; the process and the other deliveries go on.",
+		}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_missing_total",
 			Help: "Jobs that found no row for their delivery (retention dropped its partition after making it expired): nothing sent, the job ends.",
@@ -135,7 +141,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.Missing)
 	}
 	return m
 }

@@ -58,7 +58,7 @@ func slotOf(r *run) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	var s rateSlot
-	if json.Unmarshal(m[metaRateSlot], &s) != nil || s.Attempt != r.attempt || s.At.IsZero() {
+	if json.Unmarshal(m[metaRateSlot], &s) != nil || s.Attempt != r.jobAttempt || s.At.IsZero() {
 		return time.Time{}, false
 	}
 	return s.At, true
@@ -137,7 +137,7 @@ func (w *Worker) rateWait(ctx context.Context, r *run, t *Target) (time.Duration
 	}
 	wait := slot.At.Sub(slot.Now)
 	if wait > 0 {
-		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: r.attempt, At: slot.At}) // fails only outside River (unit tests)
+		_ = river.MetadataSet(ctx, metaRateSlot, rateSlot{Attempt: r.jobAttempt, At: slot.At}) // fails only outside River (unit tests)
 	}
 	return wait, nil
 }

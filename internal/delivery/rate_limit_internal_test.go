@@ -37,14 +37,14 @@ func TestSlotOfReadsTheCurrentAttemptsSlot(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
 	meta, err := json.Marshal(map[string]any{metaRateSlot: rateSlot{Attempt: 1, At: at}, "snoozes": 3})
 	require.NoError(t, err)
-	r := &run{attempt: 1, metadata: meta}
+	r := &run{jobAttempt: 1, metadata: meta}
 	got, ok := slotOf(r)
 	require.True(t, ok)
 	require.True(t, at.Equal(got))
 
-	r.attempt = 2
+	r.jobAttempt = 2
 	_, ok = slotOf(r)
 	require.False(t, ok, "a retry books anew")
-	_, ok = slotOf(&run{attempt: 1, metadata: []byte(`{}`)})
+	_, ok = slotOf(&run{jobAttempt: 1, metadata: []byte(`{}`)})
 	require.False(t, ok)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,8 +278,15 @@ func (e *attemptError) Error() string {
 type run struct {
 	// jobID is the job that owns the delivery while it runs.
 	jobID int64
-	// attempt is River's attempt number of that job.
-	attempt int
+	// jobAttempt is River's attempt number of that job: how often the job
+	// ran, which says nothing of how often its delivery was attempted.
+	jobAttempt int
+	// prior is the delivery's attempts recorded before this one, in
+	// every series, and inSeries those of its current series: this
+	// attempt is number prior+1 and its retry follows schedule step
+	// inSeries+1. They come from the delivery's record (its job's
+	// arguments, written from it, or the ledger read on a rerun).
+	prior, inSeries int
 	// rerun marks a run of a job that ran before (with any attempt
 	// number): it checks the ledger before it sends.
 	rerun    bool
@@ -292,18 +300,31 @@ type run struct {
 	// unsettled is set on a shared run whose record may have committed
 	// unacknowledged: the job it is handed to checks the ledger first.
 	unsettled bool
+
+	// What a panic in the run must put right (recoverPanic): the
+	// endpoint, once loaded; the breaker's admission, until its outcome
+	// is reported; whether the ledger was given the run's record.
+	target   *Target
+	finish   func(context.Context, Outcome)
+	recorded bool
 }
 
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.work(ctx, &run{jobID: job.ID, attempt: job.Attempt, args: job.Args, metadata: job.Metadata})
+	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata})
 }
 
 // work makes one attempt of the run's delivery. Its error is what River
 // should do with a delivery job: nil completes it, a snooze or an
 // attemptError (with the time stored for NextRetry) comes back later.
-func (w *Worker) work(ctx context.Context, r *run) error {
+func (w *Worker) work(ctx context.Context, r *run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = w.recoverPanic(ctx, r, p)
+		}
+	}()
 	args := r.args
+	r.prior, r.inSeries = args.AttemptOffset, args.ScheduleOffset
 	var parkUnconfirmed bool
 	if !r.shared {
 		if _, parkUnconfirmed = w.unconfirmed.LoadAndDelete(r.jobID); parkUnconfirmed {
@@ -313,7 +334,7 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 	// expiresIn is how long until retention may make the delivery expired.
 	expiresIn, limited := w.untilExpiry(args.DeliveryID)
 	nearExpiry := limited && expiresIn < w.timeoutFor(args.EndpointID)
-	if r.attempt > 1 || r.rerun || unsettled(r.metadata) || parkUnconfirmed || nearExpiry {
+	if r.jobAttempt > 1 || r.rerun || unsettled(r.metadata) || parkUnconfirmed || nearExpiry {
 		// A retry, a job rescued from a process that died after its
 		// attempt was recorded but before River marked the job done, one
 		// whose last record may have committed unacknowledged, or one whose
@@ -343,6 +364,7 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 		if p.JobID == nil || *p.JobID != r.jobID {
 			return nil
 		}
+		r.prior, r.inSeries = p.AttemptCount, p.AttemptCount-p.SeriesBase
 		if nearExpiry {
 			// An attempt started now could still be under way when the
 			// maintainer makes the delivery expired, and would send it
@@ -378,6 +400,7 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 		return river.JobSnooze(time.Second + w.jitter())
 	}
+	r.target = t
 	if t.Status != store.EndpointEnabled {
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.HeldTotal.Inc()
@@ -422,15 +445,17 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 	}
 	defer release()
 
-	// AttemptOffset counts every attempt before this job (earlier series
-	// and, for a released delivery, earlier jobs of this series).
-	attemptNo := args.AttemptOffset + r.attempt
+	attemptNo := r.prior + 1
 	ctx, span := w.startAttemptSpan(ctx, args, attemptNo)
 	defer span.End()
 	adm, err := w.deps.Gate.Admit(ctx, t)
 	if err != nil {
 		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 		return river.JobSnooze(time.Second + w.jitter())
+	}
+	if !adm.Refused {
+		// Reported once: by the attempt, or by recoverPanic.
+		adm.Finish = r.guardFinish(adm.Finish)
 	}
 	recordDecision(span, adm)
 	if adm.Refused {
@@ -535,9 +560,18 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
 	}
 	update.LastError = ptr(describe(resp))
-	// The schedule in force now plans the retry: the endpoint's own, or
-	// the dispatcher's.
-	delay, again := t.Schedule(w.cfg.Schedule).RetryDelay(args.ScheduleOffset+r.attempt, resp.Status, resp.RetryAfter, start, w.deps.Rand)
+	return w.retryOrFail(ctx, r, t, attempt, update, resp.Status, resp.RetryAfter, start)
+}
+
+// retryOrFail records a failed attempt with the retry its schedule plans
+// (the endpoint's own, or the dispatcher's; t may be nil), or as final
+// once the schedule is exhausted.
+func (w *Worker) retryOrFail(ctx context.Context, r *run, t *Target, attempt *store.Attempt, update store.StatusUpdate, status int, retryAfter string, start time.Time) error {
+	sched, ordered := w.cfg.Schedule, false
+	if t != nil {
+		sched, ordered = t.Schedule(sched), t.Ordered()
+	}
+	delay, again := sched.RetryDelay(r.inSeries+1, status, retryAfter, start, w.deps.Rand)
 	if !again {
 		update.Status = store.DeliveryFailed
 		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
@@ -548,8 +582,78 @@ func (w *Worker) work(ctx context.Context, r *run) error {
 	// A FIFO head's retry is a new job the ledger inserts with the
 	// attempt's record: the queue behind it waits for no River completer.
 	// So is a message job's delivery's: its retry is its own from then on.
-	update.Requeue = (t.Ordered() || r.shared) && w.deps.Ledger.QueuesFIFO()
+	update.Requeue = (ordered || r.shared) && w.deps.Ledger.QueuesFIFO()
 	return w.finishAttempt(ctx, r, t, attempt, update, next)
+}
+
+// guardFinish wraps an admission's Finish so that it reports once, and
+// keeps it for recoverPanic until it has.
+func (r *run) guardFinish(finish func(context.Context, Outcome)) func(context.Context, Outcome) {
+	var once sync.Once
+	r.finish = func(ctx context.Context, o Outcome) { once.Do(func() { finish(ctx, o) }) }
+	return r.finish
+}
+
+// ErrPanic is the error class of an attempt cut by a panic in hookd's own
+// code (signing, headers, tracing): recorded with the panic's message,
+// classified ignore so that neither the breaker nor the tuner counts it
+// against the endpoint.
+const ErrPanic ErrorClass = "panic"
+
+// recoverPanic turns a panic in a run into one attempt of its delivery:
+// the breaker's admission is given back (an abandoned outcome), the
+// attempt is recorded as an error with the panic's message, and the
+// delivery is retried on its schedule, or failed once it is exhausted, so
+// a panic that recurs ends the delivery instead of looping. A panic after
+// the run's record was handed to the ledger only logs. It never panics
+// again: it runs in a message job's goroutine, where a panic would end
+// the process.
+func (w *Worker) recoverPanic(ctx context.Context, r *run, p any) (err error) {
+	ctx = context.WithoutCancel(ctx)
+	msg := Excerpt([]byte(fmt.Sprint(p)))
+	w.deps.Logger.ErrorContext(ctx, "attempt_panicked", slog.String("delivery", r.args.DeliveryID),
+		slog.String("endpoint", r.args.EndpointID), slog.Int64("job", r.jobID), slog.String("panic", msg),
+		slog.String("stack", string(debug.Stack())))
+	if w.deps.Metrics != nil {
+		w.deps.Metrics.Panics.Inc()
+	}
+	defer func() {
+		if p2 := recover(); p2 != nil {
+			w.deps.Logger.ErrorContext(ctx, "attempt_panic_not_recorded", slog.String("delivery", r.args.DeliveryID), slog.String("panic", fmt.Sprint(p2)))
+			err = river.JobSnooze(time.Second + w.jitter())
+		}
+	}()
+	if r.finish != nil {
+		r.finish(ctx, Outcome{At: w.deps.Now()})
+	}
+	if r.recorded {
+		return nil
+	}
+	now := w.deps.Now()
+	endpointID := r.args.EndpointID
+	ordered := false
+	if r.target != nil {
+		endpointID, ordered = r.target.ID, r.target.Ordered()
+	}
+	attempt := &store.Attempt{
+		DeliveryID:      r.args.DeliveryID,
+		MessageID:       r.args.MessageID,
+		EndpointID:      endpointID,
+		AttemptNumber:   r.prior + 1,
+		AttemptedAt:     now,
+		ErrorClass:      string(ErrPanic),
+		Classification:  string(ClassIgnore),
+		ResponseExcerpt: "panic: " + msg,
+	}
+	update := store.StatusUpdate{
+		DeliveryID:    r.args.DeliveryID,
+		Series:        r.args.Series,
+		AttemptCount:  r.prior + 1,
+		LastAttemptAt: &now,
+		LastError:     ptr(string(ErrPanic) + ": " + msg),
+		Ordered:       ordered,
+	}
+	return w.retryOrFail(ctx, r, r.target, attempt, update, 0, "", now)
 }
 
 // refused handles a delivery the breaker refused. While the breaker is open
@@ -566,6 +670,7 @@ func (w *Worker) refused(ctx context.Context, r *run, adm Admission) error {
 	}
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
 		update.Park = true
+		r.recorded = true
 		err := w.record(ctx, nil, nil, update)
 		if err == nil {
 			if w.deps.Metrics != nil {
@@ -617,9 +722,10 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 // u.Requeue), an attemptError (with next stored for NextRetry) to retry.
 func (w *Worker) finishAttempt(ctx context.Context, r *run, t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
 	rule := store.DefaultAuthRule
-	if w.deps.AuthRules != nil {
+	if w.deps.AuthRules != nil && t != nil {
 		rule = w.deps.AuthRules.AuthRule(t)
 	}
+	r.recorded = true
 	if err := w.record(ctx, a, &rule, u); err != nil {
 		// Not recorded, as far as we know: try the whole attempt again
 		// later. The receiver may see it twice (at-least-once, same

@@ -171,6 +171,12 @@ type Progress struct {
 	Status string
 	Series int
 	JobID  *int64
+	// AttemptCount is the attempts recorded in every series, SeriesBase
+	// its value when the current series began: the next attempt's number
+	// and its place in the retry schedule follow from them, never from
+	// how often a job ran.
+	AttemptCount int
+	SeriesBase   int
 }
 
 // DeliveryProgress returns a delivery's Progress: what a re-run job checks
@@ -178,7 +184,8 @@ type Progress struct {
 // delivery another job (or the unparker) owns now.
 func (s *Store) DeliveryProgress(ctx context.Context, id string) (Progress, error) {
 	var p Progress
-	err := s.pool.QueryRow(ctx, `SELECT status, series, job_id FROM deliveries WHERE id = $1`, id).Scan(&p.Status, &p.Series, &p.JobID)
+	err := s.pool.QueryRow(ctx, `SELECT status, series, job_id, attempt_count, series_base FROM deliveries WHERE id = $1`, id).
+		Scan(&p.Status, &p.Series, &p.JobID, &p.AttemptCount, &p.SeriesBase)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Progress{}, ErrNotFound
 	}
