@@ -25,8 +25,8 @@ var _ HandOffs = (*store.Store)(nil)
 // same steps as a delivery job's (its endpoint's breaker, concurrency cap
 // and status); what would retry or snooze a delivery job is given a job
 // of its own, so no delivery waits on another: a retry by the ledger in
-// the transaction that records the attempt, a wait by a handoff when the
-// others are done.
+// the transaction that records the attempt, a wait by a hand-off the
+// moment it is known.
 //
 // A run of the job after its first (River's retry after an error, a job
 // rescued from a dispatcher that died, or one a stopping dispatcher
@@ -67,8 +67,14 @@ func (m *MessageWorker) NextRetry(job *river.Job[MessageArgs]) time.Time {
 	return w.deps.LocalNow().Add(max(d, minRetryDelay))
 }
 
+// handOffTimeout bounds one hand-off transaction: it is not cut by the
+// job's end (the waits are decided), but never hangs the job forever.
+const handOffTimeout = 30 * time.Second
+
 // Work attempts every delivery of the message at once and hands off
-// those that must wait.
+// those that must wait the moment each knows it must (a hand-off loop
+// gives each batch that is ready one transaction), so a wait never
+// depends on the slowest attempt of the message.
 func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) error {
 	// River gives a job interrupted by a client's stop back its attempt
 	// number, so a run after the first is known by its list of runs.
@@ -79,34 +85,68 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 			args: job.Args.delivery(endpointID), metadata: job.Metadata, shared: true}
 	}
 	errs := make([]error, len(runs))
+	waits := make(chan store.HandOff, len(runs))
+	var handOffErr error
+	var handOffs sync.WaitGroup
+	handOffs.Go(func() { handOffErr = m.handOffLoop(ctx, job.ID, waits) })
 	var wg sync.WaitGroup
 	for i := range runs {
-		wg.Go(func() { errs[i] = m.Worker.work(ctx, runs[i]) })
+		wg.Go(func() {
+			err := m.Worker.work(ctx, runs[i])
+			var snooze *rivertype.JobSnoozeError
+			if errors.As(err, &snooze) {
+				waits <- store.HandOff{DeliveryID: runs[i].args.DeliveryID,
+					At: m.Worker.deps.LocalNow().Add(snooze.Duration), Unsettled: runs[i].unsettled}
+				return
+			}
+			errs[i] = err
+		})
 	}
 	wg.Wait()
-	now := m.Worker.deps.LocalNow()
-	var (
-		hs     []store.HandOff
-		failed []error
-	)
+	close(waits)
+	handOffs.Wait()
+	var failed []error
 	for i, err := range errs {
-		var snooze *rivertype.JobSnoozeError
-		switch {
-		case err == nil:
-		case errors.As(err, &snooze):
-			hs = append(hs, store.HandOff{DeliveryID: runs[i].args.DeliveryID, At: now.Add(snooze.Duration), Unsettled: runs[i].unsettled})
-		default:
+		if err != nil {
 			failed = append(failed, fmt.Errorf("delivery %s: %w", runs[i].args.DeliveryID, err))
 		}
 	}
-	if len(hs) > 0 {
-		// Not cut by shutdown: the waits are decided, and the job's next
-		// run would send them at once.
-		if _, err := m.HandOffs.HandOff(context.WithoutCancel(ctx), job.ID, hs, m.Queue); err != nil {
-			failed = append(failed, err)
-		}
+	if handOffErr != nil {
+		failed = append(failed, handOffErr)
 	}
 	// River runs the job again later; that run sends only what is still
 	// the job's and unsettled.
+	return errors.Join(failed...)
+}
+
+// handOffLoop gives the deliveries sent on waits jobs of their own until
+// waits is closed: all that are ready at once in one transaction. A
+// failed hand-off leaves its deliveries the job's; it returns the errors,
+// and the job's next run sends them.
+func (m *MessageWorker) handOffLoop(ctx context.Context, jobID int64, waits <-chan store.HandOff) error {
+	var failed []error
+	for h := range waits {
+		batch := []store.HandOff{h}
+	drain:
+		for {
+			select {
+			case h, ok := <-waits:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, h)
+			default:
+				break drain
+			}
+		}
+		// Not cut by shutdown: the waits are decided, and the job's next
+		// run would send them at once.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffTimeout)
+		_, err := m.HandOffs.HandOff(hctx, jobID, batch, m.Queue)
+		cancel()
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
 	return errors.Join(failed...)
 }

@@ -137,7 +137,9 @@ func TestMessageJobAttemptsEachDeliveryAndHandsOffTheRest(t *testing.T) {
 	require.Equal(t, 1, failed.AttemptCount)
 	retry, queued := queue.get(failed.ID)
 	require.True(t, queued, "the ledger queued the retry")
-	require.NotNil(t, retry.NotBefore)
+	require.Nil(t, retry.NotBefore, "not a FIFO head: no wait in the worker")
+	require.NotNil(t, retry.ScheduledAt, "the retry waits in River for its time")
+	require.True(t, retry.ScheduledAt.Equal(*failed.NextAttemptAt))
 	require.Equal(t, 1, retry.AttemptCount, "its job numbers the next attempt 2")
 	require.NotEqual(t, int64(jobID), *failed.JobID)
 
@@ -413,4 +415,42 @@ func TestMessageJobPanicCostsOneAttempt(t *testing.T) {
 			require.Equal(t, 1.0, testutil.ToFloat64(deps.Metrics.Panics))
 		})
 	}
+}
+
+// TestMessageJobHandsOffAtOnce: a delivery that must wait (here over its
+// endpoint's rate limit) gets a job of its own while the message's other
+// attempts are still in flight, not when the slowest of them ends.
+func TestMessageJobHandsOffAtOnce(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	b := setupMessageJob(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}, delivery.WorkerConfig{}, delivery.WorkerDeps{})
+	t.Cleanup(unblock) // before the receiver's Close, which waits for the hanging request
+	hang := b.endpoint(t, "/hang", store.Endpoint{})
+	limited := b.endpoint(t, "/limited", store.Endpoint{RateLimit: new(5)})
+	job, ids := b.message(t, 42)
+
+	done := make(chan error, 1)
+	go func() { done <- b.mw.Work(context.Background(), job) }()
+	require.Eventually(t, func() bool {
+		_, queued := b.queue.get(ids[limited.ID])
+		return queued
+	}, 4*time.Second, 10*time.Millisecond, "handed off while the other attempt hangs")
+	require.NotEqual(t, int64(42), *b.delivery(t, ids[limited.ID]).JobID, "its own job's")
+	select {
+	case err := <-done:
+		t.Fatalf("the job ended (%v) before its hanging attempt", err)
+	default:
+	}
+	unblock()
+	require.NoError(t, <-done)
+	require.Equal(t, store.DeliveryDelivered, b.delivery(t, ids[hang.ID]).Status)
 }

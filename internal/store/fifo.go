@@ -266,10 +266,19 @@ func releaseHead(ctx context.Context, tx pgx.Tx, id string, parked bool, enq Enq
 
 // requeueRetries gives each of deliveries, pending a retry this
 // transaction planned (and locked), a new job due at its next_attempt_at
-// (StatusUpdate.Requeue).
-func requeueRetries(ctx context.Context, tx pgx.Tx, ids []string, enq Enqueuer) error {
+// (StatusUpdate.Requeue). A FIFO head's job is available at once and
+// waits for its time itself (NotBefore), as its queue's head; any other
+// is scheduled at its time, so it waits in River with no write until then
+// and never stands in the way of fresh messages.
+func requeueRetries(ctx context.Context, tx pgx.Tx, ids []string, ordered map[string]bool, enq Enqueuer) error {
 	if _, err := giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.status = 'pending'`, []any{ids},
-		func(q *QueuedDelivery) { q.NotBefore = q.NextAttemptAt }, enq); err != nil {
+		func(q *QueuedDelivery) {
+			if ordered[q.ID] {
+				q.NotBefore = q.NextAttemptAt
+			} else {
+				q.ScheduledAt = q.NextAttemptAt
+			}
+		}, enq); err != nil {
 		return fmt.Errorf("requeue retries: %w", err)
 	}
 	return nil

@@ -223,7 +223,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
 		if len(retries) > 0 && b.Queue != nil {
-			if err := requeueRetries(ctx, tx, retries, b.Queue); err != nil {
+			if err := requeueRetries(ctx, tx, retries, ordered, b.Queue); err != nil {
 				return err
 			}
 		}
