@@ -45,6 +45,7 @@ type settings struct {
 	requestTimeout    *time.Duration
 	retrySchedule     *string
 	maxPerEndpoint    *int
+	maxPerHost        *int
 	shutdownGrace     *time.Duration
 	noMigrate         *bool
 	dbMaxConns        *int
@@ -85,10 +86,11 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 	return fs, &settings{
 		databaseURL:       fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
 		metricsAddr:       fs.String("metrics-addr", "METRICS_ADDR", def.MetricsAddr, "address serving /metrics, /healthz and /readyz"),
-		workers:           fs.Int("workers", "WORKERS", def.Workers, "deliveries in flight at once in this process"),
+		workers:           fs.Int("workers", "WORKERS", def.Workers, "requests in flight at once in this process (and River's delivery jobs at once)"),
 		requestTimeout:    fs.Duration("request-timeout", "REQUEST_TIMEOUT", def.RequestTimeout, "timeout of one delivery attempt"),
 		retrySchedule:     fs.String("retry-schedule", "RETRY_SCHEDULE", def.RetrySchedule, "delay before each attempt, comma-separated (full jitter)"),
 		maxPerEndpoint:    fs.Int("max-per-endpoint", "MAX_PER_ENDPOINT", def.MaxPerEndpoint, "attempts in flight to one endpoint in this process; excess deliveries are snoozed"),
+		maxPerHost:        fs.Int("max-per-host", "MAX_PER_HOST", def.MaxPerHost, "requests in flight to one destination host:port in this process; excess deliveries wait their turn, within the start budget"),
 		shutdownGrace:     fs.Duration("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long in-flight deliveries get to finish on SIGTERM"),
 		noMigrate:         fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
 		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 30, "Postgres pool size"),
@@ -130,6 +132,7 @@ func (s *settings) config() dispatcher.Config {
 		RequestTimeout:           *s.requestTimeout,
 		RetrySchedule:            *s.retrySchedule,
 		MaxPerEndpoint:           *s.maxPerEndpoint,
+		MaxPerHost:               *s.maxPerHost,
 		ShutdownGrace:            *s.shutdownGrace,
 		FetchCooldown:            *s.fetchCooldown,
 		FetchPollInterval:        *s.fetchPollInterval,
@@ -167,6 +170,7 @@ var flagOf = map[string]string{
 	"RequestTimeout":           "request-timeout",
 	"RetrySchedule":            "retry-schedule",
 	"MaxPerEndpoint":           "max-per-endpoint",
+	"MaxPerHost":               "max-per-host",
 	"ShutdownGrace":            "shutdown-grace",
 	"FetchCooldown":            "fetch-cooldown",
 	"FetchPollInterval":        "fetch-poll-interval",

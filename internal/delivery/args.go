@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +62,12 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDeliver, MaxAttempts: maxRiverAttempts}
 }
 
+// MessageJobMaxEndpoints is the most deliveries one message job is given:
+// a wider fan-out is split into jobs of at most this many, so a job's
+// arguments stay small (River writes its row three times) and its
+// attempts in flight are bounded (WorkerConfig.MaxPerJob).
+const MessageJobMaxEndpoints = 50
+
 // MessageArgs are the arguments of a message job: the first attempt of
 // each of a message's deliveries, made side by side by one job, so River's
 // writes of a job (its insert, its fetch, its completion) are shared by
@@ -117,15 +124,25 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 	}
 	// job[i] is the index in params of delivery i's job.
 	job := make([]int, len(deliveries))
+	// group[i] lists the deliveries sharing delivery i's message job: its
+	// message's shared ones, in chunks of MessageJobMaxEndpoints.
+	group := make([][]int, len(deliveries))
 	shared := make(map[string][]int)
 	for i, d := range deliveries {
 		if d.Shared {
 			shared[d.MessageID] = append(shared[d.MessageID], i)
 		}
 	}
+	for _, all := range shared {
+		for c := range slices.Chunk(all, MessageJobMaxEndpoints) {
+			for _, k := range c {
+				group[k] = c
+			}
+		}
+	}
 	params := make([]river.InsertManyParams, 0, len(deliveries))
 	for i, d := range deliveries {
-		if group := shared[d.MessageID]; d.Shared && len(group) > 1 {
+		if group := group[i]; len(group) > 1 {
 			if group[0] != i {
 				job[i] = job[group[0]]
 				continue

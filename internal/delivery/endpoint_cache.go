@@ -31,6 +31,16 @@ type Target struct {
 	secrets        []Secret
 	keys           []PrivateKey
 	previousExpiry time.Time
+	// hostKey is the URL's host:port (hostOf), the unit MaxPerHost bounds.
+	hostKey string
+}
+
+// host is the destination the endpoint's requests go to (hostOf).
+func (t *Target) host() string {
+	if t.hostKey != "" {
+		return t.hostKey
+	}
+	return hostOf(t.URL)
 }
 
 // Schedule returns the endpoint's retry schedule: its own, or def.
@@ -185,7 +195,7 @@ func newTarget(ep store.Endpoint) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s secret: %w", ep.ID, err)
 	}
-	t := &Target{Endpoint: ep, secrets: []Secret{cur}}
+	t := &Target{Endpoint: ep, secrets: []Secret{cur}, hostKey: hostOf(ep.URL)}
 	if ep.PreviousSecret != "" && ep.PreviousSecretExpiresAt != nil {
 		prev, err := ParseSecret(ep.PreviousSecret)
 		if err != nil {
@@ -202,7 +212,7 @@ func newEd25519Target(ep store.Endpoint) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s key: %w", ep.ID, err)
 	}
-	t := &Target{Endpoint: ep, keys: []PrivateKey{cur}}
+	t := &Target{Endpoint: ep, keys: []PrivateKey{cur}, hostKey: hostOf(ep.URL)}
 	if ep.PreviousSecret != "" && ep.PreviousSecretExpiresAt != nil {
 		prev, err := ParsePrivateKey(ep.PreviousSecret)
 		if err != nil {

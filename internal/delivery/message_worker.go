@@ -79,9 +79,11 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 	// River gives a job interrupted by a client's stop back its attempt
 	// number, so a run after the first is known by its list of runs.
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
+	w := m.Worker
+	startBy := w.deps.LocalNow().Add(w.cfg.StartBudget)
 	runs := make([]*run, len(job.Args.Endpoints))
 	for i, endpointID := range job.Args.Endpoints {
-		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun,
+		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy,
 			args: job.Args.delivery(endpointID), metadata: job.Metadata, shared: true}
 	}
 	errs := make([]error, len(runs))
@@ -89,14 +91,27 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 	var handOffErr error
 	var handOffs sync.WaitGroup
 	handOffs.Go(func() { handOffErr = m.handOffLoop(ctx, job.ID, waits) })
+	// At most MaxPerJob of the job's attempts at once (a job queued by
+	// an earlier version may name more endpoints than
+	// MessageJobMaxEndpoints); one that gets no turn within the start
+	// budget waits in a job of its own.
+	turns := make(chan struct{}, w.cfg.MaxPerJob)
 	var wg sync.WaitGroup
 	for i := range runs {
+		if !m.takeTurn(ctx, turns, startBy) {
+			if w.deps.Metrics != nil {
+				w.deps.Metrics.StartDeferred.WithLabelValues(string(boundJob)).Inc()
+			}
+			waits <- store.HandOff{DeliveryID: runs[i].args.DeliveryID, At: w.deps.LocalNow().Add(w.jitter()), Unsettled: rerun}
+			continue
+		}
 		wg.Go(func() {
-			err := m.Worker.work(ctx, runs[i])
+			defer func() { <-turns }()
+			err := w.work(ctx, runs[i])
 			var snooze *rivertype.JobSnoozeError
 			if errors.As(err, &snooze) {
 				waits <- store.HandOff{DeliveryID: runs[i].args.DeliveryID,
-					At: m.Worker.deps.LocalNow().Add(snooze.Duration), Unsettled: runs[i].unsettled}
+					At: w.deps.LocalNow().Add(snooze.Duration), Unsettled: runs[i].unsettled}
 				return
 			}
 			errs[i] = err
@@ -117,6 +132,23 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 	// River runs the job again later; that run sends only what is still
 	// the job's and unsettled.
 	return errors.Join(failed...)
+}
+
+// takeTurn takes one of a job's turns, waiting until startBy at most.
+func (m *MessageWorker) takeTurn(ctx context.Context, turns chan struct{}, startBy time.Time) bool {
+	if take(turns) {
+		return true
+	}
+	t := time.NewTimer(max(startBy.Sub(m.Worker.deps.LocalNow()), 0))
+	defer t.Stop()
+	select {
+	case turns <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // handOffLoop gives the deliveries sent on waits jobs of their own until

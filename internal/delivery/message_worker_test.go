@@ -218,7 +218,18 @@ func setupMessageJob(t *testing.T, handler http.HandlerFunc, cfg delivery.Worker
 // endpoint creates an endpoint of tenant acme at the receiver's path.
 func (b *messageBundle) endpoint(t *testing.T, path string, e store.Endpoint) store.Endpoint {
 	t.Helper()
-	e.TenantID, e.URL, e.Secret = "acme", b.srv.URL+path, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	e.URL = ""
+	return b.endpointAt(t, path, e)
+}
+
+// endpointAt creates an endpoint of tenant acme at e.URL, or at the
+// receiver's path when e.URL is empty.
+func (b *messageBundle) endpointAt(t *testing.T, path string, e store.Endpoint) store.Endpoint {
+	t.Helper()
+	if e.URL == "" {
+		e.URL = b.srv.URL + path
+	}
+	e.TenantID, e.Secret = "acme", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	got, err := b.st.CreateEndpoint(context.Background(), e)
 	require.NoError(t, err)
 	return got

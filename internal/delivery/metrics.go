@@ -75,6 +75,11 @@ type Metrics struct {
 	PayloadMissing prometheus.Counter
 	// Panics counts attempts cut by a panic (recoverPanic).
 	Panics prometheus.Counter
+	// RequestsInFlight is the requests this process has in flight.
+	RequestsInFlight prometheus.Gauge
+	// StartDeferred counts attempts that found no place within a bound
+	// by their run's start budget, by bound.
+	StartDeferred *prometheus.CounterVec
 	// Missing counts jobs that found no row for their delivery.
 	Missing prometheus.Counter
 }
@@ -132,16 +137,27 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_panics_total",
 			Help: "Attempts cut by a panic in the dispatcher's own code: each recorded as an attempt with error class panic and retried on its delivery's schedule; the process and the other deliveries go on.",
 		}),
+		RequestsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "webhook_delivery_requests_in_flight",
+			Help: "Requests this dispatcher has in flight: at most --workers, and at most --max-per-host to one host:port.",
+		}),
+		StartDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_start_deferred_total",
+			Help: "Attempts that found no place within a bound in their run's start budget and went to wait in a job of their own (nothing sent, no attempt used), by bound: job (a message job's attempts in flight), process (--workers) or host (--max-per-host).",
+		}, []string{"bound"}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_missing_total",
 			Help: "Jobs that found no row for their delivery (retention dropped its partition after making it expired): nothing sent, the job ends.",
 		}),
 	}
+	for _, b := range []boundsWait{boundJob, boundProcess, boundHost} {
+		m.StartDeferred.WithLabelValues(string(b))
+	}
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -86,6 +86,20 @@ type WorkerConfig struct {
 	// MaxPerEndpoint caps attempts in flight to one endpoint in this process;
 	// excess jobs are snoozed with jitter. Zero means 10.
 	MaxPerEndpoint int
+	// MaxInFlight caps the requests in flight in this process (WORKERS);
+	// zero means DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxPerHost caps the requests in flight to one destination host
+	// (host:port) in this process; zero means DefaultMaxPerHost.
+	MaxPerHost int
+	// MaxPerJob caps the attempts in flight of one message job; zero
+	// means MessageJobMaxEndpoints.
+	MaxPerJob int
+	// StartBudget is how long after its run starts an attempt may wait
+	// for a place within MaxPerJob, MaxInFlight and MaxPerHost; past it
+	// the delivery waits in a job of its own. Zero means
+	// DefaultStartBudget.
+	StartBudget time.Duration
 	// SnoozeJitter is the upper bound of the random delay added to snoozes.
 	// Zero means 500ms.
 	SnoozeJitter time.Duration
@@ -151,6 +165,7 @@ type Worker struct {
 	nUnconfirmed atomic.Int64
 
 	slots    *endpointSlots
+	bounds   *requestBounds
 	booked   *bookedUntil
 	payloads *payloads
 }
@@ -161,6 +176,18 @@ var _ river.Worker[DeliverArgs] = (*Worker)(nil)
 func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	if cfg.MaxPerEndpoint <= 0 {
 		cfg.MaxPerEndpoint = 10
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxPerHost <= 0 {
+		cfg.MaxPerHost = DefaultMaxPerHost
+	}
+	if cfg.MaxPerJob <= 0 {
+		cfg.MaxPerJob = MessageJobMaxEndpoints
+	}
+	if cfg.StartBudget <= 0 {
+		cfg.StartBudget = DefaultStartBudget
 	}
 	if cfg.SnoozeJitter <= 0 {
 		cfg.SnoozeJitter = 500 * time.Millisecond
@@ -184,6 +211,7 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 		deps.Tracer = noopTracer
 	}
 	return &Worker{cfg: cfg, deps: deps, slots: newEndpointSlots(cfg.MaxPerEndpoint), booked: newBookedUntil(),
+		bounds:   newRequestBounds(cfg.MaxInFlight, cfg.MaxPerHost),
 		payloads: newPayloads(deps.Deliveries, time.Millisecond, 8<<20)}
 }
 
@@ -194,7 +222,10 @@ const JobTimeoutMargin = 5 * time.Second
 
 // Timeout is the job's request timeout plus JobTimeoutMargin: the
 // endpoint's own timeout when the cache holds the endpoint, else the
-// longest an attempt may be given.
+// longest an attempt may be given. An attempt starts within the start
+// budget (less than the margin) and its request is not cut by the job's
+// deadline (attemptContext), so the deadline only bounds what comes
+// before a request.
 func (w *Worker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
 	return w.timeoutFor(job.Args.EndpointID)
 }
@@ -301,6 +332,10 @@ type run struct {
 	// unacknowledged: the job it is handed to checks the ledger first.
 	unsettled bool
 
+	// startBy is when, on this process's clock, the run's attempt must
+	// have a place within the request bounds (WorkerConfig.StartBudget).
+	startBy time.Time
+
 	// What a panic in the run must put right (recoverPanic): the
 	// endpoint, once loaded; the breaker's admission, until its outcome
 	// is reported; whether the ledger was given the run's record.
@@ -311,7 +346,8 @@ type run struct {
 
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata})
+	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata,
+		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget)})
 }
 
 // work makes one attempt of the run's delivery. Its error is what River
@@ -435,6 +471,22 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 	// back as soon as an answer is in, not after the ledger's commit. After a
 	// transport failure (a timeout, a reset) it is kept until the attempt is
 	// recorded: the endpoint may not have seen the connection close yet.
+	// A place within the process's and the host's bounds, waited for
+	// within the run's start budget: past it, the delivery waits in a job
+	// of its own and this run ends.
+	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.LocalNow()))
+	if full != "" {
+		w.slots.release(t.ID, 0)
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.StartDeferred.WithLabelValues(string(full)).Inc()
+		}
+		return river.JobSnooze(100*time.Millisecond + w.jitter())
+	}
+	defer releaseRequest()
+	if w.deps.Metrics != nil {
+		w.deps.Metrics.RequestsInFlight.Inc()
+		defer w.deps.Metrics.RequestsInFlight.Dec()
+	}
 	held := true
 	var took time.Duration
 	release := func() {
@@ -513,16 +565,20 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		Headers:   t.Headers,
 		Timeout:   t.Timeout,
 	}
-	resp := sender.Send(ctx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+	actx, cancel := attemptContext(ctx)
+	resp := sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
+	cut := context.Cause(actx)
+	cancel()
 	took = resp.Duration
+	releaseRequest()
 	if resp.Status != 0 {
 		release()
 	}
-	if ctx.Err() != nil && resp.Status == 0 {
-		// Shutdown (or River's job timeout) cut the attempt short: it says
-		// nothing about the endpoint. River makes the job available again.
+	if cut != nil && resp.Status == 0 {
+		// Shutdown cut the attempt short: it says nothing about the
+		// endpoint. River makes the job available again.
 		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
-		return ctx.Err()
+		return cut
 	}
 	class := Classify(resp.Status, resp.ErrorClass)
 	recordAttemptSpan(span, class, resp)
@@ -561,6 +617,24 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 	}
 	update.LastError = ptr(describe(resp))
 	return w.retryOrFail(ctx, r, t, attempt, update, resp.Status, resp.RetryAfter, start)
+}
+
+// attemptContext is the context of one request: it keeps ctx's values
+// and ends when ctx is cancelled (a stopping dispatcher), but not at ctx's
+// deadline (River's job timeout, counted from the job's start), so an
+// attempt that started late in its job still has its whole timeout, which
+// the Sender counts from the attempt's own start. cancel must be called.
+func attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return actx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // retryOrFail records a failed attempt with the retry its schedule plans

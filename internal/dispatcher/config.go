@@ -16,7 +16,8 @@ import (
 type Config struct {
 	// MetricsAddr serves /metrics, /healthz and /readyz.
 	MetricsAddr string
-	// Workers is how many deliveries are in flight at once in this process.
+	// Workers is how many requests are in flight at once in this process,
+	// and how many delivery jobs River runs at once.
 	Workers int
 	// RequestTimeout bounds one delivery attempt.
 	RequestTimeout time.Duration
@@ -26,6 +27,11 @@ type Config struct {
 	// MaxPerEndpoint is how many attempts to one endpoint are in flight in
 	// this process; excess deliveries are snoozed.
 	MaxPerEndpoint int
+	// MaxPerHost is how many requests to one destination host:port are in
+	// flight in this process; excess deliveries wait their turn within
+	// the start budget (delivery.DefaultStartBudget), then in jobs of
+	// their own.
+	MaxPerHost int
 	// ShutdownGrace is how long in-flight deliveries get to finish once
 	// Run's context ends; then their contexts are cancelled.
 	ShutdownGrace time.Duration
@@ -110,6 +116,7 @@ func DefaultConfig() Config {
 		RequestTimeout:        15 * time.Second,
 		RetrySchedule:         delivery.DefaultSchedule.String(),
 		MaxPerEndpoint:        10,
+		MaxPerHost:            delivery.DefaultMaxPerHost,
 		ShutdownGrace:         30 * time.Second,
 		FetchCooldown:         5 * time.Millisecond,
 		FetchPollInterval:     250 * time.Millisecond,
@@ -177,6 +184,8 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("RequestTimeout", "must be from 100ms to 5m")
 	case c.MaxPerEndpoint < 1:
 		return r, invalid("MaxPerEndpoint", "must be at least 1")
+	case c.MaxPerHost < 1 || c.MaxPerHost > 10000:
+		return r, invalid("MaxPerHost", "must be from 1 to 10000")
 	case c.ShutdownGrace <= 0:
 		return r, invalid("ShutdownGrace", "must be positive")
 	case c.FetchCooldown < time.Millisecond:

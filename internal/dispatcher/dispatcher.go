@@ -370,6 +370,8 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	worker := delivery.NewWorker(delivery.WorkerConfig{
 		Schedule:         d.r.schedule,
 		MaxPerEndpoint:   d.cfg.MaxPerEndpoint,
+		MaxInFlight:      d.cfg.Workers,
+		MaxPerHost:       d.cfg.MaxPerHost,
 		Park:             d.cfg.Breakers,
 		PayloadRetention: d.r.retention.PayloadRetention,
 		Retention:        d.r.retention.Retention,
