@@ -74,7 +74,19 @@ const MessageJobMaxEndpoints = 50
 // the message's fan-out. A delivery that needs a later attempt gets a
 // job of its own (DeliverArgs): a retry queued by the ledger with the
 // attempt's record, a wait handed off by the message worker.
+//
+// The arguments are versioned like migrations (V): a job keeps its kind
+// across versions, so every dispatcher knows it (River's rescuer discards
+// a job of a kind its process does not know), and a dispatcher given a
+// version newer than it knows leaves the job for one that can
+// (MessageWorker.Work), never completing it with nothing sent.
+//
+//   - 0: {"deliveries": [{"id", "endpoint_id"}]}, each delivery's id given;
+//   - 1: {"endpoints": [...]}, ids from store.DeliveryID;
+//   - 2: version 1 with "v": 2 written.
 type MessageArgs struct {
+	// V is the arguments' version; absent in versions 0 and 1.
+	V         int    `json:"v,omitempty"`
 	MessageID string `json:"message_id"`
 	EventType string `json:"event_type"`
 	// Endpoints are the endpoints of the message's deliveries that the
@@ -82,9 +94,49 @@ type MessageArgs struct {
 	// A delivery's id follows from its message's and its endpoint's
 	// (store.DeliveryID): River writes a job's row three times, and the
 	// ids would double it.
-	Endpoints []string `json:"endpoints"`
+	Endpoints []string `json:"endpoints,omitempty"`
+	// Deliveries are version 0's deliveries, each with its id.
+	Deliveries []MessageDelivery `json:"deliveries,omitempty"`
 	// Trace is the message's trace context, as DeliverArgs.Trace.
 	Trace map[string]string `json:"trace,omitempty"`
+}
+
+// MessageDelivery is one delivery of a version 0 message job.
+type MessageDelivery struct {
+	DeliveryID string `json:"id"`
+	EndpointID string `json:"endpoint_id"`
+}
+
+// MessageArgsVersion is the version of the message jobs this dispatcher
+// queues, and the newest it runs.
+const MessageArgsVersion = 2
+
+// runnable reports whether this version can run the job: a version it
+// knows, naming at least one delivery.
+func (a MessageArgs) runnable() bool {
+	return a.V <= MessageArgsVersion && len(a.Endpoints)+len(a.Deliveries) > 0
+}
+
+// deliveries are the DeliverArgs of the job's deliveries, in order.
+func (a MessageArgs) deliveries() []DeliverArgs {
+	out := make([]DeliverArgs, 0, len(a.Endpoints)+len(a.Deliveries))
+	for _, d := range a.Deliveries {
+		out = append(out, DeliverArgs{DeliveryID: d.DeliveryID, MessageID: a.MessageID, EndpointID: d.EndpointID,
+			EventType: a.EventType, Series: 1, Trace: a.Trace})
+	}
+	for _, endpointID := range a.Endpoints {
+		out = append(out, a.delivery(endpointID))
+	}
+	return out
+}
+
+// endpointIDs are the endpoints of the job's deliveries.
+func (a MessageArgs) endpointIDs() []string {
+	ids := slices.Clone(a.Endpoints)
+	for _, d := range a.Deliveries {
+		ids = append(ids, d.EndpointID)
+	}
+	return ids
 }
 
 // Kind names the job kind.
@@ -147,7 +199,7 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, deliveries []store.
 				job[i] = job[group[0]]
 				continue
 			}
-			args := MessageArgs{MessageID: d.MessageID, EventType: d.EventType, Trace: d.Trace,
+			args := MessageArgs{V: MessageArgsVersion, MessageID: d.MessageID, EventType: d.EventType, Trace: d.Trace,
 				Endpoints: make([]string, len(group))}
 			for j, k := range group {
 				args.Endpoints[j] = deliveries[k].EndpointID

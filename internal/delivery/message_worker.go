@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -48,7 +49,7 @@ var _ river.Worker[MessageArgs] = (*MessageWorker)(nil)
 // Timeout is the longest of its deliveries' (Worker.Timeout).
 func (m *MessageWorker) Timeout(job *river.Job[MessageArgs]) time.Duration {
 	var d time.Duration
-	for _, id := range job.Args.Endpoints {
+	for _, id := range job.Args.endpointIDs() {
 		d = max(d, m.Worker.timeoutFor(id))
 	}
 	return d
@@ -67,6 +68,10 @@ func (m *MessageWorker) NextRetry(job *river.Job[MessageArgs]) time.Time {
 	return w.deps.LocalNow().Add(max(d, minRetryDelay))
 }
 
+// unknownJobWait is how long a job this version cannot run waits before a
+// dispatcher looks at it again.
+const unknownJobWait = time.Minute
+
 // handOffTimeout bounds one hand-off transaction: it is not cut by the
 // job's end (the waits are decided), but never hangs the job forever.
 const handOffTimeout = 30 * time.Second
@@ -78,13 +83,24 @@ const handOffTimeout = 30 * time.Second
 func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) error {
 	// River gives a job interrupted by a client's stop back its attempt
 	// number, so a run after the first is known by its list of runs.
-	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
 	w := m.Worker
+	if !job.Args.runnable() {
+		// A newer version's job (a rollback, a rolling upgrade): leave it,
+		// untouched, for a dispatcher that can run it.
+		w.deps.Logger.WarnContext(ctx, "job_args_unknown", slog.Int64("job", job.ID), slog.Int("version", job.Args.V),
+			slog.Int("known_version", MessageArgsVersion))
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.JobsLeft.Inc()
+		}
+		return river.JobSnooze(unknownJobWait + w.jitter())
+	}
+	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
 	startBy := w.deps.LocalNow().Add(w.cfg.StartBudget)
-	runs := make([]*run, len(job.Args.Endpoints))
-	for i, endpointID := range job.Args.Endpoints {
+	deliveries := job.Args.deliveries()
+	runs := make([]*run, len(deliveries))
+	for i, args := range deliveries {
 		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy,
-			args: job.Args.delivery(endpointID), metadata: job.Metadata, shared: true}
+			args: args, metadata: job.Metadata, shared: true}
 	}
 	errs := make([]error, len(runs))
 	waits := make(chan store.HandOff, len(runs))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,7 @@ func TestMessageJobAttemptsEachDeliveryAndHandsOffTheRest(t *testing.T) {
 	w := delivery.NewWorker(delivery.WorkerConfig{Schedule: delivery.Schedule{0, 30 * time.Second}}, delivery.WorkerDeps{
 		Endpoints: delivery.NewEndpointCache(st, time.Minute, time.Now), Deliveries: st, Ledger: ledger, Now: time.Now,
 		Sender: delivery.NewSender(delivery.SenderConfig{Timeout: 5 * time.Second}), RateSlots: st,
+		Rand: func() float64 { return 0.5 }, // the retry 15 s away: past the worker's wait horizon
 	})
 	mw := &delivery.MessageWorker{Worker: w, HandOffs: st, Queue: queue}
 	job := &river.Job[delivery.MessageArgs]{JobRow: &rivertype.JobRow{ID: jobID, Attempt: 1}, Args: args}
@@ -464,4 +466,64 @@ func TestMessageJobHandsOffAtOnce(t *testing.T) {
 	unblock()
 	require.NoError(t, <-done)
 	require.Equal(t, store.DeliveryDelivered, b.delivery(t, ids[hang.ID]).Status)
+}
+
+// TestMessageJobArgsVersions: a message job's arguments as each version
+// wrote them (golden JSON) deliver to the same deliveries, and a job of a
+// version this dispatcher does not know, or naming no delivery, is left
+// for a dispatcher that can run it: snoozed, nothing sent, nothing
+// written.
+func TestMessageJobArgsVersions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args string // %[1]s: message id; %[2]s, %[3]s: endpoint ids; %[4]s, %[5]s: delivery ids
+		runs bool
+	}{
+		{"version 0: deliveries with ids", `{"message_id":%[1]q,"event_type":"a","deliveries":[{"id":%[4]q,"endpoint_id":%[2]q},{"id":%[5]q,"endpoint_id":%[3]q}]}`, true},
+		{"version 1: endpoints", `{"message_id":%[1]q,"event_type":"a","endpoints":[%[2]q,%[3]q]}`, true},
+		{"version 2: endpoints and v", `{"v":2,"message_id":%[1]q,"event_type":"a","endpoints":[%[2]q,%[3]q]}`, true},
+		{"version 3: left", `{"v":3,"message_id":%[1]q,"event_type":"a","endpoints":[%[2]q,%[3]q],"hosts":["x"]}`, false},
+		{"no delivery named: left", `{"message_id":%[1]q,"event_type":"a","receivers":[%[2]q,%[3]q]}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int64
+			reg := delivery.NewMetrics(nil, nil)
+			b := setupMessageJob(t, func(http.ResponseWriter, *http.Request) { hits.Add(1) }, delivery.WorkerConfig{}, delivery.WorkerDeps{Metrics: reg})
+			e1, e2 := b.endpoint(t, "/a", store.Endpoint{}), b.endpoint(t, "/b", store.Endpoint{})
+			job, ids := b.message(t, 42)
+			raw := fmt.Sprintf(tc.args, job.Args.MessageID, e1.ID, e2.ID, ids[e1.ID], ids[e2.ID])
+			var args delivery.MessageArgs
+			require.NoError(t, json.Unmarshal([]byte(raw), &args))
+			job.Args = args
+			err := b.mw.Work(context.Background(), job)
+			if !tc.runs {
+				var snooze *rivertype.JobSnoozeError
+				require.ErrorAs(t, err, &snooze)
+				require.Zero(t, hits.Load())
+				for _, id := range ids {
+					d := b.delivery(t, id)
+					require.Equal(t, store.DeliveryPending, d.Status)
+					require.Equal(t, int64(42), *d.JobID, "still the job's")
+				}
+				require.Equal(t, 1.0, testutil.ToFloat64(reg.JobsLeft))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, int64(2), hits.Load())
+			for _, id := range ids {
+				require.Equal(t, store.DeliveryDelivered, b.delivery(t, id).Status)
+			}
+		})
+	}
+}
+
+// TestEnqueuedMessageArgsAreTheCurrentVersion: the api queues message jobs
+// of MessageArgsVersion, in the shape its golden JSON pins.
+func TestEnqueuedMessageArgsAreTheCurrentVersion(t *testing.T) {
+	t.Parallel()
+	raw, err := json.Marshal(delivery.MessageArgs{V: delivery.MessageArgsVersion, MessageID: "msg_1", EventType: "a", Endpoints: []string{"ep_1", "ep_2"}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":2,"message_id":"msg_1","event_type":"a","endpoints":["ep_1","ep_2"]}`, string(raw))
 }

@@ -75,6 +75,8 @@ type Metrics struct {
 	PayloadMissing prometheus.Counter
 	// Panics counts attempts cut by a panic (recoverPanic).
 	Panics prometheus.Counter
+	// JobsLeft counts runs of jobs whose arguments this version cannot run.
+	JobsLeft prometheus.Counter
 	// RequestsInFlight is the requests this process has in flight.
 	RequestsInFlight prometheus.Gauge
 	// StartDeferred counts attempts that found no place within a bound
@@ -137,6 +139,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_panics_total",
 			Help: "Attempts cut by a panic in the dispatcher's own code: each recorded as an attempt with error class panic and retried on its delivery's schedule; the process and the other deliveries go on.",
 		}),
+		JobsLeft: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_delivery_jobs_left_total",
+			Help: "Runs of message jobs whose arguments' version this dispatcher does not know (queued by a newer one): left untouched, snoozed for a dispatcher that can run them; nothing sent, nothing written.",
+		}),
 		RequestsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_delivery_requests_in_flight",
 			Help: "Requests this dispatcher has in flight: at most --workers, and at most --max-per-host to one host:port.",
@@ -157,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -285,6 +285,11 @@ func (w *Worker) untilExpiry(deliveryID string) (time.Duration, bool) {
 // minRetryDelay keeps NextRetry's answer in River's future.
 const minRetryDelay = 20 * time.Millisecond
 
+// riverSchedulerInterval is how often River's scheduler makes scheduled
+// jobs available (its default, which a client cannot change): a job
+// scheduled at t runs up to this much after t.
+const riverSchedulerInterval = 5 * time.Second
+
 // notBeforeHorizon is the longest a job waits in Work for its NotBefore;
 // a later one snoozes. It holds one worker per FIFO endpoint whose head
 // is retried, and stays within JobTimeoutMargin.
@@ -657,6 +662,12 @@ func (w *Worker) retryOrFail(ctx context.Context, r *run, t *Target, attempt *st
 	// attempt's record: the queue behind it waits for no River completer.
 	// So is a message job's delivery's: its retry is its own from then on.
 	update.Requeue = (ordered || r.shared) && w.deps.Ledger.QueuesFIFO()
+	// A retry due later than River's scheduler would notice waits in
+	// River, scheduled, rather than being fetched and snoozed; a sooner
+	// one is available at once and waits in its worker (or in River's
+	// available-but-not-yet-due snooze), as River itself does with short
+	// retries.
+	update.RequeueScheduled = delay > riverSchedulerInterval
 	return w.finishAttempt(ctx, r, t, attempt, update, next)
 }
 

@@ -266,17 +266,18 @@ func releaseHead(ctx context.Context, tx pgx.Tx, id string, parked bool, enq Enq
 
 // requeueRetries gives each of deliveries, pending a retry this
 // transaction planned (and locked), a new job due at its next_attempt_at
-// (StatusUpdate.Requeue). A FIFO head's job is available at once and
-// waits for its time itself (NotBefore), as its queue's head; any other
+// (StatusUpdate.Requeue). One in scheduled (StatusUpdate.RequeueScheduled)
 // is scheduled at its time, so it waits in River with no write until then
-// and never stands in the way of fresh messages.
-func requeueRetries(ctx context.Context, tx pgx.Tx, ids []string, ordered map[string]bool, enq Enqueuer) error {
+// and never stands in the way of fresh messages; any other (a FIFO head's,
+// or one due within River's scheduler interval) is available at once and
+// waits for its time in its worker (NotBefore).
+func requeueRetries(ctx context.Context, tx pgx.Tx, ids []string, scheduled map[string]bool, enq Enqueuer) error {
 	if _, err := giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.status = 'pending'`, []any{ids},
 		func(q *QueuedDelivery) {
-			if ordered[q.ID] {
-				q.NotBefore = q.NextAttemptAt
-			} else {
+			if scheduled[q.ID] {
 				q.ScheduledAt = q.NextAttemptAt
+			} else {
+				q.NotBefore = q.NextAttemptAt
 			}
 		}, enq); err != nil {
 		return fmt.Errorf("requeue retries: %w", err)

@@ -28,3 +28,20 @@ func TestDeliveryIDFollowsFromMessageAndEndpoint(t *testing.T) {
 	require.NotEqual(t, id, store.DeliveryID(m1, "ep_b"))
 	require.NotEqual(t, id, store.DeliveryID(m2, "ep_a"))
 }
+
+// TestDeliveryIDGolden pins DeliveryID's output: message jobs name their
+// deliveries by message and endpoint only, so a dispatcher of another
+// version must derive the same ids from a job queued by this one (a
+// rolling upgrade, a rollback). Changing the function is a new job
+// arguments version, never an edit of these.
+func TestDeliveryIDGolden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ message, endpoint, want string }{
+		{"msg_01JNQ8Z6B2W3X4Y5Z6A7B8C9D0", "ep_01JNQ8Z6B2W3X4Y5Z6A7B8C9D1", "dlv_01JNQ8Z6B2SVJK4GPBEH1P4Z1N"},
+		{"msg_01JNQ8Z6B2W3X4Y5Z6A7B8C9D0", "ep_other", "dlv_01JNQ8Z6B2272507T11AB6D70A"},
+		{"msg_01KA000000AAAAAAAAAAAAAAAA", "ep_01JNQ8Z6B2W3X4Y5Z6A7B8C9D1", "dlv_01KA000000MM2T668YDE3181W8"},
+		{"msg_short", "ep_x", "dlv_short00000W8PBJZF8X5A4EDYE"},
+	} {
+		require.Equal(t, tc.want, store.DeliveryID(tc.message, tc.endpoint), "%s %s", tc.message, tc.endpoint)
+	}
+}

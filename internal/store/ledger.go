@@ -39,6 +39,12 @@ type StatusUpdate struct {
 	// writes a job's retry up to 250 ms later at low load, and a FIFO
 	// queue's head holds up every delivery behind it meanwhile.
 	Requeue bool
+	// RequeueScheduled makes the new job scheduled at NextAttemptAt, so it
+	// waits in River with no write until then; otherwise it is available
+	// at once and its worker waits for NextAttemptAt (DeliverArgs.NotBefore):
+	// a FIFO head's, and a retry due sooner than River's scheduler (which
+	// makes scheduled jobs available every 5 s) would make it available.
+	RequeueScheduled bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -148,12 +154,16 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		)
 		ordered := make(map[string]bool)
 		requeue := make(map[string]bool)
+		scheduled := make(map[string]bool)
 		for i, u := range updates {
 			if u.Ordered {
 				ordered[u.DeliveryID] = true
 			}
 			if u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil {
 				requeue[u.DeliveryID] = true
+				if u.RequeueScheduled && !u.Ordered {
+					scheduled[u.DeliveryID] = true
+				}
 			}
 			parks[i] = u.Park && u.Status == DeliveryWaiting
 			if u.JobID != 0 {
@@ -223,7 +233,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
 		if len(retries) > 0 && b.Queue != nil {
-			if err := requeueRetries(ctx, tx, retries, ordered, b.Queue); err != nil {
+			if err := requeueRetries(ctx, tx, retries, scheduled, b.Queue); err != nil {
 				return err
 			}
 		}
@@ -291,7 +301,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 			continue
 		}
 		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
-		m.Ordered, m.Requeue = m.Ordered || u.Ordered, u.Requeue
+		m.Ordered, m.Requeue, m.RequeueScheduled = m.Ordered || u.Ordered, u.Requeue, u.RequeueScheduled
 	}
 	return out
 }
