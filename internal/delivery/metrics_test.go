@@ -90,10 +90,12 @@ func TestQueueMetricsExportTheDeliverQueue(t *testing.T) {
 	m := delivery.NewQueueMetrics(prometheus.NewRegistry())
 	q := &fakeQueue{stats: store.QueueStats{
 		Depth:           map[string]int64{"available": 120, "pending": 0, "retryable": 3, "running": 40, "scheduled": 7},
+		Jobs:            map[string]int64{"available": 12, "pending": 0, "retryable": 3, "running": 4, "scheduled": 7},
 		OldestAvailable: 95 * time.Second,
 	}}
 	require.NoError(t, m.Update(context.Background(), q))
 	require.Equal(t, 120.0, testutil.ToFloat64(m.Depth.WithLabelValues("available")))
+	require.Equal(t, 12.0, testutil.ToFloat64(m.Jobs.WithLabelValues("available")))
 	require.Equal(t, 40.0, testutil.ToFloat64(m.Depth.WithLabelValues("running")))
 	require.Equal(t, 95.0, testutil.ToFloat64(m.OldestPending))
 

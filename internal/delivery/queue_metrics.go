@@ -22,17 +22,22 @@ var _ QueueStatter = (*store.Store)(nil)
 // take max() over the dispatchers rather than a sum.
 type QueueMetrics struct {
 	Depth         *prometheus.GaugeVec
+	Jobs          *prometheus.GaugeVec
 	OldestPending prometheus.Gauge
 }
 
-// NewQueueMetrics creates and registers webhook_queue_depth and
-// webhook_oldest_pending_seconds on reg. Every state's series exists from
+// NewQueueMetrics creates and registers webhook_queue_depth,
+// webhook_queue_jobs and webhook_oldest_pending_seconds on reg. Every state's series exists from
 // the start, at 0.
 func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
 	m := &QueueMetrics{
 		Depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_queue_depth",
-			Help: "Unfinished jobs in the deliver queue (a message job for a message's first attempts, a delivery job for each later one) by River state (available: due and waiting for a worker; scheduled: retries, breaker and concurrency snoozes; running; retryable; pending). Fleet-wide: every dispatcher exports the same value.",
+			Help: "Deliveries of the deliver queue's unfinished jobs (one for a delivery job, each delivery a message job names) by River state (available: due and waiting for a worker; scheduled: retries, breaker and concurrency snoozes; running; retryable; pending). Fleet-wide: every dispatcher exports the same value.",
+		}, []string{"state"}),
+		Jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "webhook_queue_jobs",
+			Help: "Unfinished jobs of the deliver queue (a message job for up to 50 first attempts of a message, a delivery job for each later one) by River state, as webhook_queue_depth. Fleet-wide: every dispatcher exports the same value.",
 		}, []string{"state"}),
 		OldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_oldest_pending_seconds",
@@ -41,9 +46,10 @@ func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
 	}
 	for _, s := range store.QueueStates {
 		m.Depth.WithLabelValues(s)
+		m.Jobs.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Depth, m.OldestPending)
+		reg.MustRegister(m.Depth, m.Jobs, m.OldestPending)
 	}
 	return m
 }
@@ -56,6 +62,9 @@ func (m *QueueMetrics) Update(ctx context.Context, st QueueStatter) error {
 	}
 	for state, n := range s.Depth {
 		m.Depth.WithLabelValues(state).Set(float64(n))
+	}
+	for state, n := range s.Jobs {
+		m.Jobs.WithLabelValues(state).Set(float64(n))
 	}
 	m.OldestPending.Set(s.OldestAvailable.Seconds())
 	return nil

@@ -12,9 +12,12 @@ var QueueStates = []string{"available", "pending", "retryable", "running", "sche
 
 // QueueStats is a snapshot of one River queue.
 type QueueStats struct {
-	// Depth counts the queue's unfinished jobs by state; every QueueStates
-	// entry is present.
+	// Depth counts the deliveries of the queue's unfinished jobs by
+	// state: one for a delivery job, each delivery a message job names.
+	// Every QueueStates entry is present.
 	Depth map[string]int64
+	// Jobs counts the queue's unfinished jobs by state, likewise.
+	Jobs map[string]int64
 	// OldestAvailable is how long the longest-waiting available job has
 	// been due: the backlog's age. Zero when no job is available.
 	OldestAvailable time.Duration
@@ -27,12 +30,18 @@ type QueueStats struct {
 // completed ones River keeps for a while, and the age is one index probe
 // per River priority (1 to 4).
 func (s *Store) QueueStats(ctx context.Context, queue string) (QueueStats, error) {
-	st := QueueStats{Depth: make(map[string]int64, len(QueueStates))}
+	st := QueueStats{Depth: make(map[string]int64, len(QueueStates)), Jobs: make(map[string]int64, len(QueueStates))}
 	for _, state := range QueueStates {
-		st.Depth[state] = 0
+		st.Depth[state], st.Jobs[state] = 0, 0
 	}
+	// A message job's deliveries are the entries of its arguments' list
+	// (delivery.MessageArgs, every version's shape).
 	rows, err := s.pool.Query(ctx, `
-		SELECT state::text, count(*) FROM river_job
+		SELECT state::text, count(*),
+			coalesce(sum(CASE WHEN kind = 'deliver_message'
+				THEN coalesce(jsonb_array_length(args->'endpoints'), 0) + coalesce(jsonb_array_length(args->'deliveries'), 0)
+				ELSE 1 END), 0)::bigint
+		FROM river_job
 		WHERE state = ANY($2::text[]::river_job_state[]) AND queue = $1
 		GROUP BY state`, queue, QueueStates)
 	if err != nil {
@@ -41,11 +50,11 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (QueueStats, error
 	defer rows.Close()
 	for rows.Next() {
 		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
+		var jobs, deliveries int64
+		if err := rows.Scan(&state, &jobs, &deliveries); err != nil {
 			return QueueStats{}, fmt.Errorf("queue depth: %w", err)
 		}
-		st.Depth[state] = n
+		st.Depth[state], st.Jobs[state] = deliveries, jobs
 	}
 	if err := rows.Err(); err != nil {
 		return QueueStats{}, fmt.Errorf("queue depth: %w", err)
