@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -86,4 +88,66 @@ func (b *testBundle) waitBlocked(t *testing.T, n int, pids ...int) {
 				AND (0 = ANY($1) OR pg_blocking_pids(pid) && $1::int[])`, pids).Scan(&got))
 		return got == n
 	}, 10*time.Second, 5*time.Millisecond, "waiting for %d backends blocked by %v", n, pids)
+}
+
+// TestHandOffAndLedgerLockDeliveriesInOneOrder: a message job's hand-off
+// and a ledger flush touch the same two deliveries, the flush's updates
+// listed in the opposite order, while a third transaction holds both rows
+// and lets go of one at a time. Were the rows locked in list order, each
+// would take one and wait for the other, and Postgres would abort one
+// ("deadlock detected"). Both must commit, and the server logs no
+// deadlock.
+func TestHandOffAndLedgerLockDeliveriesInOneOrder(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "acme")
+	b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	require.Len(t, m.Deliveries, 2)
+	const messageJob = 500
+	ids := []string{m.Deliveries[0].ID, m.Deliveries[1].ID}
+	slices.Sort(ids)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE id = ANY($1)`, ids, messageJob)
+	require.NoError(t, err)
+
+	hold := func(id string) (pgx.Tx, int) {
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		var pid int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&pid))
+		return tx, pid
+	}
+	// The holder of the first row lets go first: the hand-off (in id
+	// order) then takes it and waits for the second, which the flush (in
+	// the opposite order) waits for too.
+	holdFirst, pidFirst := hold(ids[0])
+	holdSecond, _ := hold(ids[1])
+
+	errs := make(chan error, 2)
+	go func() {
+		_, err := s.HandOff(ctx, messageJob, []store.HandOff{{DeliveryID: ids[0], At: time.Now()}, {DeliveryID: ids[1], At: time.Now()}}, &queueRecorder{})
+		errs <- err
+	}()
+	at := time.Now()
+	go func() {
+		var us []store.StatusUpdate
+		for _, id := range []string{ids[1], ids[0]} {
+			us = append(us, store.StatusUpdate{DeliveryID: id, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &at, JobID: messageJob})
+		}
+		errs <- s.RecordLedger(ctx, nil, us)
+	}()
+	b.waitBlocked(t, 2, 0)
+	require.NoError(t, holdFirst.Commit(ctx))
+	b.waitBlocked(t, 0, pidFirst)
+	b.waitBlocked(t, 2, 0)
+	require.NoError(t, holdSecond.Commit(ctx))
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	var deadlocks int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
+	require.Zero(t, deadlocks)
 }

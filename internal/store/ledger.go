@@ -312,8 +312,15 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 // plans every deliveries partition, and with a month of daily partitions
 // it hash-joined over a sequential scan of each of them (220 ms for 40
 // rows over 31 partitions of 10,000 rows, against 0.3 ms for the index
-// probes of the one partition holding them).
+// probes of the one partition holding them). The rows are locked first,
+// in id order (locked), the order HandOff and every writer that locks
+// several deliveries takes them in: the update's own order follows its
+// plan, and two writers taking two rows in opposite orders deadlock, one
+// of them aborted by Postgres with its batch.
 const ledgerUpdateSQL = `
+	WITH locked AS MATERIALIZED (
+		SELECT id FROM deliveries WHERE id = ANY($1) ORDER BY id FOR UPDATE
+	)
 	UPDATE deliveries d SET
 		status = u.status,
 		attempt_count = greatest(d.attempt_count, u.attempt_count),
@@ -332,7 +339,8 @@ const ledgerUpdateSQL = `
 		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[])
 		AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
 			last_status_code, last_error, breaker_open_until, park, job_id)
-	WHERE d.id = u.id AND d.id = ANY($1) AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
+	WHERE d.id = u.id AND d.id = ANY($1) AND d.id IN (SELECT id FROM locked)
+		AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
 		AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
 		AND (NOT u.park OR u.job_id IS NULL OR d.job_id = u.job_id)
 		AND (u.status <> 'held' OR EXISTS (
