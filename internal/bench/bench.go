@@ -70,6 +70,9 @@ type plan struct {
 	s5Recover       time.Duration
 	s6Tenants       int
 	s6Measure       time.Duration
+	s11Endpoints    int
+	s11Rate         float64
+	s11Measure      time.Duration
 	s7Rate          float64 // messages/s when S1 has not run first
 	s7Duration      time.Duration
 	s7Retention     time.Duration
@@ -104,6 +107,7 @@ var fullPlan = plan{
 	s4Measure: 20 * time.Second, s4fifoMeasure: 15 * time.Second, s1filterMeasure: 10 * time.Second,
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
+	s11Endpoints: 10_000, s11Rate: 0.2, s11Measure: 30 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 1_260_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
@@ -122,6 +126,7 @@ var smokePlan = plan{
 	s4Measure: 2500 * time.Millisecond, s4fifoMeasure: 1500 * time.Millisecond, s1filterMeasure: time.Second,
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
+	s11Endpoints: 300, s11Rate: 2, s11Measure: 1500 * time.Millisecond,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,

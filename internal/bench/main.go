@@ -67,7 +67,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var only string
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s0i,s1,s1rate,s2,s2s,s1trace,s3,s4,s4fifo,s1filter,s5,s6,s7,s9,s10,s8,soak); default all but s8 and soak (make bench-month: s1,s8; make soak: soak)")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s0i,s1,s1rate,s2,s2s,s1trace,s3,s4,s4fifo,s1filter,s5,s6,s11,s7,s9,s10,s8,soak); default all but s8 and soak (make bench-month: s1,s8; make soak: soak)")
 	fs.StringVar(&o.print, "print", "", "print the tables of a results file (such as bench-results.json) and exit; runs nothing")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", defaultPayloadSize, "size of every message payload (the scenarios' targets are for 1 KB; other sizes are for experiments)")
 	fs.StringVar(&o.profile, "profile", "", "directory for a 20 s CPU profile of the api and the dispatcher under S1's closed loop and S1's top statements by total time with their WAL bytes (both processes then run with PPROF=true)")

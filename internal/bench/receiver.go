@@ -62,6 +62,9 @@ type receiver struct {
 	ok   [maxGroups]atomic.Int64
 	bad  atomic.Int64 // 400 answers: failed signature checks
 	dups atomic.Int64
+	// inFlight counts requests being answered, peak the most at once
+	// since resetPeak.
+	inFlight, peak atomic.Int64
 
 	mu     sync.Mutex
 	events []delivered
@@ -107,7 +110,11 @@ func (r *receiver) url(path string) string { return r.base + path }
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	arrive := r.clock.now()
 	sw := &statusWriter{ResponseWriter: w}
+	n := r.inFlight.Add(1)
+	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
+	}
 	defer func() {
+		r.inFlight.Add(-1)
 		p := recover()
 		r.record(req.URL.Path, req.Header.Get("webhook-id"), arrive, sw.status)
 		if p != nil {
@@ -152,6 +159,12 @@ func groupOf(path string) int {
 	}
 	return 0
 }
+
+// peakInFlight is the most requests answered at once since resetPeak.
+func (r *receiver) peakInFlight() int64 { return r.peak.Load() }
+
+// resetPeak starts peakInFlight afresh.
+func (r *receiver) resetPeak() { r.peak.Store(r.inFlight.Load()) }
 
 // delivered returns the 2xx answers of group g so far (duplicates included).
 func (r *receiver) delivered(g int) int64 { return r.ok[g].Load() }

@@ -200,6 +200,20 @@ func evaluate(r *results) {
 		}
 	}
 
+	if s11 := r.find("s11"); s11 != nil {
+		peak, bound := toFloat(s11.Extra["receiver_peak_in_flight"]), toFloat(s11.Extra["in_flight_bound"])
+		add(atMost("s11", "S11 requests in flight at the receiver host <= min(WORKERS, MAX_PER_HOST)", peak, bound,
+			fmt.Sprintf("%.0f at most (bound %.0f: %v)", peak, bound, s11.Extra["in_flight_bound_is"])))
+		add(atMost("s11", "S11 dispatcher RSS <= 250 MB", s11.DispatcherRSSMB, 250, fmt.Sprintf("%.1f MB peak", s11.DispatcherRSSMB)))
+		add(atMost("s11", "S11 every delivery delivered (p99 accepted -> delivered stated)", float64(s11.Undelivered), 0,
+			fmt.Sprintf("%d undelivered of %d; accepted -> delivered p50 %.0f ms, p99 %.0f ms", s11.Undelivered, s11.Deliveries, s11.LatencyP50Ms, s11.LatencyP99Ms)))
+	} else {
+		for _, g := range []string{"S11 requests in flight at the receiver host <= min(WORKERS, MAX_PER_HOST)", "S11 dispatcher RSS <= 250 MB",
+			"S11 every delivery delivered (p99 accepted -> delivered stated)"} {
+			add(na("s11", g))
+		}
+	}
+
 	if s6 != nil {
 		r.S6RSSMB = s6.DispatcherRSSMB
 		add(atMost("s6", "S6 dispatcher RSS <= 150 MB", s6.DispatcherRSSMB, 150, fmt.Sprintf("%.1f MB peak", s6.DispatcherRSSMB)))

@@ -57,6 +57,9 @@ const (
 	boundHost    boundsWait = "host"
 	boundProcess boundsWait = "process"
 	boundJob     boundsWait = "job"
+	// boundLate: the run had its place but was frozen past its send
+	// deadline before the request (Worker.startBy).
+	boundLate boundsWait = "late"
 )
 
 // acquire takes a place for a request to host within both bounds,

@@ -16,7 +16,7 @@ import (
 
 // HandOffs gives deliveries of a message job jobs of their own.
 type HandOffs interface {
-	HandOff(ctx context.Context, jobID int64, hs []store.HandOff, enq store.Enqueuer) (int, error)
+	HandOff(ctx context.Context, c store.Claim, hs []store.HandOff, enq store.Enqueuer) (int, error)
 }
 
 var _ HandOffs = (*store.Store)(nil)
@@ -95,18 +95,39 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 		return river.JobSnooze(unknownJobWait + w.jitter())
 	}
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
-	startBy := w.deps.LocalNow().Add(w.cfg.StartBudget)
+	startBy := w.startBy(job.JobRow)
 	deliveries := job.Args.deliveries()
 	runs := make([]*run, len(deliveries))
 	for i, args := range deliveries {
 		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy,
 			args: args, metadata: job.Metadata, shared: true}
 	}
+	claim := store.Claim{JobID: job.ID, Attempt: job.Attempt}
+	if rerun {
+		// Run again (River's retry, a rescue, a stop's interruption):
+		// claim what the job still owns, in one statement, so the run this
+		// one replaces writes nothing more if it is still alive somewhere
+		// (frozen past the rescue), and send only what was claimed.
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.args.DeliveryID
+		}
+		owned, err := w.deps.Deliveries.ClaimDeliveries(ctx, claim, ids)
+		if err != nil {
+			return fmt.Errorf("claim the job's deliveries: %w", err)
+		}
+		for _, r := range runs {
+			r.claimDone = true
+			if p, ok := owned[r.args.DeliveryID]; ok {
+				r.claimed = &p
+			}
+		}
+	}
 	errs := make([]error, len(runs))
 	waits := make(chan store.HandOff, len(runs))
 	var handOffErr error
 	var handOffs sync.WaitGroup
-	handOffs.Go(func() { handOffErr = m.handOffLoop(ctx, job.ID, waits) })
+	handOffs.Go(func() { handOffErr = m.handOffLoop(ctx, claim, waits) })
 	// At most MaxPerJob of the job's attempts at once (a job queued by
 	// an earlier version may name more endpoints than
 	// MessageJobMaxEndpoints); one that gets no turn within the start
@@ -155,11 +176,17 @@ func (m *MessageWorker) takeTurn(ctx context.Context, turns chan struct{}, start
 	if take(turns) {
 		return true
 	}
-	t := time.NewTimer(max(startBy.Sub(m.Worker.deps.LocalNow()), 0))
+	t := time.NewTimer(max(startBy.Sub(m.Worker.deps.Now()), 0))
 	defer t.Stop()
 	select {
 	case turns <- struct{}{}:
-		return true
+		// A turn and the deadline may be ready together (a process frozen
+		// past it): the deadline wins.
+		if m.Worker.deps.Now().Before(startBy) {
+			return true
+		}
+		<-turns
+		return false
 	case <-t.C:
 		return false
 	case <-ctx.Done():
@@ -171,7 +198,7 @@ func (m *MessageWorker) takeTurn(ctx context.Context, turns chan struct{}, start
 // waits is closed: all that are ready at once in one transaction. A
 // failed hand-off leaves its deliveries the job's; it returns the errors,
 // and the job's next run sends them.
-func (m *MessageWorker) handOffLoop(ctx context.Context, jobID int64, waits <-chan store.HandOff) error {
+func (m *MessageWorker) handOffLoop(ctx context.Context, claim store.Claim, waits <-chan store.HandOff) error {
 	var failed []error
 	for h := range waits {
 		batch := []store.HandOff{h}
@@ -190,7 +217,7 @@ func (m *MessageWorker) handOffLoop(ctx context.Context, jobID int64, waits <-ch
 		// Not cut by shutdown: the waits are decided, and the job's next
 		// run would send them at once.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffTimeout)
-		_, err := m.HandOffs.HandOff(hctx, jobID, batch, m.Queue)
+		_, err := m.HandOffs.HandOff(hctx, claim, batch, m.Queue)
 		cancel()
 		if err != nil {
 			failed = append(failed, err)

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,9 +457,8 @@ func TestMessageJobHandsOffAtOnce(t *testing.T) {
 	go func() { done <- b.mw.Work(context.Background(), job) }()
 	require.Eventually(t, func() bool {
 		_, queued := b.queue.get(ids[limited.ID])
-		return queued
-	}, 4*time.Second, 10*time.Millisecond, "handed off while the other attempt hangs")
-	require.NotEqual(t, int64(42), *b.delivery(t, ids[limited.ID]).JobID, "its own job's")
+		return queued && *b.delivery(t, ids[limited.ID]).JobID != 42
+	}, 4*time.Second, 10*time.Millisecond, "handed off to a job of its own while the other attempt hangs")
 	select {
 	case err := <-done:
 		t.Fatalf("the job ended (%v) before its hanging attempt", err)
@@ -526,4 +527,90 @@ func TestEnqueuedMessageArgsAreTheCurrentVersion(t *testing.T) {
 	raw, err := json.Marshal(delivery.MessageArgs{V: delivery.MessageArgsVersion, MessageID: "msg_1", EventType: "a", Endpoints: []string{"ep_1", "ep_2"}})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"v":2,"message_id":"msg_1","event_type":"a","endpoints":["ep_1","ep_2"]}`, string(raw))
+}
+
+// TestReplacedMessageJobRunSendsAndWritesNothing: a message job's run
+// that lost its job (River rescued the job while the run was frozen, and
+// another run claimed its deliveries) sends nothing more once it goes on:
+// the deliveries waiting for a place are not sent, its hand-offs and its
+// in-flight attempt's record change nothing, and the claiming run
+// delivers everything (the attempt in flight at the freeze arrives twice,
+// as the at-least-once contract allows).
+func TestReplacedMessageJobRunSendsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	metrics := delivery.NewMetrics(nil, nil)
+	release := make(chan struct{})
+	var stale atomic.Bool // the first run is done: answer at once
+	var (
+		once sync.Once
+		mu   sync.Mutex
+		hits = map[string]int{}
+	)
+	b := setupMessageJob(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		n := hits[r.URL.Path]
+		mu.Unlock()
+		if n == 1 && !stale.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}, delivery.WorkerConfig{MaxPerHost: 1, StartBudget: 300 * time.Millisecond}, delivery.WorkerDeps{Metrics: metrics})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	for _, path := range []string{"/a", "/b", "/c"} {
+		b.endpoint(t, path, store.Endpoint{})
+	}
+	job, ids := b.message(t, 42)
+	done := make(chan error, 1)
+	go func() { done <- b.mw.Work(context.Background(), job) }()
+	// Whichever delivery took the host's one place hangs; the others wait.
+	var inFlight string
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for path := range hits {
+			inFlight = path
+		}
+		return len(hits) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+
+	// The rescue's run claims the job's deliveries while the first run
+	// holds /a and its others wait for the host's place; the first run
+	// goes on only once their start budget is past, as after a freeze.
+	owned, err := b.st.ClaimDeliveries(context.Background(), store.Claim{JobID: 42, Attempt: 2}, slices.Collect(maps.Values(ids)))
+	require.NoError(t, err)
+	require.Len(t, owned, 3)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(metrics.StartDeferred.WithLabelValues("host")) == 2
+	}, 10*time.Second, 5*time.Millisecond, "the waiting deliveries past their budget")
+	once.Do(func() { close(release) })
+	require.NoError(t, <-done)
+	stale.Store(true)
+
+	mu.Lock()
+	require.Equal(t, map[string]int{inFlight: 1}, hits, "only the attempt in flight was sent")
+	mu.Unlock()
+	for _, id := range ids {
+		_, queued := b.queue.get(id)
+		require.False(t, queued, "its hand-offs changed nothing")
+	}
+	for _, id := range ids {
+		d := b.delivery(t, id)
+		require.Equal(t, store.DeliveryPending, d.Status, "its record changed nothing")
+		require.Equal(t, int64(42), *d.JobID)
+	}
+
+	// The claiming run sends them all.
+	job.Attempt = 2
+	require.NoError(t, b.mw.Work(context.Background(), job))
+	for _, id := range ids {
+		require.Equal(t, store.DeliveryDelivered, b.delivery(t, id).Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"/a": 1, "/b": 1, "/c": 1}
+	want[inFlight] = 2
+	require.Equal(t, want, hits)
 }

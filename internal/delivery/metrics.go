@@ -149,14 +149,14 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		StartDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_start_deferred_total",
-			Help: "Attempts that found no place within a bound in their run's start budget and went to wait in a job of their own (nothing sent, no attempt used), by bound: job (a message job's attempts in flight), process (--workers) or host (--max-per-host).",
+			Help: "Attempts that found no place within a bound in their run's start budget and went to wait in a job of their own (nothing sent, no attempt used), by bound: job (a message job's attempts in flight), process (--workers), host (--max-per-host), or late (the run was frozen past its send deadline before its request).",
 		}, []string{"bound"}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_missing_total",
 			Help: "Jobs that found no row for their delivery (retention dropped its partition after making it expired): nothing sent, the job ends.",
 		}),
 	}
-	for _, b := range []boundsWait{boundJob, boundProcess, boundHost} {
+	for _, b := range []boundsWait{boundJob, boundProcess, boundHost, boundLate} {
 		m.StartDeferred.WithLabelValues(string(b))
 	}
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {

@@ -153,7 +153,7 @@ func (w *Worker) rateLimited(r *run, t *Target, wait time.Duration) error {
 		next := w.deps.Now().Add(wait)
 		w.deps.Ledger.RecordAsync(store.StatusUpdate{
 			DeliveryID: r.args.DeliveryID, Series: r.args.Series, Status: store.DeliveryPending,
-			NextAttemptAt: &next, JobID: r.jobID,
+			NextAttemptAt: &next, JobID: r.jobID, Claim: r.claim(),
 		})
 	}
 	return river.JobSnooze(wait)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -75,6 +76,9 @@ type DeliveryReader interface {
 	// DeliveryProgress returns a delivery's recorded status, series and
 	// owning job.
 	DeliveryProgress(ctx context.Context, id string) (store.Progress, error)
+	// ClaimDeliveries claims for a run of a job the deliveries it still
+	// owns and returns their progress (store.Store.ClaimDeliveries).
+	ClaimDeliveries(ctx context.Context, c store.Claim, ids []string) (map[string]store.Progress, error)
 }
 
 var _ DeliveryReader = (*store.Store)(nil)
@@ -337,8 +341,15 @@ type run struct {
 	// unacknowledged: the job it is handed to checks the ledger first.
 	unsettled bool
 
-	// startBy is when, on this process's clock, the run's attempt must
-	// have a place within the request bounds (WorkerConfig.StartBudget).
+	// claimed is the delivery's progress as the job's batch claim found
+	// it (a message job run again claims all of its deliveries in one
+	// statement), when claimDone; nil there: not the run's to send.
+	claimed   *store.Progress
+	claimDone bool
+
+	// startBy is when, on the database-synced clock, the run's attempt
+	// must have a place within the request bounds: the start budget after
+	// River fetched its job (Worker.startBy).
 	startBy time.Time
 
 	// What a panic in the run must put right (recoverPanic): the
@@ -352,7 +363,7 @@ type run struct {
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata,
-		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget)})
+		startBy: w.startBy(job.JobRow)})
 }
 
 // work makes one attempt of the run's delivery. Its error is what River
@@ -382,7 +393,10 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		// delivery retention may have expired: do not send again what the
 		// ledger already settled, nor a delivery this job no longer owns
 		// (parked, or released to another job), nor an expired one.
-		p, err := w.deps.Deliveries.DeliveryProgress(ctx, args.DeliveryID)
+		p, err := w.progress(ctx, r)
+		if errors.Is(err, errNotOwned) {
+			return nil
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			// Nothing to send to, and nothing to record on: its partition
 			// was dropped (retention made it expired first).
@@ -432,7 +446,7 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return w.finish(ctx, args.EndpointID, store.StatusUpdate{
+		return w.finish(ctx, r, args.EndpointID, store.StatusUpdate{
 			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed,
 			LastError: ptr(errEndpointGone.Error()),
 		})
@@ -446,7 +460,7 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.HeldTotal.Inc()
 		}
-		return w.finish(ctx, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
+		return w.finish(ctx, r, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
 	}
 	if t.RateLimit != nil && r.shared {
 		// A rate-limited endpoint's slot is booked by a job of the
@@ -479,7 +493,13 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 	// A place within the process's and the host's bounds, waited for
 	// within the run's start budget: past it, the delivery waits in a job
 	// of its own and this run ends.
-	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.LocalNow()))
+	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.Now()))
+	if full == "" && !w.deps.Now().Before(r.startBy) {
+		// A place and the deadline were ready together (a process frozen
+		// past it): the deadline wins.
+		releaseRequest()
+		full = boundProcess
+	}
 	if full != "" {
 		w.slots.release(t.ID, 0)
 		if w.deps.Metrics != nil {
@@ -543,7 +563,7 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 			}
 			w.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", args.DeliveryID),
 				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
-			return w.finish(ctx, t.ID, store.StatusUpdate{
+			return w.finish(ctx, r, t.ID, store.StatusUpdate{
 				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
 				LastError: ptr(errPayloadGone.Error()), Ordered: t.Ordered(),
 			})
@@ -569,6 +589,17 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		Signature: t.Signature(args.MessageID, start, payload),
 		Headers:   t.Headers,
 		Timeout:   t.Timeout,
+	}
+	if !w.deps.Now().Before(r.startBy.Add(w.cfg.StartBudget)) {
+		// Frozen between its place and its request (a stopped VM, a long
+		// admission): River may have rescued the job by now, and another
+		// run may be sending this delivery. Send nothing; the delivery
+		// waits in a job of its own, if this run still owns it.
+		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLate)).Inc()
+		}
+		return river.JobSnooze(100*time.Millisecond + w.jitter())
 	}
 	actx, cancel := attemptContext(ctx)
 	resp := sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
@@ -640,6 +671,54 @@ func attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
 		stop()
 		cancel(nil)
 	}
+}
+
+// startBy is the start budget after River fetched job (its attempted_at,
+// on the database's clock; now for a job that names none): a run sends
+// nothing it has not started by then, nor anything later than twice the
+// budget after the fetch, so a run frozen past River's rescue (which
+// waits longer than a request timeout plus JobTimeoutMargin) sends nothing
+// when it goes on.
+func (w *Worker) startBy(job *rivertype.JobRow) time.Time {
+	at := w.deps.Now()
+	if job != nil && job.AttemptedAt != nil {
+		at = *job.AttemptedAt
+	}
+	return at.Add(w.cfg.StartBudget)
+}
+
+// errNotOwned is progress's answer for a delivery the run may not send:
+// another job's, parked, or claimed by a later run of the same job.
+var errNotOwned = errors.New("delivery not the run's")
+
+// claim is the run's claim on its delivery: its job and River's attempt
+// number of the run. Every write the run makes carries it, so a run that
+// lost its job writes nothing (store.Claim).
+func (r *run) claim() store.Claim { return store.Claim{JobID: r.jobID, Attempt: r.jobAttempt} }
+
+// progress claims the run's delivery for it (store.ClaimDeliveries) and
+// returns the delivery's progress: errNotOwned when the run's job does
+// not own it or a later run of the job claimed it, store.ErrNotFound when
+// it is gone. A message job's run takes the answer of its job's batch
+// claim.
+func (w *Worker) progress(ctx context.Context, r *run) (store.Progress, error) {
+	if r.claimDone {
+		if r.claimed == nil {
+			return store.Progress{}, errNotOwned
+		}
+		return *r.claimed, nil
+	}
+	got, err := w.deps.Deliveries.ClaimDeliveries(ctx, r.claim(), []string{r.args.DeliveryID})
+	if err != nil {
+		return store.Progress{}, err
+	}
+	if p, ok := got[r.args.DeliveryID]; ok {
+		return p, nil
+	}
+	if _, err := w.deps.Deliveries.DeliveryProgress(ctx, r.args.DeliveryID); err != nil {
+		return store.Progress{}, err
+	}
+	return store.Progress{}, errNotOwned
 }
 
 // retryOrFail records a failed attempt with the retry its schedule plans
@@ -751,7 +830,7 @@ func (w *Worker) refused(ctx context.Context, r *run, adm Admission) error {
 	until := adm.RetryAt
 	update := store.StatusUpdate{
 		DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryWaiting,
-		BreakerOpenUntil: &until, JobID: r.jobID,
+		BreakerOpenUntil: &until, JobID: r.jobID, Claim: r.claim(),
 	}
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
 		update.Park = true
@@ -811,6 +890,7 @@ func (w *Worker) finishAttempt(ctx context.Context, r *run, t *Target, a *store.
 		rule = w.deps.AuthRules.AuthRule(t)
 	}
 	r.recorded = true
+	u.Claim = r.claim()
 	if err := w.record(ctx, a, &rule, u); err != nil {
 		// Not recorded, as far as we know: try the whole attempt again
 		// later. The receiver may see it twice (at-least-once, same
@@ -849,7 +929,8 @@ func statusOf(a *store.Attempt) int {
 // finish records a final status without an attempt and completes the job.
 // A hold refused because the endpoint was enabled meanwhile runs the job
 // again at once.
-func (w *Worker) finish(ctx context.Context, endpointID string, u store.StatusUpdate) error {
+func (w *Worker) finish(ctx context.Context, r *run, endpointID string, u store.StatusUpdate) error {
+	u.Claim = r.claim()
 	err := w.record(ctx, nil, nil, u)
 	if errors.Is(err, ErrHoldRefused) {
 		w.deps.Endpoints.Invalidate(endpointID)

@@ -128,7 +128,7 @@ func TestHandOffAndLedgerLockDeliveriesInOneOrder(t *testing.T) {
 
 	errs := make(chan error, 2)
 	go func() {
-		_, err := s.HandOff(ctx, messageJob, []store.HandOff{{DeliveryID: ids[0], At: time.Now()}, {DeliveryID: ids[1], At: time.Now()}}, &queueRecorder{})
+		_, err := s.HandOff(ctx, store.Claim{JobID: messageJob, Attempt: 1}, []store.HandOff{{DeliveryID: ids[0], At: time.Now()}, {DeliveryID: ids[1], At: time.Now()}}, &queueRecorder{})
 		errs <- err
 	}()
 	at := time.Now()

@@ -19,12 +19,13 @@ type HandOff struct {
 	Unsettled bool
 }
 
-// HandOff gives each delivery that job jobID still owns (its job_id, and
-// pending or waiting) a job of its own, in one transaction, and returns
-// how many it handed off. A delivery the ledger settled, or gave a job
-// already (a retry queued with its attempt's record), is left as it is,
-// so a handoff whose answer was lost can be made again.
-func (s *Store) HandOff(ctx context.Context, jobID int64, hs []HandOff, enq Enqueuer) (int, error) {
+// HandOff gives each delivery that the run c of a job still owns (its
+// job_id, pending or waiting, and not claimed by a later run of the job)
+// a job of its own, in one transaction, and returns how many it handed
+// off. A delivery the ledger settled, or gave a job already (a retry
+// queued with its attempt's record), is left as it is, so a handoff whose
+// answer was lost can be made again.
+func (s *Store) HandOff(ctx context.Context, c Claim, hs []HandOff, enq Enqueuer) (int, error) {
 	if len(hs) == 0 {
 		return 0, nil
 	}
@@ -37,8 +38,9 @@ func (s *Store) HandOff(ctx context.Context, jobID int64, hs []HandOff, enq Enqu
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		n, err = giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.job_id = $2 AND d.status IN ('pending', 'waiting')`,
-			[]any{ids, jobID}, func(q *QueuedDelivery) {
+		n, err = giveOwnJobs(ctx, tx, `d.id = ANY($1) AND d.job_id = $2 AND d.status IN ('pending', 'waiting')
+				AND `+claimFence("d", "$2::bigint", "$3::int"),
+			[]any{ids, c.JobID, c.Attempt}, func(q *QueuedDelivery) {
 				h := byID[q.ID]
 				q.ScheduledAt, q.Unsettled = &h.At, h.Unsettled
 			}, enq)

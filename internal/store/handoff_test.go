@@ -69,7 +69,7 @@ func TestHandOffGivesOwnJobsOnlyToWhatTheMessageJobStillOwns(t *testing.T) {
 	soon, later := time.Now().Add(time.Second), time.Now().Add(time.Minute)
 	hs := []store.HandOff{{DeliveryID: delivered, At: soon}, {DeliveryID: retried, At: soon},
 		{DeliveryID: waiting, At: later}, {DeliveryID: pending, At: soon, Unsettled: true}}
-	n, err := s.HandOff(ctx, messageJob, hs, q)
+	n, err := s.HandOff(ctx, store.Claim{JobID: messageJob, Attempt: 1}, hs, q)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Len(t, q.queued, 2)
@@ -99,7 +99,7 @@ func TestHandOffGivesOwnJobsOnlyToWhatTheMessageJobStillOwns(t *testing.T) {
 	require.NotEqual(t, int64(messageJob), *jobOf(pending))
 
 	// Made again (its answer lost): nothing more is queued.
-	n, err = s.HandOff(ctx, messageJob, hs, q)
+	n, err = s.HandOff(ctx, store.Claim{JobID: messageJob, Attempt: 1}, hs, q)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Len(t, q.queued, 2)

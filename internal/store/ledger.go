@@ -39,6 +39,9 @@ type StatusUpdate struct {
 	// writes a job's retry up to 250 ms later at low load, and a FIFO
 	// queue's head holds up every delivery behind it meanwhile.
 	Requeue bool
+	// Claim is the run that makes the update: it applies only while no
+	// later run of the same job has claimed the delivery (ClaimDeliveries).
+	Claim Claim
 	// RequeueScheduled makes the new job scheduled at NextAttemptAt, so it
 	// waits in River with no write until then; otherwise it is available
 	// at once and its worker waits for NextAttemptAt (DeliverArgs.NotBefore):
@@ -151,6 +154,8 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			openUntil = make([]*time.Time, n)
 			parks     = make([]bool, n)
 			jobs      = make([]*int64, n)
+			claimJobs = make([]*int64, n)
+			claimAtts = make([]int32, n)
 		)
 		ordered := make(map[string]bool)
 		requeue := make(map[string]bool)
@@ -169,6 +174,9 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			if u.JobID != 0 {
 				jobs[i] = &u.JobID
 			}
+			if u.Claim.JobID != 0 {
+				claimJobs[i], claimAtts[i] = &u.Claim.JobID, int32(u.Claim.Attempt)
+			}
 			ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
 			lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
 			if u.LastStatusCode != nil {
@@ -180,7 +188,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		// endpoint row is share-locked against a concurrent enable);
 		// otherwise the caller runs the job again.
 		rows, err := tx.Query(ctx, ledgerUpdateSQL, customPlan,
-			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs)
+			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
@@ -301,7 +309,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 			continue
 		}
 		m.Status, m.NextAttemptAt, m.BreakerOpenUntil, m.Park, m.JobID = u.Status, u.NextAttemptAt, u.BreakerOpenUntil, u.Park, u.JobID
-		m.Ordered, m.Requeue, m.RequeueScheduled = m.Ordered || u.Ordered, u.Requeue, u.RequeueScheduled
+		m.Ordered, m.Requeue, m.RequeueScheduled, m.Claim = m.Ordered || u.Ordered, u.Requeue, u.RequeueScheduled, u.Claim
 	}
 	return out
 }
@@ -336,13 +344,14 @@ const ledgerUpdateSQL = `
 		recovered_at = CASE WHEN u.status = 'delivered' AND d.failed_at IS NOT NULL THEN now() ELSE d.recovered_at END,
 		updated_at = now()
 	FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
-		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[])
+		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::bigint[], $13::int[])
 		AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
-			last_status_code, last_error, breaker_open_until, park, job_id)
+			last_status_code, last_error, breaker_open_until, park, job_id, claim_job, claim_attempt)
 	WHERE d.id = u.id AND d.id = ANY($1) AND d.id IN (SELECT id FROM locked)
 		AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
 		AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))
 		AND (NOT u.park OR u.job_id IS NULL OR d.job_id = u.job_id)
+		AND (u.claim_job IS NULL OR d.claim_job IS DISTINCT FROM u.claim_job OR d.claim_attempt <= u.claim_attempt)
 		AND (u.status <> 'held' OR EXISTS (
 			SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
 	RETURNING d.id, u.status, coalesce(d.failed_at = now(), false), coalesce(d.recovered_at = now(), false),

@@ -1,0 +1,78 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// TestClaimFencesTheRunItReplaced: a job run again claims the deliveries
+// it still owns; from then on the run it replaced (frozen past River's
+// rescue, say, and alive again) can neither record on them nor hand them
+// off, and cannot claim them back; the new run can. A delivery that got
+// another job is not claimed, and that job's writes are not fenced by the
+// first job's claim.
+func TestClaimFencesTheRunItReplaced(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	for range 3 {
+		b.endpoint(t, "acme")
+	}
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	require.Len(t, m.Deliveries, 3)
+	const job = 500
+	ids := []string{m.Deliveries[0].ID, m.Deliveries[1].ID, m.Deliveries[2].ID}
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE id = ANY($1)`, ids, job)
+	require.NoError(t, err)
+	moved := ids[2]
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = 600 WHERE id = $1`, moved)
+	require.NoError(t, err)
+
+	stale, fresh := store.Claim{JobID: job, Attempt: 1}, store.Claim{JobID: job, Attempt: 2}
+	got, err := s.ClaimDeliveries(ctx, fresh, ids)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "the job's own deliveries only")
+	require.Equal(t, store.DeliveryPending, got[ids[0]].Status)
+	require.Equal(t, 1, got[ids[0]].Series)
+	require.NotContains(t, got, moved)
+	again, err := s.ClaimDeliveries(ctx, stale, ids)
+	require.NoError(t, err)
+	require.Empty(t, again, "an earlier run cannot claim them back")
+
+	at := time.Now()
+	status := func(id string) string {
+		d, err := s.GetDelivery(ctx, id)
+		require.NoError(t, err)
+		return d.Status
+	}
+	// The stale run's record and hand-off change nothing.
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: ids[0], Series: 1, Status: store.DeliveryFailed, AttemptCount: 1, LastAttemptAt: &at, Claim: stale},
+	}))
+	require.Equal(t, store.DeliveryPending, status(ids[0]))
+	n, err := s.HandOff(ctx, stale, []store.HandOff{{DeliveryID: ids[1], At: at}}, &queueRecorder{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// The claiming run's do.
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: ids[0], Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at, Claim: fresh},
+	}))
+	require.Equal(t, store.DeliveryDelivered, status(ids[0]))
+	n, err = s.HandOff(ctx, fresh, []store.HandOff{{DeliveryID: ids[1], At: at}}, &queueRecorder{})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	// The moved delivery's job writes as it likes.
+	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+		{DeliveryID: moved, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at, Claim: store.Claim{JobID: 600, Attempt: 1}},
+	}))
+	require.Equal(t, store.DeliveryDelivered, status(moved))
+}
