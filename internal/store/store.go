@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,6 +78,10 @@ type PoolConfig struct {
 	ApplicationName string
 }
 
+// IdleInTransactionTimeout is how long a session of hookd's pools may sit
+// idle inside a transaction before the server ends it (OpenPool).
+const IdleInTransactionTimeout = 15 * time.Second
+
 // OpenPool opens a pgx pool and checks that the database answers.
 func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
@@ -96,6 +102,17 @@ func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		// No statement of hookd's runs long enough to earn it back. A URL
 		// that sets jit keeps its own.
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		// A process frozen inside a transaction (a stopped VM, a debugger)
+		// holds its locks for as long as it is frozen, and every writer
+		// queued behind them, fleet-wide, waits as long: a partition
+		// maintainer frozen mid-move stopped every ledger write. No
+		// transaction of hookd's waits between its statements for more
+		// than a moment, so the server ends the session after
+		// IdleInTransactionTimeout; the process reconnects when it wakes.
+		// A URL that sets it keeps its own.
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTransactionTimeout.Milliseconds(), 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
