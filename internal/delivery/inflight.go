@@ -58,7 +58,7 @@ const (
 	boundProcess boundsWait = "process"
 	boundJob     boundsWait = "job"
 	// boundLate: the run had its place but was frozen past its send
-	// deadline before the request (Worker.startBy).
+	// deadline before the request (Worker.sendBy).
 	boundLate boundsWait = "late"
 )
 
@@ -81,6 +81,10 @@ func (b *requestBounds) acquire(ctx context.Context, host string, wait time.Dura
 		}
 		b.mu.Unlock()
 	}
+	// A place and the deadline ready together after a wait (a process
+	// frozen past it) go to the deadline.
+	deadline := time.Now().Add(wait)
+	late := func() bool { return !time.Now().Before(deadline) }
 	var timeout <-chan time.Time
 	if !take(h.sem) {
 		t := time.NewTimer(max(wait, 0))
@@ -88,6 +92,11 @@ func (b *requestBounds) acquire(ctx context.Context, host string, wait time.Dura
 		timeout = t.C
 		select {
 		case h.sem <- struct{}{}:
+			if late() {
+				<-h.sem
+				leave()
+				return nil, boundHost
+			}
 		case <-timeout:
 			leave()
 			return nil, boundHost
@@ -104,6 +113,12 @@ func (b *requestBounds) acquire(ctx context.Context, host string, wait time.Dura
 		}
 		select {
 		case b.process <- struct{}{}:
+			if late() {
+				<-b.process
+				<-h.sem
+				leave()
+				return nil, boundProcess
+			}
 		case <-timeout:
 			<-h.sem
 			leave()

@@ -95,11 +95,11 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 		return river.JobSnooze(unknownJobWait + w.jitter())
 	}
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
-	startBy := w.startBy(job.JobRow)
+	startBy, sendBy := w.deps.LocalNow().Add(w.cfg.StartBudget), w.sendBy(job.JobRow)
 	deliveries := job.Args.deliveries()
 	runs := make([]*run, len(deliveries))
 	for i, args := range deliveries {
-		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy,
+		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy, sendBy: sendBy,
 			args: args, metadata: job.Metadata, shared: true}
 	}
 	claim := store.Claim{JobID: job.ID, Attempt: job.Attempt}
@@ -176,13 +176,13 @@ func (m *MessageWorker) takeTurn(ctx context.Context, turns chan struct{}, start
 	if take(turns) {
 		return true
 	}
-	t := time.NewTimer(max(startBy.Sub(m.Worker.deps.Now()), 0))
+	t := time.NewTimer(max(startBy.Sub(m.Worker.deps.LocalNow()), 0))
 	defer t.Stop()
 	select {
 	case turns <- struct{}{}:
 		// A turn and the deadline may be ready together (a process frozen
 		// past it): the deadline wins.
-		if m.Worker.deps.Now().Before(startBy) {
+		if m.Worker.deps.LocalNow().Before(startBy) {
 			return true
 		}
 		<-turns

@@ -99,6 +99,11 @@ type WorkerConfig struct {
 	// MaxPerJob caps the attempts in flight of one message job; zero
 	// means MessageJobMaxEndpoints.
 	MaxPerJob int
+	// SendDeadline is how long after River fetched a job its run may
+	// start a request; it must be shorter than River's rescue
+	// (RescueStuckJobsAfter), so that a run frozen past the rescue sends
+	// nothing when it wakes. Zero: no deadline.
+	SendDeadline time.Duration
 	// StartBudget is how long after its run starts an attempt may wait
 	// for a place within MaxPerJob, MaxInFlight and MaxPerHost; past it
 	// the delivery waits in a job of its own. Zero means
@@ -347,10 +352,13 @@ type run struct {
 	claimed   *store.Progress
 	claimDone bool
 
-	// startBy is when, on the database-synced clock, the run's attempt
-	// must have a place within the request bounds: the start budget after
-	// River fetched its job (Worker.startBy).
+	// startBy is when, on this process's clock, the run's attempt must
+	// have a place within the request bounds: the start budget after the
+	// run began. A run that waited past it for a place goes without.
 	startBy time.Time
+	// sendBy is when, on the database-synced clock, the run must have
+	// started its request, or send nothing (Worker.sendBy).
+	sendBy time.Time
 
 	// What a panic in the run must put right (recoverPanic): the
 	// endpoint, once loaded; the breaker's admission, until its outcome
@@ -363,7 +371,7 @@ type run struct {
 // Work makes one attempt of a delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata,
-		startBy: w.startBy(job.JobRow)})
+		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget), sendBy: w.sendBy(job.JobRow)})
 }
 
 // work makes one attempt of the run's delivery. Its error is what River
@@ -493,13 +501,7 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 	// A place within the process's and the host's bounds, waited for
 	// within the run's start budget: past it, the delivery waits in a job
 	// of its own and this run ends.
-	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.Now()))
-	if full == "" && !w.deps.Now().Before(r.startBy) {
-		// A place and the deadline were ready together (a process frozen
-		// past it): the deadline wins.
-		releaseRequest()
-		full = boundProcess
-	}
+	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.LocalNow()))
 	if full != "" {
 		w.slots.release(t.ID, 0)
 		if w.deps.Metrics != nil {
@@ -590,11 +592,11 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		Headers:   t.Headers,
 		Timeout:   t.Timeout,
 	}
-	if !w.deps.Now().Before(r.startBy.Add(w.cfg.StartBudget)) {
-		// Frozen between its place and its request (a stopped VM, a long
-		// admission): River may have rescued the job by now, and another
-		// run may be sending this delivery. Send nothing; the delivery
-		// waits in a job of its own, if this run still owns it.
+	if !r.sendBy.IsZero() && !w.deps.Now().Before(r.sendBy) {
+		// Frozen before its request (a stopped VM): River may have rescued
+		// the job by now, and another run may be sending this delivery.
+		// Send nothing; the delivery waits in a job of its own, if this
+		// run still owns it.
 		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLate)).Inc()
@@ -673,18 +675,17 @@ func attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 }
 
-// startBy is the start budget after River fetched job (its attempted_at,
-// on the database's clock; now for a job that names none): a run sends
-// nothing it has not started by then, nor anything later than twice the
-// budget after the fetch, so a run frozen past River's rescue (which
-// waits longer than a request timeout plus JobTimeoutMargin) sends nothing
-// when it goes on.
-func (w *Worker) startBy(job *rivertype.JobRow) time.Time {
-	at := w.deps.Now()
-	if job != nil && job.AttemptedAt != nil {
-		at = *job.AttemptedAt
+// sendBy is the latest time, on the database-synced clock, a run of job
+// may start a request: SendDeadline after River fetched the job (its
+// attempted_at, on the database's clock), which is before River can
+// rescue the job, so a run frozen past the rescue sends nothing when it
+// goes on. Zero (no deadline) for a job that names no fetch time or
+// without a SendDeadline.
+func (w *Worker) sendBy(job *rivertype.JobRow) time.Time {
+	if job == nil || job.AttemptedAt == nil || w.cfg.SendDeadline <= 0 {
+		return time.Time{}
 	}
-	return at.Add(w.cfg.StartBudget)
+	return job.AttemptedAt.Add(w.cfg.SendDeadline)
 }
 
 // errNotOwned is progress's answer for a delivery the run may not send:

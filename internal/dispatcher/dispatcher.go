@@ -368,10 +368,14 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	opsSender := delivery.NewSender(delivery.SenderConfig{Timeout: d.cfg.RequestTimeout, Propagator: senderCfg.Propagator})
 	d.senders = []*delivery.Sender{sender, opsSender}
 	worker := delivery.NewWorker(delivery.WorkerConfig{
-		Schedule:         d.r.schedule,
-		MaxPerEndpoint:   d.cfg.MaxPerEndpoint,
-		MaxInFlight:      d.cfg.Workers,
-		MaxPerHost:       d.cfg.MaxPerHost,
+		Schedule:       d.r.schedule,
+		MaxPerEndpoint: d.cfg.MaxPerEndpoint,
+		MaxInFlight:    d.cfg.Workers,
+		MaxPerHost:     d.cfg.MaxPerHost,
+		// Before River can rescue a job (RescueStuckAfter exceeds the
+		// request timeout + JobTimeoutMargin): a run frozen past the
+		// rescue sends nothing when it wakes.
+		SendDeadline:     d.r.rescueAfter - delivery.JobTimeoutMargin,
 		Park:             d.cfg.Breakers,
 		PayloadRetention: d.r.retention.PayloadRetention,
 		Retention:        d.r.retention.Retention,

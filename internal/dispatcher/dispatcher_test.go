@@ -68,13 +68,18 @@ func runAndStop(t *testing.T, breakers bool) {
 	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
 	require.NoError(t, err)
 	before := goleak.IgnoreCurrent()
+	// The run has a pool of its own, closed before the goroutine check: a
+	// connection it opened in a shared pool would outlive it (a pgx
+	// connection's background reader among them).
+	pool, err := pgxpool.New(t.Context(), db.URL)
+	require.NoError(t, err)
 
 	cfg := dispatcher.DefaultConfig()
 	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.AllowPrivateTargets = true
 	cfg.ShutdownGrace = 10 * time.Second
 	cfg.Breakers = breakers
-	base, cancel, done := startRun(t, cfg, db.Pool, slog.LevelWarn)
+	base, cancel, done := startRun(t, cfg, pool, slog.LevelWarn)
 	defer cancel()
 	for path, want := range map[string]string{"/healthz": `{"status":"ok"}`, "/readyz": `{"status":"ready"}`} {
 		res, err := http.Get(base + path)
@@ -116,6 +121,7 @@ func runAndStop(t *testing.T, breakers bool) {
 	require.Equal(t, 1, got.AttemptCount)
 	_, err = http.Get(base + "/healthz")
 	require.Error(t, err, "the metrics server is closed")
+	pool.Close()
 	goleak.VerifyNone(t, before)
 }
 
