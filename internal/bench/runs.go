@@ -35,14 +35,13 @@ func (s *stage) closedRun(ctx context.Context, res *scenarioResult, pick picker,
 	}
 	base := s.rcv.total()
 	t0 := s.clock.now()
-	lctx, cancel := context.WithTimeout(ctx, warmup+measure)
-	s.tracker.closedLoop(lctx, s.b.plan.posters, s.b.plan.maxOutstanding, pick)
-	cancel()
+	w := s.runLoop(ctx, base, t0, warmup, measure, func(lctx context.Context) {
+		s.tracker.closedLoop(lctx, s.b.plan.posters, s.b.plan.maxOutstanding, pick)
+	})
 	if ctx.Err() != nil {
 		pr.stop()
 		return ctx.Err()
 	}
-	w := window{from: t0 + warmup, to: t0 + warmup + measure}
 	drained := s.tracker.drain(ctx, s.b.plan.drain, 0)
 	if err := pr.end(ctx, res, s.rcv.total()-base); err != nil {
 		return err
@@ -63,14 +62,13 @@ func (s *stage) openRun(ctx context.Context, res *scenarioResult, pick picker, f
 	}
 	base := s.rcv.total()
 	t0 := s.clock.now()
-	lctx, cancel := context.WithTimeout(ctx, warmup+measure)
-	s.tracker.openLoop(lctx, rate, 64, pick)
-	cancel()
+	w := s.runLoop(ctx, base, t0, warmup, measure, func(lctx context.Context) {
+		s.tracker.openLoop(lctx, rate, 64, pick)
+	})
 	if ctx.Err() != nil {
 		pr.stop()
 		return ctx.Err()
 	}
-	w := window{from: t0 + warmup, to: t0 + warmup + measure}
 	res.Drained = s.tracker.drain(ctx, s.b.plan.drain, 0)
 	if err := pr.end(ctx, res, s.rcv.total()-base); err != nil {
 		return err
@@ -78,6 +76,54 @@ func (s *stage) openRun(ctx context.Context, res *scenarioResult, pick picker, f
 	m := s.tracker.measure(s.rcv.snapshot(), 0, w, fanout)
 	fill(res, m, w)
 	return s.loadErrors(res, m)
+}
+
+// firstDeliveryWait bounds how much longer than its warm-up a run waits
+// for the receiver's first delivery before its measured window starts.
+const firstDeliveryWait = 30 * time.Second
+
+// runLoop runs loop from t0 (on the stage's clock) until the measured
+// window has passed and returns the window: it starts after warmup, or
+// once the receiver has answered a delivery since base if that is later
+// (a process that started on a loaded machine may take longer than a
+// smoke run's warm-up to send its first; at most firstDeliveryWait more).
+func (s *stage) runLoop(ctx context.Context, base int64, t0, warmup, measure time.Duration, loop func(context.Context)) window {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(lctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	from := t0 + warmup
+	for ctx.Err() == nil {
+		now := s.clock.now()
+		if now >= t0+warmup && (s.rcv.total() > base || now >= t0+warmup+firstDeliveryWait) {
+			from = max(now, t0+warmup)
+			if now-(t0+warmup) < 20*time.Millisecond {
+				from = t0 + warmup // on time: the window as planned
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	w := window{from: from, to: from + measure}
+	for ctx.Err() == nil && s.clock.now() < w.to {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	return w
 }
 
 // halfLoad is the share of S1's saturated message rate its latency run
