@@ -216,12 +216,25 @@ func (m *MessageWorker) handOffLoop(ctx context.Context, claim store.Claim, wait
 		}
 		// Not cut by shutdown: the waits are decided, and the job's next
 		// run would send them at once.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffTimeout)
-		_, err := m.HandOffs.HandOff(hctx, claim, batch, m.Queue)
-		cancel()
-		if err != nil {
+		if err := m.handOff(ctx, claim, batch); err != nil {
 			failed = append(failed, err)
 		}
 	}
 	return errors.Join(failed...)
+}
+
+// handOff makes one hand-off, within handOffTimeout. A panic in it (a
+// hook of the queue's, say) is its error: the batch stays the job's, and
+// River runs the job again, whose run sends what it still owns; the
+// process and the job's other deliveries go on.
+func (m *MessageWorker) handOff(ctx context.Context, claim store.Claim, batch []store.HandOff) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("hand off: panic: %v", p)
+		}
+	}()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffTimeout)
+	defer cancel()
+	_, err = m.HandOffs.HandOff(hctx, claim, batch, m.Queue)
+	return err
 }

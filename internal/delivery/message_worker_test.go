@@ -614,3 +614,28 @@ func TestReplacedMessageJobRunSendsAndWritesNothing(t *testing.T) {
 	want[inFlight] = 2
 	require.Equal(t, want, hits)
 }
+
+// panickingHandOffs panics on every hand-off.
+type panickingHandOffs struct{}
+
+func (panickingHandOffs) HandOff(context.Context, store.Claim, []store.HandOff, store.Enqueuer) (int, error) {
+	panic("boom: hand-off")
+}
+
+// TestMessageJobHandOffPanicIsTheJobsError: a panic while handing a
+// delivery off fails the job (River runs it again), never the process;
+// the delivery stays the job's and the others are delivered.
+func TestMessageJobHandOffPanicIsTheJobsError(t *testing.T) {
+	t.Parallel()
+	b := setupMessageJob(t, func(http.ResponseWriter, *http.Request) {}, delivery.WorkerConfig{}, delivery.WorkerDeps{})
+	ok := b.endpoint(t, "/ok", store.Endpoint{})
+	limited := b.endpoint(t, "/limited", store.Endpoint{RateLimit: new(5)})
+	job, ids := b.message(t, 42)
+	b.mw.HandOffs = panickingHandOffs{}
+	err := b.mw.Work(context.Background(), job)
+	require.ErrorContains(t, err, "boom: hand-off")
+	require.Equal(t, store.DeliveryDelivered, b.delivery(t, ids[ok.ID]).Status)
+	d := b.delivery(t, ids[limited.ID])
+	require.Equal(t, store.DeliveryPending, d.Status)
+	require.Equal(t, int64(42), *d.JobID, "still the job's")
+}
