@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -210,4 +211,43 @@ func TestEnqueueSplitsWideFanOut(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []int{delivery.MessageJobMaxEndpoints, delivery.MessageJobMaxEndpoints, 7}, got)
+}
+
+// TestAttemptCutByShutdownIsRecorded: a request cut by the dispatcher's
+// shutdown is recorded as an attempt of its own (error class shutdown,
+// counted against nothing), its delivery is due again at once, and the
+// cut takes no step of the delivery's schedule, even its last one.
+func TestAttemptCutByShutdownIsRecorded(t *testing.T) {
+	t.Parallel()
+	arrived, done := make(chan struct{}, 1), make(chan struct{})
+	b := setupMessageJob(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}, delivery.WorkerConfig{Schedule: delivery.Schedule{0}}, delivery.WorkerDeps{})
+	t.Cleanup(func() { close(done) }) // before the server's Close
+	e := b.endpoint(t, "/hangs", store.Endpoint{})
+	job, ids := b.message(t, 42)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		<-arrived
+		cancel(errors.New("dispatcher stopping"))
+	}()
+	require.NoError(t, b.mw.Work(ctx, job))
+
+	d := b.delivery(t, ids[e.ID])
+	require.Equal(t, store.DeliveryPending, d.Status, "a one-step schedule: a counted failure would be final")
+	require.Equal(t, 1, d.AttemptCount)
+	require.Equal(t, 1, d.SeriesBase, "the cut takes no step of the schedule")
+	require.NotNil(t, d.NextAttemptAt)
+	var class, classification string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT error_class, classification FROM delivery_attempts WHERE delivery_id = $1`, ids[e.ID]).
+		Scan(&class, &classification))
+	require.Equal(t, string(delivery.ErrShutdown), class)
+	require.Equal(t, string(delivery.ClassIgnore), classification)
+	_, queued := b.queue.get(ids[e.ID])
+	require.True(t, queued, "due again in a job of its own")
 }

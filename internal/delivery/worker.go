@@ -613,10 +613,10 @@ func (w *Worker) work(ctx context.Context, r *run) (err error) {
 		release()
 	}
 	if cut != nil && resp.Status == 0 {
-		// Shutdown cut the attempt short: it says nothing about the
-		// endpoint. River makes the job available again.
+		// Shutdown cut the request short: it says nothing about the
+		// endpoint (an abandoned outcome), and the delivery is due again.
 		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
-		return cut
+		return w.cutByShutdown(ctx, r, t, attemptNo, start, resp.Duration, sender.TimeoutOf(req), cut)
 	}
 	class := Classify(resp.Status, resp.ErrorClass)
 	recordAttemptSpan(span, class, resp)
@@ -751,6 +751,40 @@ func (w *Worker) retryOrFail(ctx context.Context, r *run, t *Target, attempt *st
 	return w.finishAttempt(ctx, r, t, attempt, update, next)
 }
 
+// cutByShutdown records an attempt whose request the dispatcher's
+// shutdown cut short (ErrShutdown): the endpoint may or may not have
+// received it, so the delivery is due again at once, by a job of its own
+// where the ledger queues one, and the cut takes no step of its schedule.
+func (w *Worker) cutByShutdown(ctx context.Context, r *run, t *Target, attemptNo int, start time.Time, took, timeout time.Duration, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	now := start.Add(took)
+	attempt := &store.Attempt{
+		DeliveryID:      r.args.DeliveryID,
+		MessageID:       r.args.MessageID,
+		EndpointID:      t.ID,
+		AttemptNumber:   attemptNo,
+		AttemptedAt:     start,
+		Duration:        took,
+		ErrorClass:      string(ErrShutdown),
+		Classification:  string(ClassIgnore),
+		ResponseExcerpt: Excerpt([]byte("cut short by the dispatcher's shutdown: " + cause.Error())),
+		Timeout:         timeout,
+	}
+	update := store.StatusUpdate{
+		DeliveryID:    r.args.DeliveryID,
+		Series:        r.args.Series,
+		Status:        store.DeliveryPending,
+		AttemptCount:  attemptNo,
+		LastAttemptAt: &start,
+		NextAttemptAt: &now,
+		LastError:     ptr(string(ErrShutdown)),
+		Ordered:       t.Ordered(),
+		OffSchedule:   true,
+		Requeue:       (t.Ordered() || r.shared) && w.deps.Ledger.QueuesFIFO(),
+	}
+	return w.finishAttempt(ctx, r, t, attempt, update, now)
+}
+
 // guardFinish wraps an admission's Finish so that it reports once, and
 // keeps it for recoverPanic until it has.
 func (r *run) guardFinish(finish func(context.Context, Outcome)) func(context.Context, Outcome) {
@@ -764,6 +798,12 @@ func (r *run) guardFinish(finish func(context.Context, Outcome)) func(context.Co
 // classified ignore so that neither the breaker nor the tuner counts it
 // against the endpoint.
 const ErrPanic ErrorClass = "panic"
+
+// ErrShutdown is the error class of an attempt whose request the
+// dispatcher's shutdown cut short: recorded so the delivery's log shows
+// it, classified ignore (it says nothing of the endpoint), and taking no
+// step of the delivery's schedule; the delivery is due again at once.
+const ErrShutdown ErrorClass = "shutdown"
 
 // recoverPanic turns a panic in a run into one attempt of its delivery:
 // the breaker's admission is given back (an abandoned outcome), the

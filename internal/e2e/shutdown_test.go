@@ -124,6 +124,15 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		}
 		if p == "/slow" {
 			require.Empty(t, marked, "a hung delivery cut by the shutdown is not delivered")
+			// Each request the receiver saw cut is in its delivery's log
+			// as an attempt the shutdown cut, counted against nothing.
+			var cut, other int
+			require.NoError(t, db.Pool.QueryRow(context.Background(), `
+				SELECT count(*) FILTER (WHERE error_class = 'shutdown' AND classification = 'ignore'),
+					count(*) FILTER (WHERE error_class IS DISTINCT FROM 'shutdown')
+				FROM delivery_attempts WHERE endpoint_id = $1`, endpoints[p]).Scan(&cut, &other))
+			require.Equal(t, st.Requests, cut, "%s: every request cut by the shutdown is recorded as such", p)
+			require.Zero(t, other, p)
 			continue
 		}
 		// Every request that reached these paths was answered: nothing in

@@ -48,6 +48,10 @@ type StatusUpdate struct {
 	// a FIFO head's, and a retry due sooner than River's scheduler (which
 	// makes scheduled jobs available every 5 s) would make it available.
 	RequeueScheduled bool
+	// OffSchedule marks an attempt that takes no step of its delivery's
+	// retry schedule (series_base moves with attempt_count): one whose
+	// request the dispatcher's shutdown cut short.
+	OffSchedule bool
 }
 
 // LedgerBatch is what one ledger flush writes.
@@ -156,6 +160,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			jobs      = make([]*int64, n)
 			claimJobs = make([]*int64, n)
 			claimAtts = make([]int32, n)
+			offSched  = make([]bool, n)
 		)
 		ordered := make(map[string]bool)
 		requeue := make(map[string]bool)
@@ -171,6 +176,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				}
 			}
 			parks[i] = u.Park && u.Status == DeliveryWaiting
+			offSched[i] = u.OffSchedule && u.LastAttemptAt != nil
 			if u.JobID != 0 {
 				jobs[i] = &u.JobID
 			}
@@ -188,7 +194,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		// endpoint row is share-locked against a concurrent enable);
 		// otherwise the caller runs the job again.
 		rows, err := tx.Query(ctx, ledgerUpdateSQL, customPlan,
-			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts)
+			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched)
 		if err != nil {
 			return fmt.Errorf("update delivery statuses: %w", err)
 		}
@@ -304,6 +310,7 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 		if u.LastAttemptAt != nil {
 			m.AttemptCount = max(m.AttemptCount, u.AttemptCount)
 			m.LastAttemptAt, m.LastStatusCode, m.LastError = u.LastAttemptAt, u.LastStatusCode, u.LastError
+			m.OffSchedule = u.OffSchedule
 		}
 		if m.Status == DeliveryDelivered || m.Status == DeliveryExpired || (u.Status == DeliveryWaiting && m.Status != DeliveryPending && m.Status != DeliveryWaiting) {
 			continue
@@ -332,6 +339,8 @@ const ledgerUpdateSQL = `
 	UPDATE deliveries d SET
 		status = u.status,
 		attempt_count = greatest(d.attempt_count, u.attempt_count),
+		series_base = CASE WHEN u.off_schedule
+			THEN d.series_base + greatest(u.attempt_count - d.attempt_count, 0) ELSE d.series_base END,
 		last_attempt_at = coalesce(u.last_attempt_at, d.last_attempt_at),
 		next_attempt_at = CASE WHEN u.status = 'pending' THEN u.next_attempt_at ELSE NULL END,
 		last_status_code = CASE WHEN u.last_attempt_at IS NULL THEN d.last_status_code ELSE u.last_status_code END,
@@ -344,9 +353,9 @@ const ledgerUpdateSQL = `
 		recovered_at = CASE WHEN u.status = 'delivered' AND d.failed_at IS NOT NULL THEN now() ELSE d.recovered_at END,
 		updated_at = now()
 	FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::timestamptz[],
-		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::bigint[], $13::int[])
+		$6::timestamptz[], $7::int[], $8::text[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::bigint[], $13::int[], $14::bool[])
 		AS u(id, series, status, attempt_count, last_attempt_at, next_attempt_at,
-			last_status_code, last_error, breaker_open_until, park, job_id, claim_job, claim_attempt)
+			last_status_code, last_error, breaker_open_until, park, job_id, claim_job, claim_attempt, off_schedule)
 	WHERE d.id = u.id AND d.id = ANY($1) AND d.id IN (SELECT id FROM locked)
 		AND d.series = u.series AND d.status NOT IN ('delivered', 'expired')
 		AND (u.status <> 'waiting' OR d.status IN ('pending', 'waiting'))

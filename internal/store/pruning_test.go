@@ -208,7 +208,7 @@ func TestLedgerUpdatePrunesToItsDeliveries(t *testing.T) {
 
 	rels := planRelations(t, b, store.LedgerUpdateSQL,
 		[]string{d.ID}, []int32{1}, []string{store.DeliveryDelivered}, []int32{1}, []*time.Time{&now},
-		[]*time.Time{nil}, []*int32{nil}, []*string{nil}, []*time.Time{nil}, []bool{false}, []*int64{nil}, []*int64{nil}, []int32{0})
+		[]*time.Time{nil}, []*int32{nil}, []*string{nil}, []*time.Time{nil}, []bool{false}, []*int64{nil}, []*int64{nil}, []int32{0}, []bool{false})
 	var read []string
 	for _, r := range rels {
 		if strings.HasPrefix(r, "deliveries_") { // the parent is the UPDATE's own target
