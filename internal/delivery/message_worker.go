@@ -92,7 +92,7 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.JobsLeft.Inc()
 		}
-		return river.JobSnooze(unknownJobWait + w.jitter())
+		return river.JobSnooze(w.cfg.UnknownJobWait + w.jitter())
 	}
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
 	startBy, sendBy := w.deps.LocalNow().Add(w.cfg.StartBudget), w.sendBy(job.JobRow)

@@ -109,6 +109,10 @@ type WorkerConfig struct {
 	// the delivery waits in a job of its own. Zero means
 	// DefaultStartBudget.
 	StartBudget time.Duration
+	// UnknownJobWait is how long a message job of a version this
+	// dispatcher does not know waits before a dispatcher looks at it
+	// again (left for one that can run it). Zero means a minute.
+	UnknownJobWait time.Duration
 	// SnoozeJitter is the upper bound of the random delay added to snoozes.
 	// Zero means 500ms.
 	SnoozeJitter time.Duration
@@ -197,6 +201,9 @@ func NewWorker(cfg WorkerConfig, deps WorkerDeps) *Worker {
 	}
 	if cfg.StartBudget <= 0 {
 		cfg.StartBudget = DefaultStartBudget
+	}
+	if cfg.UnknownJobWait <= 0 {
+		cfg.UnknownJobWait = unknownJobWait
 	}
 	if cfg.SnoozeJitter <= 0 {
 		cfg.SnoozeJitter = 500 * time.Millisecond
