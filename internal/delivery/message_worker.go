@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookd/hookd/internal/store"
 )
@@ -145,10 +144,10 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 		wg.Go(func() {
 			defer func() { <-turns }()
 			err := w.work(ctx, runs[i])
-			var snooze *rivertype.JobSnoozeError
-			if errors.As(err, &snooze) {
+			var wait *waitError
+			if errors.As(err, &wait) {
 				waits <- store.HandOff{DeliveryID: runs[i].args.DeliveryID,
-					At: w.deps.LocalNow().Add(snooze.Duration), Unsettled: runs[i].unsettled}
+					At: w.deps.LocalNow().Add(wait.d), Unsettled: runs[i].unsettled}
 				return
 			}
 			errs[i] = err

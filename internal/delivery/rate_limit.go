@@ -156,7 +156,7 @@ func (w *Worker) rateLimited(r *run, t *Target, wait time.Duration) error {
 			NextAttemptAt: &next, JobID: r.jobID, Claim: r.claim(),
 		})
 	}
-	return river.JobSnooze(wait)
+	return waitFor(wait)
 }
 
 // visibleRateWait is the shortest rate-limit wait written to the delivery's

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -301,497 +300,6 @@ func (w *Worker) untilExpiry(deliveryID string) (time.Duration, bool) {
 // minRetryDelay keeps NextRetry's answer in River's future.
 const minRetryDelay = 20 * time.Millisecond
 
-// riverSchedulerInterval is how often River's scheduler makes scheduled
-// jobs available (its default, which a client cannot change): a job
-// scheduled at t runs up to this much after t.
-const riverSchedulerInterval = 5 * time.Second
-
-// notBeforeHorizon is the longest a job waits in Work for its NotBefore;
-// a later one snoozes. It holds one worker per FIFO endpoint whose head
-// is retried, and stays within JobTimeoutMargin.
-const notBeforeHorizon = time.Second
-
-// attemptError is returned for an attempt that will be retried; River
-// records its text in the job's errors.
-type attemptError struct {
-	status int
-	class  ErrorClass
-}
-
-func (e *attemptError) Error() string {
-	if e.status != 0 {
-		return fmt.Sprintf("attempt answered %d", e.status)
-	}
-	return fmt.Sprintf("attempt transport error: %s", e.class)
-}
-
-// run is one delivery's turn in a job: a delivery job's own, or one of the
-// deliveries of a message job (MessageArgs).
-type run struct {
-	// jobID is the job that owns the delivery while it runs.
-	jobID int64
-	// jobAttempt is River's attempt number of that job: how often the job
-	// ran, which says nothing of how often its delivery was attempted.
-	jobAttempt int
-	// prior is the delivery's attempts recorded before this one, in
-	// every series, and inSeries those of its current series: this
-	// attempt is number prior+1 and its retry follows schedule step
-	// inSeries+1. They come from the delivery's record (its job's
-	// arguments, written from it, or the ledger read on a rerun).
-	prior, inSeries int
-	// rerun marks a run of a job that ran before (with any attempt
-	// number): it checks the ledger before it sends.
-	rerun    bool
-	args     DeliverArgs
-	metadata []byte
-	// shared marks one of a message job's deliveries: it is not retried
-	// or snoozed with the job; a retry is queued by the ledger with the
-	// attempt's record (StatusUpdate.Requeue) and a wait (a snooze's
-	// error) is handed to a job of its own by the message worker.
-	shared bool
-	// unsettled is set on a shared run whose record may have committed
-	// unacknowledged: the job it is handed to checks the ledger first.
-	unsettled bool
-
-	// claimed is the delivery's progress as the job's batch claim found
-	// it (a message job run again claims all of its deliveries in one
-	// statement), when claimDone; nil there: not the run's to send.
-	claimed   *store.Progress
-	claimDone bool
-
-	// startBy is when, on this process's clock, the run's attempt must
-	// have a place within the request bounds: the start budget after the
-	// run began. A run that waited past it for a place goes without.
-	startBy time.Time
-	// sendBy is when, on the database-synced clock, the run must have
-	// started its request, or send nothing (Worker.sendBy).
-	sendBy time.Time
-
-	// What a panic in the run must put right (recoverPanic): the
-	// endpoint, once loaded; the breaker's admission, until its outcome
-	// is reported; whether the ledger was given the run's record.
-	target   *Target
-	finish   func(context.Context, Outcome)
-	recorded bool
-}
-
-// Work makes one attempt of a delivery.
-func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata,
-		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget), sendBy: w.sendBy(job.JobRow)})
-}
-
-// work makes one attempt of the run's delivery. Its error is what River
-// should do with a delivery job: nil completes it, a snooze or an
-// attemptError (with the time stored for NextRetry) comes back later.
-func (w *Worker) work(ctx context.Context, r *run) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = w.recoverPanic(ctx, r, p)
-		}
-	}()
-	args := r.args
-	r.prior, r.inSeries = args.AttemptOffset, args.ScheduleOffset
-	var parkUnconfirmed bool
-	if !r.shared {
-		if _, parkUnconfirmed = w.unconfirmed.LoadAndDelete(r.jobID); parkUnconfirmed {
-			w.nUnconfirmed.Add(-1)
-		}
-	}
-	// expiresIn is how long until retention may make the delivery expired.
-	expiresIn, limited := w.untilExpiry(args.DeliveryID)
-	nearExpiry := limited && expiresIn < w.timeoutFor(args.EndpointID)
-	if r.jobAttempt > 1 || r.rerun || unsettled(r.metadata) || parkUnconfirmed || nearExpiry {
-		// A retry, a job rescued from a process that died after its
-		// attempt was recorded but before River marked the job done, one
-		// whose last record may have committed unacknowledged, or one whose
-		// delivery retention may have expired: do not send again what the
-		// ledger already settled, nor a delivery this job no longer owns
-		// (parked, or released to another job), nor an expired one.
-		p, err := w.progress(ctx, r)
-		if errors.Is(err, errNotOwned) {
-			return nil
-		}
-		if errors.Is(err, store.ErrNotFound) {
-			// Nothing to send to, and nothing to record on: its partition
-			// was dropped (retention made it expired first).
-			if w.deps.Metrics != nil {
-				w.deps.Metrics.Missing.Inc()
-			}
-			w.deps.Logger.WarnContext(ctx, "delivery_missing", slog.String("delivery", args.DeliveryID),
-				slog.String("message", args.MessageID), slog.String("endpoint", args.EndpointID), slog.Int64("job", r.jobID))
-			return nil
-		}
-		if err != nil {
-			if parkUnconfirmed {
-				w.markUnconfirmed(r.jobID)
-			}
-			return river.JobSnooze(time.Second + w.jitter())
-		}
-		if p.Series != args.Series || p.Status == store.DeliveryDelivered || p.Status == store.DeliveryFailed || p.Status == store.DeliveryHeld || p.Status == store.DeliveryExpired {
-			return nil
-		}
-		if p.JobID == nil || *p.JobID != r.jobID {
-			return nil
-		}
-		r.prior, r.inSeries = p.AttemptCount, p.AttemptCount-p.SeriesBase
-		if nearExpiry {
-			// An attempt started now could still be under way when the
-			// maintainer makes the delivery expired, and would send it
-			// after all: wait for the maintainer instead, which cancels this
-			// job (snoozed, it is scheduled) as it expires the delivery.
-			return river.JobSnooze(max(expiresIn, 0) + w.timeoutFor(args.EndpointID) + w.jitter())
-		}
-	}
-	if args.NotBefore != nil {
-		// A FIFO head's retry, queued at once: it waits here for its
-		// delay, within the horizon, or for River beyond it.
-		if wait := args.NotBefore.Sub(w.deps.Now()); wait > notBeforeHorizon {
-			return river.JobSnooze(wait)
-		} else if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-	}
-	t, err := w.deps.Endpoints.Get(ctx, args.EndpointID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return w.finish(ctx, r, args.EndpointID, store.StatusUpdate{
-			DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryFailed,
-			LastError: ptr(errEndpointGone.Error()),
-		})
-	case err != nil:
-		// The database is unreachable: come back later without using an attempt.
-		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
-		return river.JobSnooze(time.Second + w.jitter())
-	}
-	r.target = t
-	if t.Status != store.EndpointEnabled {
-		if w.deps.Metrics != nil {
-			w.deps.Metrics.HeldTotal.Inc()
-		}
-		return w.finish(ctx, r, t.ID, store.StatusUpdate{DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryHeld})
-	}
-	if t.RateLimit != nil && r.shared {
-		// A rate-limited endpoint's slot is booked by a job of the
-		// delivery's own, which remembers it across its runs.
-		return river.JobSnooze(0)
-	}
-	if t.RateLimit != nil {
-		// Before the slot and the breaker: a wait for the rate limit uses
-		// no attempt and says nothing about the endpoint.
-		wait, err := w.rateWait(ctx, r, t)
-		if err != nil {
-			// The database is unreachable: come back later without using an attempt.
-			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
-			return river.JobSnooze(time.Second + w.jitter())
-		}
-		if wait > 0 {
-			return w.rateLimited(r, t, wait)
-		}
-	}
-	if !w.slots.acquire(ctx, t.ID) {
-		if w.deps.Metrics != nil {
-			w.deps.Metrics.ConcurrencySnoozed.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
-		}
-		return river.JobSnooze(100*time.Millisecond + w.jitter())
-	}
-	// The cap bounds requests in flight to the endpoint, so the slot goes
-	// back as soon as an answer is in, not after the ledger's commit. After a
-	// transport failure (a timeout, a reset) it is kept until the attempt is
-	// recorded: the endpoint may not have seen the connection close yet.
-	// A place within the process's and the host's bounds, waited for
-	// within the run's start budget: past it, the delivery waits in a job
-	// of its own and this run ends.
-	releaseRequest, full := w.bounds.acquire(ctx, t.host(), r.startBy.Sub(w.deps.LocalNow()))
-	if full != "" {
-		w.slots.release(t.ID, 0)
-		if w.deps.Metrics != nil {
-			w.deps.Metrics.StartDeferred.WithLabelValues(string(full)).Inc()
-		}
-		return river.JobSnooze(100*time.Millisecond + w.jitter())
-	}
-	defer releaseRequest()
-	if w.deps.Metrics != nil {
-		w.deps.Metrics.RequestsInFlight.Inc()
-		defer w.deps.Metrics.RequestsInFlight.Dec()
-	}
-	held := true
-	var took time.Duration
-	release := func() {
-		if held {
-			held = false
-			w.slots.release(t.ID, took)
-		}
-	}
-	defer release()
-
-	attemptNo := r.prior + 1
-	ctx, span := w.startAttemptSpan(ctx, args, attemptNo)
-	defer span.End()
-	adm, err := w.deps.Gate.Admit(ctx, t)
-	if err != nil {
-		w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
-		return river.JobSnooze(time.Second + w.jitter())
-	}
-	if !adm.Refused {
-		// Reported once: by the attempt, or by recoverPanic.
-		adm.Finish = r.guardFinish(adm.Finish)
-	}
-	recordDecision(span, adm)
-	if adm.Refused {
-		return w.refused(ctx, r, adm)
-	}
-
-	payload := []byte(args.Payload) // jobs queued by older versions carried it
-	if len(payload) == 0 {
-		p, err := w.payloads.get(ctx, args.MessageID)
-		if errors.Is(err, errPayloadGone) && !payloadRetired(args.MessageID, w.deps.Now(), w.cfg.PayloadRetention) {
-			// Retention cannot have dropped it yet: the read missed. Retry
-			// (an attempt of River's, nothing sent), never expire.
-			adm.Finish(ctx, Outcome{At: w.deps.Now()})
-			release()
-			if w.deps.Metrics != nil {
-				w.deps.Metrics.PayloadMissing.Inc()
-			}
-			w.deps.Logger.ErrorContext(ctx, "delivery_payload_missing", slog.String("delivery", args.DeliveryID),
-				slog.String("message", args.MessageID), slog.Duration("payload_retention", w.cfg.PayloadRetention))
-			return fmt.Errorf("deliver %s: message %s: %w", args.DeliveryID, args.MessageID, errPayloadMissing)
-		}
-		if errors.Is(err, errPayloadGone) {
-			// Nothing is left to send, ever: the delivery is final.
-			adm.Finish(ctx, Outcome{At: w.deps.Now()})
-			release()
-			if w.deps.Metrics != nil {
-				w.deps.Metrics.Expired.WithLabelValues(ExpiredPayload).Inc()
-			}
-			w.deps.Logger.WarnContext(ctx, "delivery_expired", slog.String("delivery", args.DeliveryID),
-				slog.String("message", args.MessageID), slog.String("reason", ExpiredPayload))
-			return w.finish(ctx, r, t.ID, store.StatusUpdate{
-				DeliveryID: args.DeliveryID, Series: args.Series, Status: store.DeliveryExpired,
-				LastError: ptr(errPayloadGone.Error()), Ordered: t.Ordered(),
-			})
-		}
-		if err != nil {
-			adm.Finish(ctx, Outcome{At: w.deps.Now()})
-			w.deps.Logger.WarnContext(ctx, "delivery_deferred", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
-			return river.JobSnooze(time.Second + w.jitter())
-		}
-		payload = p
-	}
-
-	start := w.deps.Now()
-	sender := w.deps.Sender
-	if t.TenantID == store.OperationalTenant && w.deps.OperationalSender != nil {
-		sender = w.deps.OperationalSender
-	}
-	req := Request{
-		URL:       t.URL,
-		MessageID: args.MessageID,
-		Timestamp: start,
-		Body:      payload,
-		Signature: t.Signature(args.MessageID, start, payload),
-		Headers:   t.Headers,
-		Timeout:   t.Timeout,
-	}
-	if !r.sendBy.IsZero() && !w.deps.Now().Before(r.sendBy) {
-		// Frozen before its request (a stopped VM): River may have rescued
-		// the job by now, and another run may be sending this delivery.
-		// Send nothing; the delivery waits in a job of its own, if this
-		// run still owns it.
-		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
-		if w.deps.Metrics != nil {
-			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLate)).Inc()
-		}
-		return river.JobSnooze(100*time.Millisecond + w.jitter())
-	}
-	actx, cancel := attemptContext(ctx)
-	resp := sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, start)
-	cut := context.Cause(actx)
-	cancel()
-	took = resp.Duration
-	releaseRequest()
-	if resp.Status != 0 {
-		release()
-	}
-	if cut != nil && resp.Status == 0 {
-		// Shutdown cut the request short: it says nothing about the
-		// endpoint (an abandoned outcome), and the delivery is due again.
-		adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
-		return w.cutByShutdown(ctx, r, t, attemptNo, start, resp.Duration, sender.TimeoutOf(req), cut)
-	}
-	class := Classify(resp.Status, resp.ErrorClass)
-	recordAttemptSpan(span, class, resp)
-	end := start.Add(resp.Duration)
-	// The outcome must be reported even when the job's context has ended.
-	adm.Finish(context.WithoutCancel(ctx), Outcome{Class: class, ErrorClass: resp.ErrorClass, At: end})
-	w.count(t.ID, class, resp)
-
-	attempt := &store.Attempt{
-		DeliveryID:      args.DeliveryID,
-		MessageID:       args.MessageID,
-		EndpointID:      t.ID,
-		AttemptNumber:   attemptNo,
-		AttemptedAt:     start,
-		Duration:        resp.Duration,
-		ErrorClass:      string(resp.ErrorClass),
-		Classification:  string(class),
-		ResponseExcerpt: resp.Excerpt,
-		Trial:           adm.Trial,
-		Timeout:         sender.TimeoutOf(req),
-	}
-	update := store.StatusUpdate{
-		DeliveryID:    args.DeliveryID,
-		Series:        args.Series,
-		AttemptCount:  attemptNo,
-		LastAttemptAt: &start,
-		Ordered:       t.Ordered(),
-	}
-	if resp.Status != 0 {
-		attempt.StatusCode = &resp.Status
-		update.LastStatusCode = &resp.Status
-	}
-	if class == ClassSuccess {
-		update.Status = store.DeliveryDelivered
-		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
-	}
-	update.LastError = ptr(describe(resp))
-	return w.retryOrFail(ctx, r, t, attempt, update, resp.Status, resp.RetryAfter, start)
-}
-
-// attemptContext is the context of one request: it keeps ctx's values
-// and ends when ctx is cancelled (a stopping dispatcher), but not at ctx's
-// deadline (River's job timeout, counted from the job's start), so an
-// attempt that started late in its job still has its whole timeout, which
-// the Sender counts from the attempt's own start. cancel must be called.
-func attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			cancel(context.Cause(ctx))
-		}
-	})
-	return actx, func() {
-		stop()
-		cancel(nil)
-	}
-}
-
-// sendBy is the latest time, on the database-synced clock, a run of job
-// may start a request: SendDeadline after River fetched the job (its
-// attempted_at, on the database's clock), which is before River can
-// rescue the job, so a run frozen past the rescue sends nothing when it
-// goes on. Zero (no deadline) for a job that names no fetch time or
-// without a SendDeadline.
-func (w *Worker) sendBy(job *rivertype.JobRow) time.Time {
-	if job == nil || job.AttemptedAt == nil || w.cfg.SendDeadline <= 0 {
-		return time.Time{}
-	}
-	return job.AttemptedAt.Add(w.cfg.SendDeadline)
-}
-
-// errNotOwned is progress's answer for a delivery the run may not send:
-// another job's, parked, or claimed by a later run of the same job.
-var errNotOwned = errors.New("delivery not the run's")
-
-// claim is the run's claim on its delivery: its job and River's attempt
-// number of the run. Every write the run makes carries it, so a run that
-// lost its job writes nothing (store.Claim).
-func (r *run) claim() store.Claim { return store.Claim{JobID: r.jobID, Attempt: r.jobAttempt} }
-
-// progress claims the run's delivery for it (store.ClaimDeliveries) and
-// returns the delivery's progress: errNotOwned when the run's job does
-// not own it or a later run of the job claimed it, store.ErrNotFound when
-// it is gone. A message job's run takes the answer of its job's batch
-// claim.
-func (w *Worker) progress(ctx context.Context, r *run) (store.Progress, error) {
-	if r.claimDone {
-		if r.claimed == nil {
-			return store.Progress{}, errNotOwned
-		}
-		return *r.claimed, nil
-	}
-	got, err := w.deps.Deliveries.ClaimDeliveries(ctx, r.claim(), []string{r.args.DeliveryID})
-	if err != nil {
-		return store.Progress{}, err
-	}
-	if p, ok := got[r.args.DeliveryID]; ok {
-		return p, nil
-	}
-	if _, err := w.deps.Deliveries.DeliveryProgress(ctx, r.args.DeliveryID); err != nil {
-		return store.Progress{}, err
-	}
-	return store.Progress{}, errNotOwned
-}
-
-// retryOrFail records a failed attempt with the retry its schedule plans
-// (the endpoint's own, or the dispatcher's; t may be nil), or as final
-// once the schedule is exhausted.
-func (w *Worker) retryOrFail(ctx context.Context, r *run, t *Target, attempt *store.Attempt, update store.StatusUpdate, status int, retryAfter string, start time.Time) error {
-	sched, ordered := w.cfg.Schedule, false
-	if t != nil {
-		sched, ordered = t.Schedule(sched), t.Ordered()
-	}
-	delay, again := sched.RetryDelay(r.inSeries+1, status, retryAfter, start, w.deps.Rand)
-	if !again {
-		update.Status = store.DeliveryFailed
-		return w.finishAttempt(ctx, r, t, attempt, update, time.Time{})
-	}
-	next := start.Add(delay)
-	update.Status = store.DeliveryPending
-	update.NextAttemptAt = &next
-	// A FIFO head's retry is a new job the ledger inserts with the
-	// attempt's record: the queue behind it waits for no River completer.
-	// So is a message job's delivery's: its retry is its own from then on.
-	update.Requeue = (ordered || r.shared) && w.deps.Ledger.QueuesFIFO()
-	// A retry due later than River's scheduler would notice waits in
-	// River, scheduled, rather than being fetched and snoozed; a sooner
-	// one is available at once and waits in its worker (or in River's
-	// available-but-not-yet-due snooze), as River itself does with short
-	// retries.
-	update.RequeueScheduled = delay > riverSchedulerInterval
-	return w.finishAttempt(ctx, r, t, attempt, update, next)
-}
-
-// cutByShutdown records an attempt whose request the dispatcher's
-// shutdown cut short (ErrShutdown): the endpoint may or may not have
-// received it, so the delivery is due again at once, by a job of its own
-// where the ledger queues one, and the cut takes no step of its schedule.
-func (w *Worker) cutByShutdown(ctx context.Context, r *run, t *Target, attemptNo int, start time.Time, took, timeout time.Duration, cause error) error {
-	ctx = context.WithoutCancel(ctx)
-	now := start.Add(took)
-	attempt := &store.Attempt{
-		DeliveryID:      r.args.DeliveryID,
-		MessageID:       r.args.MessageID,
-		EndpointID:      t.ID,
-		AttemptNumber:   attemptNo,
-		AttemptedAt:     start,
-		Duration:        took,
-		ErrorClass:      string(ErrShutdown),
-		Classification:  string(ClassIgnore),
-		ResponseExcerpt: Excerpt([]byte("cut short by the dispatcher's shutdown: " + cause.Error())),
-		Timeout:         timeout,
-	}
-	update := store.StatusUpdate{
-		DeliveryID:    r.args.DeliveryID,
-		Series:        r.args.Series,
-		Status:        store.DeliveryPending,
-		AttemptCount:  attemptNo,
-		LastAttemptAt: &start,
-		NextAttemptAt: &now,
-		LastError:     ptr(string(ErrShutdown)),
-		Ordered:       t.Ordered(),
-		OffSchedule:   true,
-		Requeue:       (t.Ordered() || r.shared) && w.deps.Ledger.QueuesFIFO(),
-	}
-	return w.finishAttempt(ctx, r, t, attempt, update, now)
-}
-
 // guardFinish wraps an admission's Finish so that it reports once, and
 // keeps it for recoverPanic until it has.
 func (r *run) guardFinish(finish func(context.Context, Outcome)) func(context.Context, Outcome) {
@@ -832,7 +340,7 @@ func (w *Worker) recoverPanic(ctx context.Context, r *run, p any) (err error) {
 	defer func() {
 		if p2 := recover(); p2 != nil {
 			w.deps.Logger.ErrorContext(ctx, "attempt_panic_not_recorded", slog.String("delivery", r.args.DeliveryID), slog.String("panic", fmt.Sprint(p2)))
-			err = river.JobSnooze(time.Second + w.jitter())
+			err = waitFor(time.Second + w.jitter())
 		}
 	}()
 	if r.finish != nil {
@@ -851,7 +359,7 @@ func (w *Worker) recoverPanic(ctx context.Context, r *run, p any) (err error) {
 		DeliveryID:      r.args.DeliveryID,
 		MessageID:       r.args.MessageID,
 		EndpointID:      endpointID,
-		AttemptNumber:   r.prior + 1,
+		AttemptNumber:   r.deliveryAttempts + 1,
 		AttemptedAt:     now,
 		ErrorClass:      string(ErrPanic),
 		Classification:  string(ClassIgnore),
@@ -860,7 +368,7 @@ func (w *Worker) recoverPanic(ctx context.Context, r *run, p any) (err error) {
 	update := store.StatusUpdate{
 		DeliveryID:    r.args.DeliveryID,
 		Series:        r.args.Series,
-		AttemptCount:  r.prior + 1,
+		AttemptCount:  r.deliveryAttempts + 1,
 		LastAttemptAt: &now,
 		LastError:     ptr(string(ErrPanic) + ": " + msg),
 		Ordered:       ordered,
@@ -883,7 +391,7 @@ func (w *Worker) refused(ctx context.Context, r *run, adm Admission) error {
 	if w.cfg.Park && adm.Reason != breaker.ReasonHalfOpenBusy {
 		update.Park = true
 		r.recorded = true
-		err := w.record(ctx, nil, nil, update)
+		err := w.toLedger(ctx, nil, nil, update)
 		if err == nil {
 			if w.deps.Metrics != nil {
 				w.deps.Metrics.Parked.Inc()
@@ -896,10 +404,10 @@ func (w *Worker) refused(ctx context.Context, r *run, adm Admission) error {
 		// sends (here, and in the metadata for a run in another process).
 		w.deps.Logger.WarnContext(ctx, "park_unconfirmed", slog.String("delivery", args.DeliveryID), slog.String("error", err.Error()))
 		w.markUnsettled(ctx, r)
-		return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
+		return waitFor(max(until.Sub(w.deps.Now()), 0) + w.jitter())
 	}
 	w.deps.Ledger.RecordAsync(update)
-	return river.JobSnooze(max(until.Sub(w.deps.Now()), 0) + w.jitter())
+	return waitFor(max(until.Sub(w.deps.Now()), 0) + w.jitter())
 }
 
 // maxUnconfirmed bounds the jobs markUnconfirmed remembers: an entry is
@@ -927,78 +435,6 @@ func (w *Worker) markUnconfirmed(jobID int64) {
 	if _, had := w.unconfirmed.LoadOrStore(jobID, struct{}{}); !had {
 		w.nUnconfirmed.Add(1)
 	}
-}
-
-// finishAttempt records the attempt and returns what River should do: nil to
-// complete the job (also when the ledger queued the retry as a new job,
-// u.Requeue), an attemptError (with next stored for NextRetry) to retry.
-func (w *Worker) finishAttempt(ctx context.Context, r *run, t *Target, a *store.Attempt, u store.StatusUpdate, next time.Time) error {
-	rule := store.DefaultAuthRule
-	if w.deps.AuthRules != nil && t != nil {
-		rule = w.deps.AuthRules.AuthRule(t)
-	}
-	r.recorded = true
-	u.Claim = r.claim()
-	if err := w.record(ctx, a, &rule, u); err != nil {
-		// Not recorded, as far as we know: try the whole attempt again
-		// later. The receiver may see it twice (at-least-once, same
-		// webhook-id). The write may also have committed with its answer
-		// lost (the connection broke after COMMIT went out), and a snooze
-		// keeps the attempt number, so mark the job for the next run to
-		// check the ledger before sending.
-		w.deps.Logger.ErrorContext(ctx, "attempt_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
-		if r.shared {
-			r.unsettled = true
-		} else {
-			_ = river.MetadataSet(ctx, metaUnsettled, true) // fails only outside River (unit tests)
-		}
-		return river.JobSnooze(time.Second + w.jitter())
-	}
-	if next.IsZero() || u.Requeue {
-		return nil
-	}
-	if r.shared {
-		// No queue to requeue with (tests): the message job's retry
-		// makes the attempt again.
-		return &attemptError{status: statusOf(a), class: ErrorClass(a.ErrorClass)}
-	}
-	w.retryAt.Store(r.jobID, next)
-	return &attemptError{status: statusOf(a), class: ErrorClass(a.ErrorClass)}
-}
-
-// statusOf is the attempt's HTTP status, zero when none came back.
-func statusOf(a *store.Attempt) int {
-	if a.StatusCode != nil {
-		return *a.StatusCode
-	}
-	return 0
-}
-
-// finish records a final status without an attempt and completes the job.
-// A hold refused because the endpoint was enabled meanwhile runs the job
-// again at once.
-func (w *Worker) finish(ctx context.Context, r *run, endpointID string, u store.StatusUpdate) error {
-	u.Claim = r.claim()
-	err := w.record(ctx, nil, nil, u)
-	if errors.Is(err, ErrHoldRefused) {
-		w.deps.Endpoints.Invalidate(endpointID)
-		return river.JobSnooze(0)
-	}
-	if err != nil {
-		w.deps.Logger.ErrorContext(ctx, "status_not_recorded", slog.String("delivery", u.DeliveryID), slog.String("error", err.Error()))
-		return river.JobSnooze(time.Second + w.jitter())
-	}
-	return nil
-}
-
-// record hands the attempt to the ledger and waits for its verdict. It does
-// not give up on its own: a record abandoned while its batch is still
-// being written may commit after all, and the job's next run (a snooze
-// keeps its attempt number, so it does not check the ledger first) would
-// send the delivery again and log a second success. The ledger answers
-// every record, each flush within its own timeout.
-func (w *Worker) record(ctx context.Context, a *store.Attempt, auth *store.AuthRule, u store.StatusUpdate) error {
-	return w.deps.Ledger.Record(context.WithoutCancel(ctx), a, auth, u)
 }
 
 func (w *Worker) count(endpointID string, class Classification, resp Response) {
