@@ -65,8 +65,12 @@ type LedgerConfig struct {
 	// head a batch made final, in the batch's transaction; nil leaves the
 	// queues to the unparker's pass.
 	Queue store.Enqueuer
-	// WriteTimeout bounds one write. Default DefaultLedgerWriteTimeout.
+	// WriteTimeout bounds one batch's write, its tries after failures
+	// that wrote nothing included. Default DefaultLedgerWriteTimeout.
 	WriteTimeout time.Duration
+	// OnRetry is told of each try of a batch after a failure that wrote
+	// nothing (a metric); nil: none.
+	OnRetry func()
 	// MaxBatch caps the records in one transaction. Default 500.
 	MaxBatch int
 	// Linger is how long the flusher waits for more records after the first
@@ -162,6 +166,40 @@ func (l *Ledger) Run(ctx context.Context) {
 	}
 }
 
+// write writes the batch, again after each failure that wrote nothing
+// and that a retry may not meet (store.IsTransient: no connection to be
+// had, the server restarting, a deadlock), until ctx ends. The batch
+// records attempts that were sent: failed, each would be sent again.
+func (l *Ledger) write(ctx context.Context, b store.LedgerBatch) (store.LedgerResult, error) {
+	wait := ledgerRetryFirst
+	for try := 1; ; try++ {
+		res, err := l.store.RecordBatch(ctx, b, l.cfg.AfterDisable)
+		if err == nil || !store.IsTransient(err) || ctx.Err() != nil {
+			return res, err
+		}
+		l.logger.Warn("ledger_flush_retry", slog.Int("try", try), slog.Int("attempts", len(b.Attempts)),
+			slog.Int("updates", len(b.Updates)), slog.String("error", err.Error()))
+		if l.cfg.OnRetry != nil {
+			l.cfg.OnRetry()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+		wait = min(2*wait, ledgerRetryMax)
+	}
+}
+
+// ledgerRetryFirst and ledgerRetryMax bound the wait between tries of a
+// batch whose write wrote nothing.
+const (
+	ledgerRetryFirst = 20 * time.Millisecond
+	ledgerRetryMax   = time.Second
+)
+
 // Stop makes Run flush the remaining records and return; it waits for that.
 func (l *Ledger) Stop() {
 	l.mu.Lock()
@@ -205,7 +243,7 @@ func (l *Ledger) flush(ctx context.Context) {
 	// The write must not die with the caller's context: a worker that got a
 	// 2xx must see its attempt recorded even during shutdown.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
-	res, err := l.store.RecordBatch(wctx, b, l.cfg.AfterDisable)
+	res, err := l.write(wctx, b)
 	cancel()
 	if err != nil {
 		l.logger.Error("ledger_flush", slog.Int("attempts", len(b.Attempts)), slog.Int("updates", len(b.Updates)), slog.String("error", err.Error()))

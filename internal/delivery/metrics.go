@@ -77,6 +77,9 @@ type Metrics struct {
 	Panics prometheus.Counter
 	// JobsLeft counts runs of jobs whose arguments this version cannot run.
 	JobsLeft prometheus.Counter
+	// LedgerRetries counts the ledger's tries of a batch after a failure
+	// that wrote nothing (Ledger.write).
+	LedgerRetries prometheus.Counter
 	// RequestsInFlight is the requests this process has in flight.
 	RequestsInFlight prometheus.Gauge
 	// StartDeferred counts attempts that found no place within a bound
@@ -139,6 +142,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "webhook_delivery_panics_total",
 			Help: "Attempts cut by a panic in the dispatcher's own code: each recorded as an attempt with error class panic and retried on its delivery's schedule; the process and the other deliveries go on.",
 		}),
+		LedgerRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_ledger_write_retries_total",
+			Help: "Writes of a ledger batch tried again after a failure that wrote nothing (no connection to be had, the server restarting, a deadlock): the attempts it records were sent, and are recorded rather than sent again.",
+		}),
 		JobsLeft: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_jobs_left_total",
 			Help: "Runs of message jobs whose arguments' version this dispatcher does not know (queued by a newer one): left untouched, snoozed for a dispatcher that can run them; nothing sent, nothing written.",
@@ -163,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -173,7 +173,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.listener.OnReconnect(func() { d.classes.HandleNotice("") })
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
-	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq, WriteTimeout: cfg.LedgerWriteTimeout})
+	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq,
+		WriteTimeout: cfg.LedgerWriteTimeout, OnRetry: d.metrics.Delivery.LedgerRetries.Inc})
 	// Deliveries refused by an open breaker or queued again by a recovery
 	// are parked without a job, and so are those waiting in a FIFO queue;
 	// the unparker gives them one back when the breaker lets traffic
@@ -213,6 +214,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return err
 }
 
+// LedgerConns is the connections the ledger keeps open for itself,
+// beyond the pool (--db-max-conns): one for the batch being written, one
+// for the next, whose records wait meanwhile.
+const LedgerConns = 2
+
 func (d *Dispatcher) run(ctx context.Context) (err error) {
 	if err := d.clock.Sync(ctx); err != nil {
 		return err
@@ -236,6 +242,17 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		}
 		defer trials.Close()
 	}
+	// The ledger writes through connections of its own, opened now: a
+	// record of an attempt that was sent never waits behind the rest of
+	// the process's work for one, nor meets a server with none left.
+	ledgerPool, err := store.OpenPool(ctx, store.PoolConfig{URL: d.url, MaxConns: LedgerConns, MinConns: LedgerConns,
+		ApplicationName: "hookd-ledger/" + d.cfg.Actor})
+	if err != nil {
+		return fmt.Errorf("open the ledger's connections: %w", err)
+	}
+	defer ledgerPool.Close()
+	d.store.UseLedgerPool(ledgerPool)
+	defer d.store.UseLedgerPool(nil)
 	ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics: %w", err)

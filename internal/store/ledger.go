@@ -99,7 +99,11 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
 	attempts, updates := b.Attempts, b.Updates
 	var res LedgerResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	pool := s.pool
+	if lp := s.ledgerPool.Load(); lp != nil {
+		pool = lp
+	}
+	err := s.inTxKnown(ctx, pool, func(tx pgx.Tx) error {
 		res = LedgerResult{}
 		if len(attempts) > 0 {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},

@@ -7,8 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,7 +45,15 @@ type Store struct {
 	ops *opsCache
 	// filters holds the endpoint filters the fan-out has parsed.
 	filters filterCache
+	// ledgerPool, when set, is where RecordBatch writes (UseLedgerPool).
+	ledgerPool atomic.Pointer[pgxpool.Pool]
 }
+
+// UseLedgerPool has RecordBatch write through pool, connections of the
+// ledger's own: a record of an attempt that was sent then never waits
+// for a connection behind the rest of the process's work, nor finds the
+// server's connections all taken. Nil goes back to the store's pool.
+func (s *Store) UseLedgerPool(pool *pgxpool.Pool) { s.ledgerPool.Store(pool) }
 
 // Option configures a Store.
 type Option func(*Store)
@@ -74,6 +86,8 @@ type PoolConfig struct {
 	URL string
 	// MaxConns caps the pool; zero keeps pgx's default.
 	MaxConns int32
+	// MinConns is how many connections the pool keeps open (zero: none).
+	MinConns int32
 	// ApplicationName is reported in pg_stat_activity.
 	ApplicationName string
 }
@@ -91,6 +105,7 @@ func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	pc.MinConns = cfg.MinConns
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
 	}
@@ -143,6 +158,57 @@ func (s *Store) Ping(ctx context.Context) error {
 // inTx runs fn in a transaction, committing when it returns nil.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// ErrCommitUnknown marks a write whose COMMIT went out and got no clear
+// answer (the connection broke): it may have committed. Any other error
+// of inTxKnown's means nothing was written.
+var ErrCommitUnknown = errors.New("commit outcome unknown")
+
+// inTxKnown is inTx whose errors say whether anything may have been
+// written: only a failed COMMIT wraps ErrCommitUnknown; a failed begin (no
+// connection), statement or rollback left the database as it was.
+func (s *Store) inTxKnown(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // a broken connection rolls back on its own
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			// The server answered the COMMIT with an error: rolled back.
+			return fmt.Errorf("commit: %w", err)
+		}
+		return fmt.Errorf("commit: %w: %w", ErrCommitUnknown, err)
+	}
+	return nil
+}
+
+// IsTransient reports whether err is a failure a retry of the same write
+// may not meet: no connection (the server's connection limit, a restart,
+// a network cut), a deadlock or serialization failure.
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, ErrCommitUnknown) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// connection_exception (08), insufficient_resources (53, with
+		// too_many_connections), admin_shutdown, crash_shutdown,
+		// cannot_connect_now, serialization_failure, deadlock_detected.
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "53") ||
+			pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || pe.Code == "40001" || pe.Code == "40P01"
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // customPlan, passed as a query's first argument, has Postgres plan the

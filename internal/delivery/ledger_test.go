@@ -1,0 +1,89 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// failingLedgerStore fails its first fails writes with err, then writes.
+type failingLedgerStore struct {
+	mu    sync.Mutex
+	fails int
+	err   error
+	calls int
+}
+
+func (f *failingLedgerStore) RecordBatch(context.Context, store.LedgerBatch, store.AfterDisable) (store.LedgerResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.fails {
+		return store.LedgerResult{}, f.err
+	}
+	return store.LedgerResult{}, nil
+}
+
+// TestLedgerRidesOutWritesThatWroteNothing: a record of an attempt that
+// was sent is written however often its batch first fails for want of a
+// connection (the server's connection limit, a restart) or a deadlock,
+// within the write timeout: failed, the attempt would be sent again. A
+// COMMIT whose outcome is unknown, or a write that keeps failing past the
+// timeout, is still the record's error (the job checks the ledger
+// before it sends again).
+func TestLedgerRidesOutWritesThatWroteNothing(t *testing.T) {
+	t.Parallel()
+	tooMany := &pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"}
+	for _, tc := range []struct {
+		name      string
+		fails     int
+		err       error
+		timeout   time.Duration
+		wantErr   bool
+		wantCalls int
+	}{
+		{"too many connections, three times", 3, fmt.Errorf("begin: %w", tooMany), time.Minute, false, 4},
+		{"deadlock", 1, &pgconn.PgError{Code: "40P01"}, time.Minute, false, 2},
+		{"connection refused", 2, fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), time.Minute, false, 3},
+		{"commit outcome unknown", 1, fmt.Errorf("commit: %w: %w", store.ErrCommitUnknown, errors.New("conn reset")), time.Minute, true, 1},
+		{"not transient", 1, &pgconn.PgError{Code: "23502"}, time.Minute, true, 1},
+		{"past the write timeout", 1 << 30, tooMany, 300 * time.Millisecond, true, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := &failingLedgerStore{fails: tc.fails, err: tc.err}
+			l := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{WriteTimeout: tc.timeout})
+			var wg sync.WaitGroup
+			wg.Go(func() { l.Run(context.Background()) })
+			defer func() {
+				l.Stop()
+				wg.Wait()
+			}()
+			err := l.Record(context.Background(), &store.Attempt{DeliveryID: "dlv_1", AttemptNumber: 1}, nil,
+				store.StatusUpdate{DeliveryID: "dlv_1", Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1})
+			if tc.wantErr {
+				require.Error(t, err)
+			} else {
+				require.NoError(t, err)
+			}
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if tc.wantCalls >= 0 {
+				require.Equal(t, tc.wantCalls, st.calls)
+			} else {
+				require.Greater(t, st.calls, 1, "retried until the timeout")
+			}
+		})
+	}
+}
