@@ -50,7 +50,7 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 		{args: []string{"--rescue-stuck-after", "10s"}, want: "--rescue-stuck-after (RESCUE_STUCK_AFTER): must exceed the request timeout + 5s (20s)"},
 		{args: []string{"--ledger-write-timeout", "500ms"}, want: "--ledger-write-timeout (LEDGER_WRITE_TIMEOUT): must be at least 1s"},
 		{args: []string{"--operational-webhook-url", "https://ops.example/"}, want: "--operational-webhook-secret (OPERATIONAL_WEBHOOK_SECRET): parse secret: missing \"whsec_\" prefix (required with the operational webhook URL)"},
-		{args: []string{"migrate", "--db-max-conns", "3"}, want: "--db-max-conns (DB_MAX_CONNS): must be at least 4"},
+		{args: []string{"migrate", "--db-max-conns", "3"}, want: "--db-max-conns (DB_MAX_CONNS): must be 0 (from the cores) or at least 4"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

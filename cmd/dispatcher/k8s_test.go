@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/deploycheck"
+	"github.com/hookd/hookd/internal/dispatcher"
 )
 
 // k8sManifests loads deploy/k8s, each file's text passed through edit
@@ -132,8 +133,8 @@ func podConnections(t *testing.T, k *deploycheck.K8s, w deploycheck.Workload) (i
 			if v, ok := env["BREAKERS"]; ok && v == "false" {
 				trials = 0
 			}
-			total += pool + trials + 1
-			parts = append(parts, fmt.Sprintf("%s: %d pool + %d trials + 1 listener", c.Name, pool, trials))
+			total += pool + trials + 1 + dispatcher.LedgerConns
+			parts = append(parts, fmt.Sprintf("%s: %d pool + %d trials + 1 listener + %d ledger", c.Name, pool, trials, dispatcher.LedgerConns))
 			continue
 		}
 		pool := get("DB_MAX_CONNS", false)

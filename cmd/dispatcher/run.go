@@ -93,7 +93,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		maxPerHost:        fs.Int("max-per-host", "MAX_PER_HOST", def.MaxPerHost, "requests in flight to one destination host:port in this process; excess deliveries wait their turn, within the start budget"),
 		shutdownGrace:     fs.Duration("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long in-flight deliveries get to finish on SIGTERM"),
 		noMigrate:         fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
-		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 30, "Postgres pool size"),
+		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 4 per core (GOMAXPROCS), at least 10, at most 40 (the ledger's 2 connections and the listener's come on top)"),
 		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches"),
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
@@ -236,8 +236,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := cfg.Validate(); err != nil {
 		return asFlagError(fs, err)
 	}
-	if *set.dbMaxConns < 4 {
-		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be at least 4")
+	if *set.dbMaxConns != 0 && *set.dbMaxConns < 4 {
+		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be 0 (from the cores) or at least 4")
 	}
 	keyring, err := set.secretKeys.Keyring()
 	if err != nil {
@@ -248,7 +248,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 
-	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(*set.dbMaxConns), ApplicationName: "hookd-dispatcher"},
+	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.PoolSize(*set.dbMaxConns, 4, 10, 40)), ApplicationName: "hookd-dispatcher"},
 		cmd == "migrate" || !*set.noMigrate, logger)
 	if err != nil {
 		return err

@@ -63,9 +63,12 @@ type Metrics struct {
 	RateLimited *prometheus.CounterVec
 	// FleetSize is the live dispatchers this process counted.
 	FleetSize prometheus.Gauge
-	HeldTotal prometheus.Counter
-	Parked    prometheus.Counter
-	Unparked  prometheus.Counter
+	// FleetConnections and ServerConnections are the live fleet's
+	// registered connections and the server's for clients (Fleet).
+	FleetConnections, ServerConnections prometheus.Gauge
+	HeldTotal                           prometheus.Counter
+	Parked                              prometheus.Counter
+	Unparked                            prometheus.Counter
 	// Expired counts deliveries made final as expired, by reason:
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
@@ -117,6 +120,14 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		FleetSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_fleet_size",
 			Help: "Live dispatchers this process counted at its last heartbeat.",
+		}),
+		FleetConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatcher_fleet_db_connections",
+			Help: "The most database connections the live dispatchers may open together (each one's pool, ledger and listener), as they registered them at their last heartbeats. Above dispatcher_server_db_connections, a busy fleet meets refused connections: a dispatcher whose start would take it there refuses to start.",
+		}),
+		ServerConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatcher_server_db_connections",
+			Help: "The database server's connections for clients like hookd: max_connections less superuser_reserved_connections, read at the last heartbeat.",
 		}),
 		HeldTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_held_total",
@@ -170,7 +181,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
 	"github.com/hookd/hookd/internal/store"
@@ -163,85 +160,3 @@ func (w *Worker) rateLimited(r *run, t *Target, wait time.Duration) error {
 // next_attempt_at: shorter ones would cost a write each for nothing a
 // reader could see.
 const visibleRateWait = time.Second
-
-// Fleet heartbeats this dispatcher in the shared table and keeps the count
-// of live dispatchers (dispatcher_fleet_size).
-type Fleet struct {
-	id       string
-	store    FleetStore
-	interval time.Duration
-	stale    time.Duration
-	logger   *slog.Logger
-	gauge    prometheus.Gauge
-
-	live atomic.Int64
-}
-
-// FleetStore records heartbeats.
-type FleetStore interface {
-	Heartbeat(ctx context.Context, id string, stale time.Duration) (int, error)
-	LeaveFleet(ctx context.Context, id string) error
-}
-
-var _ FleetStore = (*store.Store)(nil)
-
-// FleetConfig tunes a Fleet.
-type FleetConfig struct {
-	// ID names this process in the table; unique per process.
-	ID string
-	// Interval is the time between heartbeats.
-	Interval time.Duration
-	// Stale is how long a silent dispatcher still counts as live.
-	Stale time.Duration
-}
-
-// NewFleet returns a Fleet counting only itself until its first heartbeat;
-// gauge (may be nil) shows the count.
-func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, gauge prometheus.Gauge) *Fleet {
-	f := &Fleet{id: cfg.ID, store: st, interval: cfg.Interval, stale: cfg.Stale, logger: logger, gauge: gauge}
-	f.set(1)
-	return f
-}
-
-// Live returns the live dispatchers at the last heartbeat, this one included.
-func (f *Fleet) Live() int { return int(f.live.Load()) }
-
-func (f *Fleet) set(n int) {
-	f.live.Store(int64(n))
-	if f.gauge != nil {
-		f.gauge.Set(float64(n))
-	}
-}
-
-// Beat records one heartbeat and refreshes the count; a failed one keeps
-// the last count.
-func (f *Fleet) Beat(ctx context.Context) error {
-	n, err := f.store.Heartbeat(ctx, f.id, f.stale)
-	if err != nil {
-		return err
-	}
-	f.set(n)
-	return nil
-}
-
-// Run heartbeats every Interval until ctx ends, then deletes this
-// dispatcher's row so the others stop counting it at their next heartbeat.
-func (f *Fleet) Run(ctx context.Context) {
-	tick := time.NewTicker(f.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := f.store.LeaveFleet(leave, f.id); err != nil {
-				f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
-			}
-			return
-		case <-tick.C:
-			if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
-				f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
-			}
-		}
-	}
-}

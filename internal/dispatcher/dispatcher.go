@@ -181,9 +181,16 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// through (a FIFO queue's one at a time), and releases an enabled
 	// endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
+	// The most connections this process opens: its pool, the ledger's,
+	// the listener's and, with breakers, the trial pool's.
+	conns := int(deps.Pool.Config().MaxConns) + LedgerConns + 1
+	if cfg.Breakers {
+		conns += cfg.TrialPoolSize
+	}
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
-		ID: cfg.Actor + "/" + randomSuffix(), Interval: fleetHeartbeat, Stale: fleetStale,
-	}, d.store, d.logger, d.metrics.Delivery.FleetSize)
+		ID: cfg.Actor + "/" + randomSuffix(), Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale,
+	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
+		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections})
 	d.maintainer = retention.New(r.retention, retention.Deps{
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,
@@ -278,8 +285,11 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
 	g.Go(func() error { d.tuner.Run(gctx); return nil })
 	// The first heartbeat comes before any delivery, so the fleet counts
-	// this dispatcher from its first delivery on.
-	if err := d.fleet.Beat(ctx); err != nil {
+	// this dispatcher from its first delivery on; a dispatcher that would
+	// take the fleet past the server's connections does not start.
+	if err := d.fleet.Join(ctx); errors.Is(err, delivery.ErrFleetConnections) {
+		return err
+	} else if err != nil {
 		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
 	}
 	g.Go(func() error { d.fleet.Run(gctx); return nil })

@@ -6,25 +6,39 @@ import (
 	"time"
 )
 
+// FleetBeat is what a heartbeat learns of the fleet.
+type FleetBeat struct {
+	// Live is the live dispatchers, this one included: the fleet that
+	// shares each endpoint's rate limit.
+	Live int
+	// Connections is the most connections the live dispatchers may open
+	// together, as each registered them, this one's included.
+	Connections int
+	// MaxConnections is the server's connections for clients like hookd:
+	// max_connections less superuser_reserved_connections.
+	MaxConnections int
+}
+
 // Heartbeat records that dispatcher id is alive, on the database's clock,
-// forgets dispatchers silent for longer than stale, and returns how many
-// are alive (id included): the fleet that shares each endpoint's rate
-// limit.
-func (s *Store) Heartbeat(ctx context.Context, id string, stale time.Duration) (int, error) {
-	var n int
+// with the most connections it may open, forgets dispatchers silent for
+// longer than stale, and returns what it learns of the live fleet.
+func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale time.Duration) (FleetBeat, error) {
+	var b FleetBeat
 	err := s.pool.QueryRow(ctx, `
 		WITH me AS (
-			INSERT INTO hookd_dispatchers (id) VALUES ($1)
-			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+			INSERT INTO hookd_dispatchers (id, db_connections) VALUES ($1, $3)
+			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), db_connections = $3
 		), gone AS (
 			DELETE FROM hookd_dispatchers WHERE id <> $1 AND heartbeat_at < now() - $2::interval
 		)
-		SELECT 1 + count(*) FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale).Scan(&n)
+		SELECT 1 + count(*), $3 + coalesce(sum(db_connections), 0)::int,
+			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+		FROM hookd_dispatchers
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections).Scan(&b.Live, &b.Connections, &b.MaxConnections)
 	if err != nil {
-		return 0, fmt.Errorf("dispatcher heartbeat: %w", err)
+		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}
-	return n, nil
+	return b, nil
 }
 
 // LeaveFleet deletes dispatcher id's heartbeat, so the others take its

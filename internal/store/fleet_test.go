@@ -55,27 +55,36 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 	s := store.New(db.Pool, nil)
 	const stale = time.Minute
 
-	n, err := s.Heartbeat(ctx, "a", stale)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	n, err = s.Heartbeat(ctx, "b", stale)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	n, err = s.Heartbeat(ctx, "a", stale)
-	require.NoError(t, err)
-	require.Equal(t, 2, n, "a second beat is the same dispatcher")
+	beat := func(id string, conns int) store.FleetBeat {
+		t.Helper()
+		b, err := s.Heartbeat(ctx, id, conns, stale)
+		require.NoError(t, err)
+		return b
+	}
+	b := beat("a", 13)
+	require.Equal(t, 1, b.Live)
+	require.Equal(t, 13, b.Connections)
+	var usable int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int`).Scan(&usable))
+	require.Equal(t, usable, b.MaxConnections)
+	b = beat("b", 20)
+	require.Equal(t, 2, b.Live)
+	require.Equal(t, 33, b.Connections)
+	b = beat("a", 15)
+	require.Equal(t, 2, b.Live, "a second beat is the same dispatcher")
+	require.Equal(t, 35, b.Connections, "with what it registers now")
 
 	require.NoError(t, s.LeaveFleet(ctx, "b"))
-	n, err = s.Heartbeat(ctx, "a", stale)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	b = beat("a", 15)
+	require.Equal(t, 1, b.Live)
+	require.Equal(t, 15, b.Connections)
 
 	// c went silent two minutes ago: stale, and forgotten.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO hookd_dispatchers (id, heartbeat_at) VALUES ('c', now() - interval '2 minutes')`)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO hookd_dispatchers (id, heartbeat_at, db_connections) VALUES ('c', now() - interval '2 minutes', 50)`)
 	require.NoError(t, err)
-	n, err = s.Heartbeat(ctx, "a", stale)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	b = beat("a", 15)
+	require.Equal(t, 1, b.Live)
+	require.Equal(t, 15, b.Connections)
 	var left int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM hookd_dispatchers WHERE id = 'c'`).Scan(&left))
 	require.Zero(t, left)

@@ -1,0 +1,142 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookd/hookd/internal/store"
+)
+
+// Fleet heartbeats this dispatcher in the shared table with the database
+// connections it may open, keeps the count of live dispatchers
+// (dispatcher_fleet_size), and checks the live fleet's connections
+// against what the server allows.
+type Fleet struct {
+	cfg     FleetConfig
+	store   FleetStore
+	logger  *slog.Logger
+	metrics FleetMetrics
+
+	live atomic.Int64
+}
+
+// FleetStore records heartbeats.
+type FleetStore interface {
+	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration) (store.FleetBeat, error)
+	LeaveFleet(ctx context.Context, id string) error
+}
+
+var _ FleetStore = (*store.Store)(nil)
+
+// FleetConfig tunes a Fleet.
+type FleetConfig struct {
+	// ID names this process in the table; unique per process.
+	ID string
+	// Connections is the most connections this process opens to the
+	// database (its pools, the ledger's, the listener's).
+	Connections int
+	// Interval is the time between heartbeats.
+	Interval time.Duration
+	// Stale is how long a silent dispatcher still counts as live.
+	Stale time.Duration
+}
+
+// FleetMetrics are the fleet's gauges; nil fields are not set.
+type FleetMetrics struct {
+	// Size is the live dispatchers (dispatcher_fleet_size).
+	Size prometheus.Gauge
+	// Connections is the live fleet's registered connections.
+	Connections prometheus.Gauge
+	// MaxConnections is the server's connections for clients like hookd.
+	MaxConnections prometheus.Gauge
+}
+
+// NewFleet returns a Fleet counting only itself until its first heartbeat.
+func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics FleetMetrics) *Fleet {
+	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics}
+	f.set(store.FleetBeat{Live: 1})
+	return f
+}
+
+// Live returns the live dispatchers at the last heartbeat, this one included.
+func (f *Fleet) Live() int { return int(f.live.Load()) }
+
+func (f *Fleet) set(b store.FleetBeat) {
+	f.live.Store(int64(b.Live))
+	if f.metrics.Size != nil {
+		f.metrics.Size.Set(float64(b.Live))
+	}
+	if f.metrics.Connections != nil && b.Connections > 0 {
+		f.metrics.Connections.Set(float64(b.Connections))
+	}
+	if f.metrics.MaxConnections != nil && b.MaxConnections > 0 {
+		f.metrics.MaxConnections.Set(float64(b.MaxConnections))
+	}
+}
+
+// ErrFleetConnections is Join's error when the live fleet, this
+// dispatcher included, may open more connections than the server allows.
+var ErrFleetConnections = fmt.Errorf("the dispatchers' connections exceed the server's")
+
+// Join records the first heartbeat and checks that the live fleet, this
+// dispatcher included, fits the server's connections: past them, the
+// server refuses a connection when all are busy, and an attempt that was
+// sent may wait for its record. It leaves the fleet again when it does
+// not fit.
+func (f *Fleet) Join(ctx context.Context) error {
+	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	if err != nil {
+		return err
+	}
+	f.set(b)
+	if b.MaxConnections > 0 && b.Connections > b.MaxConnections {
+		if err := f.store.LeaveFleet(context.WithoutCancel(ctx), f.cfg.ID); err != nil {
+			f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
+		}
+		return fmt.Errorf("%w: %d live dispatchers with this one may open %d connections (this one %d), and the server allows %d (max_connections less superuser_reserved_connections); lower --db-max-conns, raise max_connections, or put a pooler in front (docs/scaling.md)",
+			ErrFleetConnections, b.Live, b.Connections, f.cfg.Connections, b.MaxConnections)
+	}
+	return nil
+}
+
+// Beat records one heartbeat and refreshes the count; a failed one keeps
+// the last count. A fleet grown past the server's connections is logged.
+func (f *Fleet) Beat(ctx context.Context) error {
+	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	if err != nil {
+		return err
+	}
+	f.set(b)
+	if b.MaxConnections > 0 && b.Connections > b.MaxConnections {
+		f.logger.Warn("fleet_connections_exceed_server", slog.Int("dispatchers", b.Live),
+			slog.Int("connections", b.Connections), slog.Int("server_connections", b.MaxConnections))
+	}
+	return nil
+}
+
+// Run heartbeats every Interval until ctx ends, then deletes this
+// dispatcher's row so the others stop counting it at their next heartbeat.
+func (f *Fleet) Run(ctx context.Context) {
+	tick := time.NewTicker(f.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := f.store.LeaveFleet(leave, f.cfg.ID); err != nil {
+				f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
+			}
+			return
+		case <-tick.C:
+			if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
+				f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
+			}
+		}
+	}
+}
