@@ -59,8 +59,10 @@ func TestTail(t *testing.T) {
 	tailDone := make(chan error, 1)
 	go func() {
 		tailDone <- cli.Run(tailCtx, []string{"tail", "--tenant", tenant, "--since", since, "--interval", "200ms", "--json"}, cli.Env{
-			Getenv: func(k string) string { return map[string]string{"HOOKD_API": server.API, "HOOKD_TOKEN": server.Token}[k] },
-			Stdin:  strings.NewReader(""), Stdout: out, Stderr: io.Discard,
+			Getenv: func(k string) string {
+				return map[string]string{"HOOKD_API": server.API, "HOOKD_TOKEN": server.Token}[k]
+			},
+			Stdin: strings.NewReader(""), Stdout: out, Stderr: io.Discard,
 			ConfigDir: func() (string, error) { return t.TempDir(), nil },
 		})
 	}()
