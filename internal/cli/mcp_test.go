@@ -1,10 +1,13 @@
 package cli_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,4 +154,53 @@ func TestMCP(t *testing.T) {
 		require.False(t, isErr, text)
 		require.Contains(t, text, dlv)
 	})
+}
+
+// TestMCPHTTP serves hookd mcp over streamable HTTP and drives it with the
+// Go SDK's streamable client; SIGINT stops it with exit 0.
+func TestMCPHTTP(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	cmd := exec.Command(hookdBin, "mcp", "--http", "127.0.0.1:0")
+	cmd.Env = []string{"HOOKD_API=" + server.API, "HOOKD_TOKEN=" + server.Token, "XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var endpoint string
+	select {
+	case line, ok := <-lines:
+		require.True(t, ok, "hookd mcp --http exited")
+		var found bool
+		endpoint, found = strings.CutPrefix(line, "MCP server at ")
+		require.True(t, found, line)
+	case <-ctx.Done():
+		t.Fatal("hookd mcp --http not ready")
+	}
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := mcp.NewClient(&mcp.Implementation{Name: "hookd-cli-test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: transport}}, nil)
+	require.NoError(t, err)
+	tools, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, tools.Tools, len(readTools)+len(writeTools))
+	text, isErr := call(t, ctx, cs, "list_open_breakers", map[string]any{})
+	require.False(t, isErr, text)
+	require.NoError(t, cs.Close())
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	for range lines {
+	}
+	require.NoError(t, cmd.Wait())
 }
