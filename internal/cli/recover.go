@@ -61,6 +61,9 @@ endpoint answers.`,
 			if !yes {
 				fmt.Fprint(a.env.Stderr, "Queue them again? [y/N] ")
 				answer, _ := bufio.NewReader(a.env.Stdin).ReadString('\n')
+				if !isTerminalReader(a.env.Stdin) {
+					fmt.Fprintln(a.env.Stderr) // a terminal echoed the answer's newline
+				}
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return errors.New("recover: not confirmed; nothing queued")
 				}

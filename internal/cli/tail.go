@@ -230,6 +230,6 @@ func (p *printer) deliveryLine(d hookd.Delivery) error {
 		return p.writeJSONLine(d)
 	}
 	_, err := fmt.Fprintf(p.out, "%s  %-10s  %s  attempts=%d  code=%s  endpoint=%s  message=%s  %s\n",
-		fmtTime(d.UpdatedAt), d.Status, d.ID, d.AttemptCount, fmtInt(d.LastStatusCode), d.EndpointID, d.MessageID, fmtStr(d.LastError))
+		fmtTime(d.UpdatedAt), d.Status, d.ID, d.AttemptCount, oneLine(fmtInt(d.LastStatusCode)), d.EndpointID, d.MessageID, fmtStr(d.LastError))
 	return err
 }
