@@ -132,13 +132,16 @@ func TestCommands(t *testing.T) {
 	tuned := okJSON[hookd.ClassRecommendation](t, "classes", "tune", "trickle", "--since", "1h")
 	require.Equal(t, "trickle", tuned.Class)
 	require.NotNil(t, tuned.RanAt)
-	// With no proposal to act on, apply and reject are the API's 409.
+	// A proposal is applied once; with none to act on, apply and reject
+	// are the API's 409.
+	if tuned.Status == api.Proposed {
+		applied := okJSON[hookd.ClassRecommendation](t, "classes", "apply", "trickle")
+		require.Equal(t, api.Applied, applied.Status)
+	}
 	for _, action := range []string{"apply", "reject"} {
 		r := hookdRun(t, invocation{}, "classes", action, "trickle")
-		if tuned.Proposed == nil {
-			require.Equal(t, 1, r.code, r.String())
-			require.Contains(t, r.stderr, "hookd: 409 ", r.String())
-		}
+		require.Equal(t, 1, r.code, r.String())
+		require.Contains(t, r.stderr, "hookd: 409 ", r.String())
 	}
 
 	// tokens
