@@ -235,15 +235,22 @@ func TestTenantTokenRefused(t *testing.T) {
 	require.NoError(t, err)
 	env := map[string]string{"HOOKD_API": server.API, "HOOKD_TOKEN": tok.Token}
 
-	for _, args := range [][]string{
-		{"endpoints", "get", ep.ID},
-		{"endpoints", "disable", ep.ID},
-		{"endpoints", "list", "--tenant", theirs},
-		{"messages", "send", "--tenant", theirs, "--event-type", "cli.x"},
+	// Another tenant's object is not found, as a missing one; naming
+	// another tenant is forbidden, with the field at fault.
+	notFound := "hookd: 404 Not Found\n  not found\n"
+	forbidden := "hookd: 403 Forbidden\n  this token may only name its own tenant\n  tenant_id: names another tenant than the token's\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"endpoints", "get", ep.ID}, notFound},
+		{[]string{"endpoints", "disable", ep.ID}, notFound},
+		{[]string{"endpoints", "list", "--tenant", theirs}, forbidden},
+		{[]string{"messages", "send", "--tenant", theirs, "--event-type", "cli.x"}, forbidden},
 	} {
-		r := hookdRun(t, invocation{env: env}, args...)
-		require.Equal(t, 1, r.code, "%v: %s", args, r)
-		require.Regexp(t, `^hookd: 40[34] \S`, r.stderr, "%v: the problem's status and title: %s", args, r)
+		r := hookdRun(t, invocation{env: env}, tc.args...)
+		require.Equal(t, 1, r.code, "%v: %s", tc.args, r)
+		require.Equal(t, tc.want, r.stderr, "%v: the problem's status, title, detail and fields", tc.args)
 		require.Empty(t, r.stdout)
 	}
 	// The field at fault is named when the API names it.
