@@ -34,7 +34,7 @@ instead (anyone who reaches ADDR acts with the token: keep it on loopback).`,
 			if err != nil {
 				return err
 			}
-			srv, err := mcpserver.New(client, mcpserver.Options{AllowWrites: allowWrites, Docs: docs.Files, Logger: a.env.Logger})
+			srv, err := mcpserver.New(cmd.Context(), client, mcpserver.Options{AllowWrites: allowWrites, Docs: docs.Files, Logger: a.env.Logger})
 			if err != nil {
 				return err
 			}

@@ -27,6 +27,10 @@ import (
 
 // Options configures a server.
 type Options struct {
+	// OpenAPI is the API's OpenAPI document, which the tools' input
+	// schemas come from and the hookd://openapi.json resource serves (nil:
+	// New reads it from the API, GET /openapi.json).
+	OpenAPI []byte
 	// AllowWrites turns the write tools on; without it they answer an
 	// error and change nothing.
 	AllowWrites bool
@@ -40,7 +44,7 @@ type Options struct {
 }
 
 // New returns the MCP server of the API client calls.
-func New(client *hookd.Client, opts Options) (*mcp.Server, error) {
+func New(ctx context.Context, client *hookd.Client, opts Options) (*mcp.Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -54,13 +58,39 @@ func New(client *hookd.Client, opts Options) (*mcp.Server, error) {
 				"list open circuit breakers, read a traffic class's tuning recommendation. Write tools change the service and work only " +
 				"when the server was started with --allow-writes and its token allows them. Resources hold the API's OpenAPI document and the docs.",
 		})
-	t := &tools{client: client, allowWrites: opts.AllowWrites}
+	if opts.OpenAPI == nil {
+		b, err := readOpenAPI(ctx, client)
+		if err != nil {
+			return nil, err
+		}
+		opts.OpenAPI = b
+	}
+	doc, err := parseDocument(opts.OpenAPI)
+	if err != nil {
+		return nil, err
+	}
+	t := &tools{client: client, allowWrites: opts.AllowWrites, doc: doc}
 	t.addRead(s)
 	t.addWrite(s)
-	if err := addResources(s, client, opts.Docs); err != nil {
+	if t.err != nil {
+		return nil, fmt.Errorf("tool schemas: %w", t.err)
+	}
+	if err := addResources(s, opts.OpenAPI, opts.Docs); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// readOpenAPI reads the API's OpenAPI document, as any client may.
+func readOpenAPI(ctx context.Context, client *hookd.Client) ([]byte, error) {
+	r, err := client.API().GetOpenAPIWithResponse(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the API's OpenAPI document: %w", err)
+	}
+	if r.StatusCode() != http.StatusOK {
+		return nil, fmt.Errorf("read the API's OpenAPI document: %s", r.Status())
+	}
+	return r.Body, nil
 }
 
 // ServeStdio serves one session over in and out until in closes or ctx
@@ -88,19 +118,12 @@ const (
 	docsPrefix = "hookd://docs/"
 )
 
-func addResources(s *mcp.Server, client *hookd.Client, docs fs.FS) error {
+func addResources(s *mcp.Server, openAPI []byte, docs fs.FS) error {
 	s.AddResource(&mcp.Resource{
 		URI: openAPIURI, Name: "openapi.json", MIMEType: "application/json",
 		Description: "The hookd API's OpenAPI 3.1 document, as the API serves it at /openapi.json.",
-	}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		r, err := client.API().GetOpenAPIWithResponse(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read the API document: %w", err)
-		}
-		if r.StatusCode() != http.StatusOK {
-			return nil, fmt.Errorf("read the API document: %s", r.Status())
-		}
-		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: openAPIURI, MIMEType: "application/json", Text: string(r.Body)}}}, nil
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: openAPIURI, MIMEType: "application/json", Text: string(openAPI)}}}, nil
 	})
 	if docs == nil {
 		return nil

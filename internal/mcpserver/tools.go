@@ -16,42 +16,52 @@ import (
 type tools struct {
 	client      *hookd.Client
 	allowWrites bool
+	doc         *document
+	err         error // the first input schema that could not be read
+}
+
+// schema is a tool's input schema from the API's document.
+func (t *tools) schema(args ...arg) any {
+	s, err := t.doc.inputSchema(args...)
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return s
 }
 
 // maxItems bounds a search tool's answer: an agent's context is small.
 const maxItems = 250
 
-// The read tools' inputs. Their fields are those of the API's query
-// parameters (sdk/go/api, generated from the OpenAPI document), with the
-// same names.
+// The read tools' inputs: the API's query parameters of the same names
+// (their schemas are the document's: schema.go).
 type searchMessagesInput struct {
-	TenantID  string `json:"tenant_id,omitempty" jsonschema:"only this tenant's messages"`
-	EventType string `json:"event_type,omitempty" jsonschema:"only messages of this event type (exactly)"`
-	Since     string `json:"since,omitempty" jsonschema:"only those created at or after this RFC 3339 time"`
-	Until     string `json:"until,omitempty" jsonschema:"only those created before this RFC 3339 time"`
-	Limit     int    `json:"limit,omitempty" jsonschema:"the most messages to return (default 50, at most 250)"`
+	TenantID  string `json:"tenant_id,omitempty"`
+	EventType string `json:"event_type,omitempty"`
+	Since     string `json:"since,omitempty"`
+	Until     string `json:"until,omitempty"`
+	Limit     int    `json:"limit,omitempty"`
 }
 
 type searchDeliveriesInput struct {
-	Status     string `json:"status,omitempty" jsonschema:"only deliveries in these statuses, comma-separated: pending, delivering, delivered, failed, waiting, held, expired"`
-	EndpointID string `json:"endpoint_id,omitempty" jsonschema:"only deliveries to this endpoint (ep_...)"`
-	TenantID   string `json:"tenant_id,omitempty" jsonschema:"only this tenant's deliveries"`
-	MessageID  string `json:"message_id,omitempty" jsonschema:"only deliveries of this message (msg_...)"`
-	Since      string `json:"since,omitempty" jsonschema:"only those created at or after this RFC 3339 time"`
-	Until      string `json:"until,omitempty" jsonschema:"only those created before this RFC 3339 time"`
-	Limit      int    `json:"limit,omitempty" jsonschema:"the most deliveries to return (default 50, at most 250)"`
+	Status     string `json:"status,omitempty"`
+	EndpointID string `json:"endpoint_id,omitempty"`
+	TenantID   string `json:"tenant_id,omitempty"`
+	MessageID  string `json:"message_id,omitempty"`
+	Since      string `json:"since,omitempty"`
+	Until      string `json:"until,omitempty"`
+	Limit      int    `json:"limit,omitempty"`
 }
 
 type deliveryInput struct {
-	DeliveryID string `json:"delivery_id" jsonschema:"the delivery's id (dlv_...)"`
+	DeliveryID string `json:"delivery_id"`
 }
 
 type breakersInput struct {
-	TenantID string `json:"tenant_id,omitempty" jsonschema:"only this tenant's breakers"`
+	TenantID string `json:"tenant_id,omitempty"`
 }
 
 type classInput struct {
-	Class string `json:"class" jsonschema:"the traffic class's name"`
+	Class string `json:"class"`
 }
 
 // explanation is explain_delivery's answer: the API's answers about a
@@ -74,6 +84,7 @@ func (t *tools) addRead(s *mcp.Server) {
 		Name:        "search_messages",
 		Description: "Search messages, newest first, by tenant, event type and creation time. Answers the API's message summaries.",
 		Annotations: readOnly("Search messages"),
+		InputSchema: t.schema(argTenant, argEventType, argSince, argUntil, argLimit),
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in searchMessagesInput) (*mcp.CallToolResult, any, error) {
 		f := hookd.MessageFilter{TenantID: opt(in.TenantID), EventType: opt(in.EventType)}
 		var err error
@@ -94,6 +105,7 @@ func (t *tools) addRead(s *mcp.Server) {
 		Name:        "search_deliveries",
 		Description: "Search deliveries, newest first, by status, endpoint, tenant, message and creation time. Answers the API's deliveries.",
 		Annotations: readOnly("Search deliveries"),
+		InputSchema: t.schema(argStatus, argEndpointQ, argTenant, argMessageQ, argSince, argUntil, argLimit),
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in searchDeliveriesInput) (*mcp.CallToolResult, any, error) {
 		f := hookd.DeliveryFilter{Status: opt(in.Status), EndpointID: opt(in.EndpointID), TenantID: opt(in.TenantID), MessageID: opt(in.MessageID)}
 		var err error
@@ -115,6 +127,7 @@ func (t *tools) addRead(s *mcp.Server) {
 		Description: "Explain why a delivery failed or waits: the delivery, its attempts (newest first, with status codes, " +
 			"error classes and response excerpts), its endpoint and the endpoint's circuit breaker, and a summary in words.",
 		Annotations: readOnly("Explain a delivery"),
+		InputSchema: t.schema(argDelivery),
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in deliveryInput) (*mcp.CallToolResult, any, error) {
 		if in.DeliveryID == "" {
 			return failure(fmt.Errorf("delivery_id is required"))
@@ -143,6 +156,7 @@ func (t *tools) addRead(s *mcp.Server) {
 		Name:        "list_open_breakers",
 		Description: "List the circuit breakers that are not closed (open, half_open, isolated), each with what tripped it (tripped.reason and its figures).",
 		Annotations: readOnly("List open breakers"),
+		InputSchema: t.schema(argBreakerTen),
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in breakersInput) (*mcp.CallToolResult, any, error) {
 		out := []hookd.Breaker{}
 		for _, st := range []api.BreakerState{api.BreakerStateOpen, api.BreakerStateHalfOpen, api.BreakerStateIsolated} {
@@ -159,6 +173,7 @@ func (t *tools) addRead(s *mcp.Server) {
 		Name:        "class_recommendation",
 		Description: "Show the automatic tuner's latest recommendation for a traffic class: current and proposed settings, their figures, the evidence and the reasons (admin tokens).",
 		Annotations: readOnly("Show a class's recommendation"),
+		InputSchema: t.schema(argClass),
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in classInput) (*mcp.CallToolResult, any, error) {
 		if in.Class == "" {
 			return failure(fmt.Errorf("class is required"))

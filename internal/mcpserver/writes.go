@@ -15,23 +15,23 @@ import (
 var errWritesOff = errors.New("writes are off: this hookd mcp server was started without --allow-writes, so it changes nothing")
 
 type recoverInput struct {
-	EndpointID string `json:"endpoint_id" jsonschema:"the endpoint's id (ep_...)"`
-	Since      string `json:"since" jsonschema:"queue again the failed deliveries created at or after this RFC 3339 time"`
-	Until      string `json:"until,omitempty" jsonschema:"and before this RFC 3339 time (default: now)"`
+	EndpointID string `json:"endpoint_id"`
+	Since      string `json:"since"`
+	Until      string `json:"until,omitempty"`
 }
 
 type breakerInput struct {
-	EndpointID string `json:"endpoint_id" jsonschema:"the endpoint's id (ep_...)"`
-	Reason     string `json:"reason,omitempty" jsonschema:"why, recorded with the transition"`
+	EndpointID string `json:"endpoint_id"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 type endpointInput struct {
-	EndpointID string `json:"endpoint_id" jsonschema:"the endpoint's id (ep_...)"`
+	EndpointID string `json:"endpoint_id"`
 }
 
 type sendInput struct {
-	TenantID  string `json:"tenant_id" jsonschema:"the tenant whose subscribed endpoints get the message"`
-	EventType string `json:"event_type" jsonschema:"the event type, such as invoice.paid"`
+	TenantID  string `json:"tenant_id"`
+	EventType string `json:"event_type"`
 	Payload   any    `json:"payload,omitempty" jsonschema:"the JSON payload (default: {\"test\": true})"`
 }
 
@@ -62,6 +62,7 @@ func (t *tools) addWrite(s *mcp.Server) {
 		Name:        "retry_delivery",
 		Description: "Queue a failed or expired delivery again, for a new series of attempts. Answers the delivery.",
 		Annotations: title("Retry a delivery"),
+		InputSchema: t.schema(argDelivery),
 	}, func(ctx context.Context, in deliveryInput) (any, error) {
 		if in.DeliveryID == "" {
 			return nil, errors.New("delivery_id is required")
@@ -73,6 +74,9 @@ func (t *tools) addWrite(s *mcp.Server) {
 		Name:        "recover_endpoint",
 		Description: "Queue again an endpoint's failed deliveries created in a time range, released at a pace once the endpoint answers. Answers how many were queued.",
 		Annotations: title("Recover an endpoint"),
+		InputSchema: t.schema(argEndpoint,
+			arg{name: "since", ref: refSchemas + "RecoverRequest/properties/since", required: true},
+			arg{name: "until", ref: refSchemas + "RecoverRequest/properties/until"}),
 	}, func(ctx context.Context, in recoverInput) (any, error) {
 		if in.EndpointID == "" || in.Since == "" {
 			return nil, errors.New("endpoint_id and since are required")
@@ -92,6 +96,7 @@ func (t *tools) addWrite(s *mcp.Server) {
 		Name:        "reset_breaker",
 		Description: "Close an endpoint's circuit breaker (an isolated one too), so its deliveries flow again (admin tokens). Answers the breaker.",
 		Annotations: title("Reset a breaker"),
+		InputSchema: t.schema(argEndpoint, arg{name: "reason", ref: refSchemas + "OperateBreakerRequest/properties/reason"}),
 	}, func(ctx context.Context, in breakerInput) (any, error) {
 		if in.EndpointID == "" {
 			return nil, errors.New("endpoint_id is required")
@@ -103,6 +108,7 @@ func (t *tools) addWrite(s *mcp.Server) {
 		Name:        "disable_endpoint",
 		Description: "Disable an endpoint: its deliveries are held until it is enabled again. Answers the endpoint.",
 		Annotations: title("Disable an endpoint"),
+		InputSchema: t.schema(argEndpoint),
 	}, func(ctx context.Context, in endpointInput) (any, error) {
 		if in.EndpointID == "" {
 			return nil, errors.New("endpoint_id is required")
@@ -114,6 +120,10 @@ func (t *tools) addWrite(s *mcp.Server) {
 		Name:        "send_test_event",
 		Description: "Send a message to a tenant's subscribed endpoints. Answers the accepted message and its deliveries.",
 		Annotations: title("Send a test event"),
+		InputSchema: t.schema(
+			arg{name: "tenant_id", ref: refSchemas + "CreateMessageRequest/properties/tenant_id", required: true},
+			arg{name: "event_type", ref: refSchemas + "CreateMessageRequest/properties/event_type", required: true},
+			arg{name: "payload", ref: refSchemas + "CreateMessageRequest/properties/payload", description: `The message's payload: any JSON value ({"test": true} when absent).`}),
 	}, func(ctx context.Context, in sendInput) (any, error) {
 		if in.TenantID == "" || in.EventType == "" {
 			return nil, errors.New("tenant_id and event_type are required")
