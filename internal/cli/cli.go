@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -39,8 +40,9 @@ type Env struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// ConfigDir is the user's configuration directory (os.UserConfigDir
-	// when nil); the login file is hookd/config.json in it.
+	// ConfigDir is the user's configuration directory (when nil, the one
+	// os.UserConfigDir names, read from Getenv); the login file is
+	// hookd/config.json in it.
 	ConfigDir func() (string, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
@@ -61,17 +63,18 @@ func usagef(format string, args ...any) error {
 
 // Run runs the command line args (without the program's name).
 func Run(ctx context.Context, args []string, env Env) error {
+	if env.Getenv == nil {
+		env.Getenv = func(string) string { return "" }
+	}
 	if env.ConfigDir == nil {
-		env.ConfigDir = os.UserConfigDir
+		getenv := env.Getenv
+		env.ConfigDir = func() (string, error) { return userConfigDir(runtime.GOOS, getenv) }
 	}
 	if env.Now == nil {
 		env.Now = time.Now
 	}
 	if env.Logger == nil {
 		env.Logger = slog.New(slog.DiscardHandler)
-	}
-	if env.Getenv == nil {
-		env.Getenv = func(string) string { return "" }
 	}
 	a := &app{env: env}
 	root := a.rootCommand()

@@ -15,6 +15,43 @@ type config struct {
 	Token string `json:"token"`
 }
 
+// userConfigDir is os.UserConfigDir with the environment read from getenv,
+// so a run's environment is the one it was given.
+func userConfigDir(goos string, getenv func(string) string) (string, error) {
+	var dir string
+	switch goos {
+	case "windows":
+		dir = getenv("AppData")
+		if dir == "" {
+			return "", errors.New("%AppData% is not defined")
+		}
+	case "darwin", "ios":
+		dir = getenv("HOME")
+		if dir == "" {
+			return "", errors.New("$HOME is not defined")
+		}
+		dir = filepath.Join(dir, "Library", "Application Support")
+	case "plan9":
+		dir = getenv("home")
+		if dir == "" {
+			return "", errors.New("$home is not defined")
+		}
+		dir = filepath.Join(dir, "lib")
+	default:
+		dir = getenv("XDG_CONFIG_HOME")
+		if dir == "" {
+			dir = getenv("HOME")
+			if dir == "" {
+				return "", errors.New("neither $XDG_CONFIG_HOME nor $HOME are defined")
+			}
+			dir = filepath.Join(dir, ".config")
+		} else if !filepath.IsAbs(dir) {
+			return "", errors.New("path in $XDG_CONFIG_HOME is relative")
+		}
+	}
+	return dir, nil
+}
+
 // configPath is the login file: hookd/config.json in the user's
 // configuration directory.
 func (a *app) configPath() (string, error) {
