@@ -132,3 +132,29 @@ func TestResources(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, json.Valid([]byte(doc.Contents[0].Text)))
 }
+
+// TestDocsListEveryTool: docs/mcp.md names every tool, with its
+// arguments.
+func TestDocsListEveryTool(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "mcp.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	cs := session(t, false)
+	tools, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	for _, tool := range tools.Tools {
+		i := strings.Index(doc, "| `"+tool.Name+"` |")
+		require.GreaterOrEqual(t, i, 0, "docs/mcp.md has no row of %s", tool.Name)
+		row, _, _ := strings.Cut(doc[i:], "\n")
+		b, err := json.Marshal(tool.InputSchema)
+		require.NoError(t, err)
+		var s struct {
+			Properties map[string]any `json:"properties"`
+		}
+		require.NoError(t, json.Unmarshal(b, &s))
+		for name := range s.Properties {
+			require.Contains(t, row, "`"+name+"`", "docs/mcp.md's row of %s names its argument %s", tool.Name, name)
+		}
+	}
+}
