@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	hookd "github.com/hookd/hookd/sdk/go"
 )
@@ -33,16 +36,9 @@ command.`,
 			}
 			token := a.env.Getenv("HOOKD_TOKEN")
 			if token == "" || tokenStdin {
-				if isTerminalReader(a.env.Stdin) {
-					fmt.Fprint(a.env.Stderr, "Token: ")
-				}
-				line, err := bufio.NewReader(a.env.Stdin).ReadString('\n')
-				token = strings.TrimSpace(line)
-				if token == "" {
-					if err != nil {
-						return usagef("no token on standard input: %v", err)
-					}
-					return usagef("no token on standard input")
+				var err error
+				if token, err = a.readToken(); err != nil {
+					return err
 				}
 			}
 			client, err := hookd.New(api, token, hookd.WithUserAgent("hookd-cli"))
@@ -71,4 +67,29 @@ command.`,
 	}
 	c.Flags().BoolVar(&tokenStdin, "token-stdin", false, "read the token from standard input even when HOOKD_TOKEN is set")
 	return c
+}
+
+// readToken reads the token from standard input: typed at a prompt, not
+// echoed, on a terminal; its first line otherwise.
+func (a *app) readToken() (string, error) {
+	if f, ok := a.env.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(a.env.Stderr, "Token: ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(a.env.Stderr)
+		if err != nil {
+			return "", fmt.Errorf("read the token: %w", err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", usagef("no token typed")
+	}
+	line, err := bufio.NewReader(a.env.Stdin).ReadString('\n')
+	if t := strings.TrimSpace(line); t != "" {
+		return t, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read the token: %w", err)
+	}
+	return "", usagef("no token on standard input")
 }

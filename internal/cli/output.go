@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // printer writes a command's result: the API's answer as JSON, or a table
@@ -118,11 +120,7 @@ func fmtBool(b bool) string { return strconv.FormatBool(b) }
 // sense.
 func isTerminalReader(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // writeJSONLine writes v as one line of JSON: tail's and listen's stream.
