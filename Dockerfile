@@ -7,6 +7,9 @@ FROM golang:1.26 AS build
 WORKDIR /src
 ENV CGO_ENABLED=0
 COPY go.mod go.sum ./
+# The main module replaces the Go client library (which the hookd command
+# line uses) with ./sdk/go: go mod download reads its go.mod.
+COPY sdk/go/go.mod sdk/go/go.sum ./sdk/go/
 RUN go mod download
 COPY . .
 RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/dispatcher ./internal/delivery/deliverytest/cmd/receiver

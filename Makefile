@@ -61,7 +61,7 @@ PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 help:
 	@awk 'sub(/^## /, "") { split($$0, f, ": "); printf "  %-12s %s\n", f[1], substr($$0, length(f[1]) + 3) }' $(MAKEFILE_LIST)
 
-## build: build bin/api and bin/dispatcher
+## build: build bin/api, bin/dispatcher and bin/hookd (the command line)
 build:
 	$(GO) build -o bin/ ./cmd/...
 

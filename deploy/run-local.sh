@@ -176,8 +176,8 @@ start_private_cluster() {
 	db_admin_url="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
 }
 
-say "building $bin_dir/api, $bin_dir/dispatcher and $bin_dir/receiver (the tour's webhook receiver)"
-go build -o "$bin_dir/" ./cmd/api ./cmd/dispatcher ./internal/delivery/deliverytest/cmd/receiver
+say "building $bin_dir/api, $bin_dir/dispatcher, $bin_dir/hookd (the command line) and $bin_dir/receiver (the tour's webhook receiver)"
+go build -o "$bin_dir/" ./cmd/api ./cmd/dispatcher ./cmd/hookd ./internal/delivery/deliverytest/cmd/receiver
 
 db_url=""
 if [[ -n ${DATABASE_URL:-} ]]; then

@@ -88,13 +88,26 @@ func TestTour(t *testing.T) {
 		named = named || strings.Contains(blocks[i].code, tourReceiverAddr)
 		blocks[i].code = strings.ReplaceAll(blocks[i].code, tourReceiverAddr, receiverAddr)
 	}
-	for _, want := range []string{"token", "receiver", "endpoint", "message", "stop", "restart"} {
+	for _, want := range []string{"token", "receiver", "endpoint", "message", "hookd", "stop", "restart", "done"} {
 		require.Contains(t, steps, want, "the README's tour has no \"sh tour:%s\" block (it has %v)", want, steps)
 	}
 	require.True(t, named, "the tour's receiver listens on %s; the test moves it to a free port", tourReceiverAddr)
 
 	db := "hookd_tour_" + randomHex(6)
 	t.Cleanup(func() { dropDatabase(t, db) })
+	// The tour runs twice in a row, each time as someone would: make run,
+	// the tour in a second shell, Ctrl-C; the second run finds the first's
+	// database, with its tour token and whatever the tour left in it.
+	for pass := 1; pass <= 2; pass++ {
+		t.Logf("the tour, run %d", pass)
+		tourPass(t, blocks, db, receiverAddr)
+	}
+}
+
+// tourPass runs make run's script on database db and the tour's blocks
+// against it, checking each step, then stops the script.
+func tourPass(t *testing.T, blocks []tourBlock, db, receiverAddr string) {
+	t.Helper()
 	rl := startRunLocal(t, map[string]string{
 		"LOCAL_PG_URL": storetest.AdminURL(),
 		"HOOKD_DB":     db,
@@ -160,6 +173,11 @@ func TestTour(t *testing.T) {
 			require.True(t, strings.HasPrefix(ep, "ep_"), "EP=%q", ep)
 		},
 		"message": func() { delivered("first message", time.Minute) },
+		// The hookd steps exit 0 (the shell runs with set -e) and print
+		// the API's JSON, piped as they are here.
+		"hookd": func() {
+			require.Contains(t, sh.out.String(), `"classification": "success"`, "hookd deliveries attempts printed no successful attempt")
+		},
 		"stop": func() {
 			id := sh.value(t, "MSG")
 			require.True(t, strings.HasPrefix(id, "msg_"), "MSG=%q", id)
@@ -171,6 +189,17 @@ func TestTour(t *testing.T) {
 		// make run's schedule draws the retries within 5 s, 10 s, 30 s
 		// and 1 min: the receiver is back well before the last one.
 		"restart": func() { delivered("after the receiver came back", 3*time.Minute) },
+		// The tour leaves no endpoint behind: a second tour's messages
+		// have one delivery each, as the first's.
+		"done": func() {
+			resp, body := call(t, client, http.MethodGet, rl.api+"/v1/endpoints?tenant_id=acme", rl.token, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			var list struct {
+				Data []json.RawMessage `json:"data"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &list))
+			require.Empty(t, list.Data, "endpoints of acme left after the tour")
+		},
 	}
 	for _, b := range blocks {
 		sh.exec(t, b.step, b.code)

@@ -40,8 +40,11 @@ type Client struct {
 	Deliveries *DeliveriesService
 	// PortalSessions opens tenant portal sessions.
 	PortalSessions *PortalSessionsService
-	// Breakers lists the endpoints' circuit breakers.
+	// Breakers reads and operates the endpoints' circuit breakers.
 	Breakers *BreakersService
+	// TrafficClasses reads traffic classes and their tuning
+	// recommendations (admin tokens only).
+	TrafficClasses *TrafficClassesService
 	// EventTypes reads and manages the event type catalogue.
 	EventTypes *EventTypesService
 	// Tokens lists, creates and revokes API tokens (admin tokens only).
@@ -109,6 +112,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Deliveries = &DeliveriesService{c: c}
 	c.PortalSessions = &PortalSessionsService{c: c}
 	c.Breakers = &BreakersService{c: c}
+	c.TrafficClasses = &TrafficClassesService{c: c}
 	c.EventTypes = &EventTypesService{c: c}
 	c.Tokens = &TokensService{c: c}
 	c.OperationalEndpoints = &OperationalEndpointsService{c: c}

@@ -369,3 +369,51 @@ func TestPortalSessionAndRecover(t *testing.T) {
 	require.True(t, slices.ContainsFunc(herr.Errors, func(f hookd.FieldError) bool { return f.Field == "until" }), "%v", herr.Errors)
 	require.False(t, errors.Is(err, context.DeadlineExceeded))
 }
+
+// TestBreakerOperationsAndTrafficClasses isolates and resets an
+// endpoint's breaker, reads it back, and reads the traffic classes and a
+// class's recommendation; a tenant token is refused the operator's calls.
+func TestBreakerOperationsAndTrafficClasses(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := newClient(t, "")
+	tenant := newTenant(t)
+	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:1/hooks"})
+	require.NoError(t, err)
+
+	b, err := c.Breakers.Isolate(ctx, ep.ID, "sdk test")
+	require.NoError(t, err)
+	require.Equal(t, "isolated", string(b.State))
+	b, err = c.Breakers.Get(ctx, ep.ID)
+	require.NoError(t, err)
+	require.Equal(t, "isolated", string(b.State))
+	b, err = c.Breakers.Reset(ctx, ep.ID, "")
+	require.NoError(t, err)
+	require.Equal(t, "closed", string(b.State))
+
+	classes, err := c.TrafficClasses.List(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, cl := range classes {
+		names = append(names, cl.Name)
+	}
+	require.Subset(t, names, []string{"high", "medium", "low", "trickle"})
+	cl, err := c.TrafficClasses.Get(ctx, "medium")
+	require.NoError(t, err)
+	require.True(t, cl.Builtin)
+	rec, err := c.TrafficClasses.Recommendation(ctx, "medium")
+	require.NoError(t, err)
+	require.Equal(t, "medium", rec.Class)
+
+	tok, err := c.Tokens.Create(ctx, hookd.CreateTokenRequest{Name: "sdk-" + tenant, TenantID: &tenant})
+	require.NoError(t, err)
+	tc, err := hookd.New(server.API, tok.Token)
+	require.NoError(t, err)
+	var herr *hookd.Error
+	_, err = tc.Breakers.Reset(ctx, ep.ID, "")
+	require.ErrorAs(t, err, &herr)
+	require.Equal(t, http.StatusForbidden, herr.Status)
+	_, err = tc.TrafficClasses.List(ctx)
+	require.ErrorAs(t, err, &herr)
+	require.Equal(t, http.StatusForbidden, herr.Status)
+}

@@ -31,8 +31,45 @@ type (
 	OperationalEndpointFilter = api.ListOperationalEndpointsParams
 )
 
-// BreakersService lists the endpoints' circuit breakers.
+// BreakersService reads and operates the endpoints' circuit breakers.
 type BreakersService struct{ c *Client }
+
+// Get reads the breaker of an endpoint, with its recent transitions.
+func (s *BreakersService) Get(ctx context.Context, endpointID string) (*Breaker, error) {
+	r, err := s.c.raw.GetBreakerWithResponse(ctx, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
+// Reset closes an endpoint's breaker (an isolated one too), so its
+// deliveries flow again (admin tokens only); reason is recorded with the
+// transition and may be empty.
+func (s *BreakersService) Reset(ctx context.Context, endpointID, reason string) (*Breaker, error) {
+	r, err := s.c.raw.ResetBreakerWithResponse(ctx, endpointID, operateRequest(reason))
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
+// Isolate holds an endpoint's breaker open until a Reset (admin tokens
+// only).
+func (s *BreakersService) Isolate(ctx context.Context, endpointID, reason string) (*Breaker, error) {
+	r, err := s.c.raw.IsolateBreakerWithResponse(ctx, endpointID, operateRequest(reason))
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
+func operateRequest(reason string) api.OperateBreakerRequest {
+	if reason == "" {
+		return api.OperateBreakerRequest{}
+	}
+	return api.OperateBreakerRequest{Reason: &reason}
+}
 
 // All iterates over the breakers filter selects (filter may be nil).
 func (s *BreakersService) All(ctx context.Context, filter *BreakerFilter) iter.Seq2[Breaker, error] {
