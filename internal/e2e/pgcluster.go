@@ -23,12 +23,12 @@ type Cluster struct {
 
 // StartCluster starts a private cluster for t and registers its removal
 // with t.Cleanup. It fails the test when PostgreSQL's server programs are
-// not installed.
-func StartCluster(t testing.TB) *Cluster {
+// not installed. settings are postgresql.conf lines after the defaults.
+func StartCluster(t testing.TB, settings ...string) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: settings})
 	if err != nil {
 		t.Fatalf("e2e: private cluster: %v", err)
 	}
