@@ -384,6 +384,17 @@ func (w *Worker) decide(ctx context.Context, r *run) (_ context.Context, _ *admi
 		}
 		return ctx, nil, waitFor(100*time.Millisecond + w.jitter())
 	}
+	if w.deps.Lease != nil && !w.deps.Lease.Holds() {
+		// This process's heartbeats lapsed (failing, or frozen past
+		// them): the fleet may have made its jobs another's. Send nothing;
+		// the delivery waits in a job of its own, if this run still owns
+		// it.
+		a.adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLease)).Inc()
+		}
+		return ctx, nil, waitFor(time.Second + w.jitter())
+	}
 	send = true
 	return ctx, a, nil
 }

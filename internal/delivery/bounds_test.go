@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -250,4 +251,32 @@ func TestAttemptCutByShutdownIsRecorded(t *testing.T) {
 	require.Equal(t, string(delivery.ClassIgnore), classification)
 	_, queued := b.queue.get(ids[e.ID])
 	require.True(t, queued, "due again in a job of its own")
+}
+
+// lapsed is a lease that does not hold.
+type lapsed struct{}
+
+func (lapsed) Holds() bool { return false }
+
+// TestRunWithoutItsLeaseSendsNothing: a process whose fleet lease lapsed
+// (its heartbeats failing, or it was frozen past them) starts no request:
+// the fleet may have made its jobs another's. The delivery waits in a job
+// of its own, no attempt used.
+func TestRunWithoutItsLeaseSendsNothing(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	metrics := delivery.NewMetrics(nil, nil)
+	b := setupMessageJob(t, func(http.ResponseWriter, *http.Request) { hits.Add(1) },
+		delivery.WorkerConfig{}, delivery.WorkerDeps{Lease: lapsed{}, Metrics: metrics})
+	e1, e2 := b.endpoint(t, "/a", store.Endpoint{}), b.endpoint(t, "/b", store.Endpoint{})
+	job, ids := b.message(t, 42)
+	require.NoError(t, b.mw.Work(context.Background(), job))
+	require.Zero(t, hits.Load(), "nothing sent")
+	for _, e := range []store.Endpoint{e1, e2} {
+		d := b.delivery(t, ids[e.ID])
+		require.Zero(t, d.AttemptCount)
+		_, queued := b.queue.get(ids[e.ID])
+		require.True(t, queued, "waits in a job of its own")
+	}
+	require.Equal(t, 2.0, testutil.ToFloat64(metrics.StartDeferred.WithLabelValues("lease")))
 }

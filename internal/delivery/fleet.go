@@ -23,12 +23,16 @@ type Fleet struct {
 	metrics FleetMetrics
 
 	live atomic.Int64
+	// beatSent is when (cfg.Now, as UnixNano) the last heartbeat that
+	// succeeded was sent: the start of this process's lease.
+	beatSent atomic.Int64
 }
 
 // FleetStore records heartbeats.
 type FleetStore interface {
 	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration) (store.FleetBeat, error)
 	LeaveFleet(ctx context.Context, id string) error
+	RescueJobsOf(ctx context.Context, clients []string) (int, error)
 }
 
 var _ FleetStore = (*store.Store)(nil)
@@ -42,8 +46,12 @@ type FleetConfig struct {
 	Connections int
 	// Interval is the time between heartbeats.
 	Interval time.Duration
-	// Stale is how long a silent dispatcher still counts as live.
+	// Stale is how long a silent dispatcher still counts as live: past
+	// it, the next heartbeat of another forgets it and makes its running
+	// jobs available again (its ID is its River client's).
 	Stale time.Duration
+	// Now is this process's clock (monotonic), for its lease.
+	Now func() time.Time
 }
 
 // FleetMetrics are the fleet's gauges; nil fields are not set.
@@ -54,10 +62,15 @@ type FleetMetrics struct {
 	Connections prometheus.Gauge
 	// MaxConnections is the server's connections for clients like hookd.
 	MaxConnections prometheus.Gauge
+	// Rescued counts the jobs of gone dispatchers made available again.
+	Rescued prometheus.Counter
 }
 
 // NewFleet returns a Fleet counting only itself until its first heartbeat.
 func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics FleetMetrics) *Fleet {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics}
 	f.set(store.FleetBeat{Live: 1})
 	return f
@@ -83,17 +96,58 @@ func (f *Fleet) set(b store.FleetBeat) {
 // dispatcher included, may open more connections than the server allows.
 var ErrFleetConnections = fmt.Errorf("the dispatchers' connections exceed the server's")
 
+// leaseMargin is how long before the others may take this process's jobs
+// (Stale after its last heartbeat, on the database's clock) it stops
+// starting requests: a heartbeat's row is written after it was sent, so
+// counting from the send is on the safe side; the margin covers the
+// clocks' drift over one Stale and a request's start.
+const leaseMargin = time.Second
+
+// Holds reports whether this process still holds its lease: its last
+// successful heartbeat was sent less than Stale less a margin ago, so no
+// other dispatcher can have taken its jobs. A process that does not (its
+// heartbeats fail, or it was frozen) starts no request: its jobs may be
+// another's by now.
+func (f *Fleet) Holds() bool {
+	sent := f.beatSent.Load()
+	return sent != 0 && f.cfg.Now().Sub(time.Unix(0, sent)) < f.cfg.Stale-leaseMargin
+}
+
+// beat sends one heartbeat and, for the dispatchers it found gone, makes
+// their running jobs available again.
+func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
+	sent := f.cfg.Now()
+	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	if err != nil {
+		return b, err
+	}
+	f.beatSent.Store(sent.UnixNano())
+	f.set(b)
+	if len(b.Gone) > 0 {
+		n, err := f.store.RescueJobsOf(ctx, b.Gone)
+		if err != nil {
+			// Left to River's rescuer, later.
+			f.logger.Warn("fleet_rescue", slog.Any("gone", b.Gone), slog.String("error", err.Error()))
+		} else {
+			f.logger.Info("fleet_rescued", slog.Any("gone", b.Gone), slog.Int("jobs", n))
+			if f.metrics.Rescued != nil {
+				f.metrics.Rescued.Add(float64(n))
+			}
+		}
+	}
+	return b, nil
+}
+
 // Join records the first heartbeat and checks that the live fleet, this
 // dispatcher included, fits the server's connections: past them, the
 // server refuses a connection when all are busy, and an attempt that was
 // sent may wait for its record. It leaves the fleet again when it does
 // not fit.
 func (f *Fleet) Join(ctx context.Context) error {
-	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	b, err := f.beat(ctx)
 	if err != nil {
 		return err
 	}
-	f.set(b)
 	if b.MaxConnections > 0 && b.Connections > b.MaxConnections {
 		if err := f.store.LeaveFleet(context.WithoutCancel(ctx), f.cfg.ID); err != nil {
 			f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
@@ -107,11 +161,10 @@ func (f *Fleet) Join(ctx context.Context) error {
 // Beat records one heartbeat and refreshes the count; a failed one keeps
 // the last count. A fleet grown past the server's connections is logged.
 func (f *Fleet) Beat(ctx context.Context) error {
-	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	b, err := f.beat(ctx)
 	if err != nil {
 		return err
 	}
-	f.set(b)
 	if b.MaxConnections > 0 && b.Connections > b.MaxConnections {
 		f.logger.Warn("fleet_connections_exceed_server", slog.Int("dispatchers", b.Live),
 			slog.Int("connections", b.Connections), slog.Int("server_connections", b.MaxConnections))

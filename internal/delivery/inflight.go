@@ -60,6 +60,10 @@ const (
 	// boundLate: the run had its place but was frozen past its send
 	// deadline before the request (Worker.sendBy).
 	boundLate boundsWait = "late"
+	// boundLease: this process's fleet lease had lapsed before the
+	// request (its heartbeats failing, or the process frozen past them):
+	// another dispatcher may have taken its jobs.
+	boundLease boundsWait = "lease"
 )
 
 // acquire takes a place for a request to host within both bounds,

@@ -66,9 +66,12 @@ type Metrics struct {
 	// FleetConnections and ServerConnections are the live fleet's
 	// registered connections and the server's for clients (Fleet).
 	FleetConnections, ServerConnections prometheus.Gauge
-	HeldTotal                           prometheus.Counter
-	Parked                              prometheus.Counter
-	Unparked                            prometheus.Counter
+	// FleetRescued counts the jobs of gone dispatchers this one made
+	// available again.
+	FleetRescued prometheus.Counter
+	HeldTotal    prometheus.Counter
+	Parked       prometheus.Counter
+	Unparked     prometheus.Counter
 	// Expired counts deliveries made final as expired, by reason:
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
@@ -125,6 +128,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "dispatcher_fleet_db_connections",
 			Help: "The most database connections the live dispatchers may open together (each one's pool, ledger and listener), as they registered them at their last heartbeats. Above dispatcher_server_db_connections, a busy fleet meets refused connections: a dispatcher whose start would take it there refuses to start.",
 		}),
+		FleetRescued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fleet_jobs_rescued_total",
+			Help: "Running jobs of dispatchers whose heartbeats stopped (killed, or cut off from the database) that this dispatcher's heartbeat made available again, seconds after they went silent rather than after --rescue-stuck-after.",
+		}),
 		ServerConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_server_db_connections",
 			Help: "The database server's connections for clients like hookd: max_connections less superuser_reserved_connections, read at the last heartbeat.",
@@ -167,21 +174,21 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		StartDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_start_deferred_total",
-			Help: "Attempts that found no place within a bound in their run's start budget and went to wait in a job of their own (nothing sent, no attempt used), by bound: job (a message job's attempts in flight), process (--workers), host (--max-per-host), or late (the run was frozen past its send deadline before its request).",
+			Help: "Attempts that found no place within a bound in their run's start budget and went to wait in a job of their own (nothing sent, no attempt used), by bound: job (a message job's attempts in flight), process (--workers), host (--max-per-host), late (the run was frozen past its send deadline before its request), or lease (this dispatcher's heartbeats had lapsed, so the fleet may have taken its jobs).",
 		}, []string{"bound"}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_delivery_missing_total",
 			Help: "Jobs that found no row for their delivery (retention dropped its partition after making it expired): nothing sent, the job ends.",
 		}),
 	}
-	for _, b := range []boundsWait{boundJob, boundProcess, boundHost, boundLate} {
+	for _, b := range []boundsWait{boundJob, boundProcess, boundHost, boundLate, boundLease} {
 		m.StartDeferred.WithLabelValues(string(b))
 	}
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -160,7 +160,17 @@ type WorkerDeps struct {
 	Tracer trace.Tracer
 	// Propagator reads the trace context a job carries; nil ignores it.
 	Propagator propagation.TextMapPropagator
+	// Lease says whether this process may still start requests: whether
+	// the fleet can have taken its jobs (Fleet.Holds). Nil: always.
+	Lease Lease
 }
+
+// Lease is this process's hold on its running jobs.
+type Lease interface {
+	Holds() bool
+}
+
+var _ Lease = (*Fleet)(nil)
 
 // Worker delivers one message to one endpoint per job.
 type Worker struct {

@@ -102,6 +102,8 @@ type Dispatcher struct {
 	unparker *delivery.Unparker
 	// fleet counts the live dispatchers (dispatcher_fleet_size).
 	fleet *delivery.Fleet
+	// fleetID names this process in the fleet table and as River's client.
+	fleetID string
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
 	maintainer *retention.Maintainer
@@ -187,10 +189,14 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if cfg.Breakers {
 		conns += cfg.TrialPoolSize
 	}
+	// The fleet ID is also the River client's, so the heartbeat that
+	// finds this process gone knows its running jobs (attempted_by).
+	d.fleetID = cfg.Actor + "/" + randomSuffix()
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
-		ID: cfg.Actor + "/" + randomSuffix(), Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale,
+		ID: d.fleetID, Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale, Now: time.Now,
 	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
-		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections})
+		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections,
+		Rescued: d.metrics.Delivery.FleetRescued})
 	d.maintainer = retention.New(r.retention, retention.Deps{
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,
@@ -418,6 +424,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Logger:            d.logger,
 		Now:               d.clock.Now,
 		Rand:              rand.Float64,
+		Lease:             d.fleet,
 		RateSlots:         d.store,
 		Tracer:            tracer,
 		Propagator:        propagator,
@@ -431,6 +438,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		URL: d.cfg.OperationalWebhookURL, Secret: d.r.opsSecret, Now: d.clock.Now, Sender: opsSender,
 	})
 	client, err := river.NewClient(riverpgxv5.New(d.store.Pool()), &river.Config{
+		ID:                          d.fleetID,
 		Logger:                      slog.New(minLevel{Handler: d.logger.Handler(), min: slog.LevelWarn}),
 		Workers:                     workers,
 		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.cfg.Workers}, river.QueueDefault: {MaxWorkers: 10}},

@@ -15,8 +15,10 @@ import (
 
 // TestFrozenDispatcherSendsNothingAfterTheRescue freezes a dispatcher
 // with SIGSTOP mid fan-out (two requests of a message job in flight, its
-// other eight deliveries waiting for the host's places), lets River
-// rescue the job to a second dispatcher, which delivers everything, and
+// other eight deliveries waiting for the host's places), lets the fleet
+// rescue the job to a second dispatcher (its heartbeat finds the frozen
+// one silent, well before River's own rescue), which delivers
+// everything, and
 // then lets the frozen one go on with SIGCONT. The woken process sends
 // nothing more and writes nothing: no delivery gets a second job, and
 // only the two requests in flight at the freeze reach their endpoints

@@ -202,7 +202,11 @@ func TestKilledDispatcherMidFanOut(t *testing.T) {
 	// kill to land before any of them times out on a busy machine.
 	const messages = 10
 	// The default retry schedule: a rerun must not spend the deliveries'.
-	env := map[string]string{"WORKERS": "20", "MAX_PER_ENDPOINT": "20", "REQUEST_TIMEOUT": "10s", "RESCUE_STUCK_AFTER": "16s"}
+	// River's own rescue stays at its default (past the longest endpoint
+	// timeout, over a minute): the fleet's heartbeat finds the killed
+	// dispatcher gone within seconds and makes its jobs available.
+	const requestTimeout = 10 * time.Second
+	env := map[string]string{"WORKERS": "20", "MAX_PER_ENDPOINT": "20", "REQUEST_TIMEOUT": requestTimeout.String()}
 	fast := []string{"/f1", "/f2", "/f3", "/f4"}
 	for _, path := range append([]string{"/slow"}, fast...) {
 		p.api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": p.receiver.URL(path), "secret": testSecret})
@@ -223,12 +227,16 @@ func TestKilledDispatcherMidFanOut(t *testing.T) {
 	require.Equal(t, messages, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_message' AND state = 'running'`),
 		"the kill lands mid-fan-out")
 	first.Kill()
+	killedAt := time.Now()
 	killed.Store(true)
 	StartDispatcher(t, "dispatcher-2", p.db.URL, env)
 
 	Eventually(t, 3*time.Minute, 200*time.Millisecond, "every delivery delivered after the restart", func() bool {
 		return p.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`) == 5*messages
 	})
+	recovered := time.Since(killedAt)
+	t.Logf("every delivery of the killed dispatcher delivered %s after the kill", recovered.Round(100*time.Millisecond))
+	require.Less(t, recovered, 30*time.Second+requestTimeout, "recovered within 30 s of the kill plus an attempt's timeout")
 	for _, path := range append([]string{"/slow"}, fast...) {
 		st := p.receiver.Stats(path)
 		require.Equal(t, messages, st.DistinctDelivered, path)

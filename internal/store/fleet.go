@@ -17,6 +17,9 @@ type FleetBeat struct {
 	// MaxConnections is the server's connections for clients like hookd:
 	// max_connections less superuser_reserved_connections.
 	MaxConnections int
+	// Gone names the dispatchers this heartbeat forgot (silent past
+	// stale): theirs alone, so exactly one live dispatcher learns of each.
+	Gone []string
 }
 
 // Heartbeat records that dispatcher id is alive, on the database's clock,
@@ -30,11 +33,13 @@ func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale
 			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), db_connections = $3
 		), gone AS (
 			DELETE FROM hookd_dispatchers WHERE id <> $1 AND heartbeat_at < now() - $2::interval
+			RETURNING id
 		)
 		SELECT 1 + count(*), $3 + coalesce(sum(db_connections), 0)::int,
-			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int,
+			coalesce((SELECT array_agg(id) FROM gone), '{}')
 		FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections).Scan(&b.Live, &b.Connections, &b.MaxConnections)
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections).Scan(&b.Live, &b.Connections, &b.MaxConnections, &b.Gone)
 	if err != nil {
 		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}
@@ -48,4 +53,30 @@ func (s *Store) LeaveFleet(ctx context.Context, id string) error {
 		return fmt.Errorf("leave dispatcher fleet: %w", err)
 	}
 	return nil
+}
+
+// RescueJobsOf makes the running jobs of River clients that are gone (a
+// dispatcher whose heartbeat went silent: killed, or cut off) available
+// again at once, as River's own rescuer would after its much longer
+// RescueStuckJobsAfter: the next run of each is a new attempt of the job,
+// whose claims fence the lost run's writes (ClaimDeliveries), and a job
+// out of attempts is discarded. Only jobs whose latest run is a gone
+// client's and that are still running are touched. It returns the jobs
+// rescued.
+func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (int, error) {
+	if len(clients) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE river_job SET
+			state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+			scheduled_at = now(),
+			finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
+			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt,
+				'error', 'rescued: dispatcher ' || attempted_by[array_length(attempted_by, 1)] || ' stopped heartbeating', 'trace', ''))
+		WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])`, clients)
+	if err != nil {
+		return 0, fmt.Errorf("rescue the jobs of gone dispatchers: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }

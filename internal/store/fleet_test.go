@@ -85,7 +85,56 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 	b = beat("a", 15)
 	require.Equal(t, 1, b.Live)
 	require.Equal(t, 15, b.Connections)
+	require.Equal(t, []string{"c"}, b.Gone, "the beat that forgot c says so")
+	require.Empty(t, beat("a", 15).Gone, "once")
 	var left int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM hookd_dispatchers WHERE id = 'c'`).Scan(&left))
 	require.Zero(t, left)
+}
+
+// TestRescueJobsOfGoneDispatchers: the running jobs whose latest run is a
+// gone dispatcher's are made available at once (discarded when out of
+// attempts); a job it ran before another took it, and jobs in other
+// states, are not touched.
+func TestRescueJobsOfGoneDispatchers(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	s := store.New(db.Pool, nil)
+	insert := func(state string, attempt, maxAttempts int, by []string) int64 {
+		t.Helper()
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_by, attempted_at, finalized_at)
+			VALUES ('{}', 'deliver', $1, 'deliver', $2::river_job_state, $3, $4, now(),
+				CASE WHEN $2 = 'completed' THEN now() END) RETURNING id`,
+			maxAttempts, state, attempt, by).Scan(&id))
+		return id
+	}
+	rescued := insert("running", 1, 25, []string{"gone"})
+	outOfAttempts := insert("running", 3, 3, []string{"x", "gone"})
+	tookOver := insert("running", 2, 25, []string{"gone", "alive"})
+	other := insert("running", 1, 25, []string{"alive"})
+	done := insert("completed", 1, 25, []string{"gone"})
+
+	n, err := s.RescueJobsOf(ctx, []string{"gone"})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	state := func(id int64) string {
+		var st string
+		var errs int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state, coalesce(array_length(errors, 1), 0) FROM river_job WHERE id = $1`, id).Scan(&st, &errs))
+		if st == "available" || st == "discarded" {
+			require.Equal(t, 1, errs, "the rescue is in the job's errors")
+		}
+		return st
+	}
+	require.Equal(t, "available", state(rescued))
+	require.Equal(t, "discarded", state(outOfAttempts))
+	require.Equal(t, "running", state(tookOver))
+	require.Equal(t, "running", state(other))
+	require.Equal(t, "completed", state(done))
+	n, err = s.RescueJobsOf(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }

@@ -1,0 +1,92 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/store"
+)
+
+// fleetStore answers heartbeats from a script.
+type fleetStore struct {
+	mu      sync.Mutex
+	beats   []store.FleetBeat
+	err     error
+	rescued [][]string
+	left    []string
+}
+
+func (f *fleetStore) Heartbeat(context.Context, string, int, time.Duration) (store.FleetBeat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return store.FleetBeat{}, f.err
+	}
+	b := f.beats[0]
+	if len(f.beats) > 1 {
+		f.beats = f.beats[1:]
+	}
+	return b, nil
+}
+
+func (f *fleetStore) LeaveFleet(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.left = append(f.left, id)
+	return nil
+}
+
+func (f *fleetStore) RescueJobsOf(_ context.Context, clients []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rescued = append(f.rescued, clients)
+	return 3, nil
+}
+
+// TestFleetLeaseAndRescue: a dispatcher holds its lease from each
+// heartbeat it sent until Stale less a margin later, and not before its
+// first one nor while its heartbeats fail; the heartbeat that finds
+// dispatchers gone makes their jobs available; a fleet past the server's
+// connections is refused at Join and left.
+func TestFleetLeaseAndRescue(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	st := &fleetStore{beats: []store.FleetBeat{
+		{Live: 2, Connections: 30, MaxConnections: 97},
+		{Live: 1, Connections: 15, MaxConnections: 97, Gone: []string{"dispatcher-2/ab"}},
+		{Live: 1, Connections: 15, MaxConnections: 97},
+	}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
+		Now: func() time.Time { return now }}, st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.False(t, f.Holds(), "no lease before the first heartbeat")
+	require.NoError(t, f.Join(context.Background()))
+	require.Equal(t, 2, f.Live())
+	require.True(t, f.Holds())
+	now = now.Add(4900 * time.Millisecond)
+	require.True(t, f.Holds(), "within Stale less the margin")
+	now = now.Add(200 * time.Millisecond)
+	require.False(t, f.Holds(), "past Stale less the margin: the others may take its jobs soon")
+
+	require.NoError(t, f.Beat(context.Background()))
+	require.True(t, f.Holds(), "a heartbeat renews it")
+	require.Equal(t, [][]string{{"dispatcher-2/ab"}}, st.rescued, "the gone dispatcher's jobs")
+
+	st.err = errors.New("connection refused")
+	require.Error(t, f.Beat(context.Background()))
+	now = now.Add(5 * time.Second)
+	require.False(t, f.Holds(), "failing heartbeats renew nothing")
+
+	over := &fleetStore{beats: []store.FleetBeat{{Live: 5, Connections: 105, MaxConnections: 97}}}
+	g := delivery.NewFleet(delivery.FleetConfig{ID: "late", Connections: 21, Stale: 6 * time.Second}, over, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	err := g.Join(context.Background())
+	require.ErrorIs(t, err, delivery.ErrFleetConnections)
+	require.ErrorContains(t, err, "105 connections")
+	require.Equal(t, []string{"late"}, over.left)
+}
