@@ -280,3 +280,43 @@ func TestRunWithoutItsLeaseSendsNothing(t *testing.T) {
 	}
 	require.Equal(t, 2.0, testutil.ToFloat64(metrics.StartDeferred.WithLabelValues("lease")))
 }
+
+// loadCounter counts the endpoint loads a worker makes, and their ids.
+type loadCounter struct {
+	delivery.EndpointLoader
+	mu    sync.Mutex
+	loads [][]string
+}
+
+func (l *loadCounter) GetEndpoints(ctx context.Context, ids []string) (map[string]store.Endpoint, error) {
+	l.mu.Lock()
+	l.loads = append(l.loads, append([]string(nil), ids...))
+	l.mu.Unlock()
+	return l.EndpointLoader.GetEndpoints(ctx, ids)
+}
+
+// TestMessageJobLoadsItsEndpointsAtOnce: a message job's cold endpoints
+// are loaded in one statement, not one per attempt; a deleted one among
+// them fails its delivery as before.
+func TestMessageJobLoadsItsEndpointsAtOnce(t *testing.T) {
+	t.Parallel()
+	loads := &loadCounter{}
+	var hits atomic.Int64
+	b := setupMessageJob(t, func(http.ResponseWriter, *http.Request) { hits.Add(1) }, delivery.WorkerConfig{},
+		delivery.WorkerDeps{Endpoints: delivery.NewEndpointCache(loads, time.Minute, time.Now)})
+	loads.EndpointLoader = b.st
+	var eps []store.Endpoint
+	for i := range 6 {
+		eps = append(eps, b.endpoint(t, "/e"+string(rune('a'+i)), store.Endpoint{}))
+	}
+	job, ids := b.message(t, 42)
+	require.NoError(t, b.st.DeleteEndpoint(context.Background(), eps[5].ID))
+	require.NoError(t, b.mw.Work(context.Background(), job))
+	require.Len(t, loads.loads, 1, "one load for the message's endpoints")
+	require.Len(t, loads.loads[0], 6)
+	require.Equal(t, int64(5), hits.Load())
+	for _, e := range eps[:5] {
+		require.Equal(t, store.DeliveryDelivered, b.delivery(t, ids[e.ID]).Status)
+	}
+	require.Equal(t, store.DeliveryFailed, b.delivery(t, ids[eps[5].ID]).Status, "its endpoint is gone")
+}

@@ -155,6 +155,45 @@ func (c *EndpointCache) Get(ctx context.Context, id string) (*Target, error) {
 	return t, nil
 }
 
+// Prefetch loads, in one statement, those of ids the cache does not hold
+// fresh: a message job's endpoints before its attempts start, which would
+// otherwise miss one by one. A failed load caches nothing; each Get then
+// loads its own.
+func (c *EndpointCache) Prefetch(ctx context.Context, ids []string) {
+	var missing []string
+	now := c.now()
+	c.mu.RLock()
+	for _, id := range ids {
+		if e, ok := c.entries[id]; !ok || now.Sub(e.loadedAt) >= c.ttl {
+			missing = append(missing, id)
+		}
+	}
+	epoch := c.epoch
+	c.mu.RUnlock()
+	if len(missing) < 2 {
+		return // Get's own load is as cheap
+	}
+	m, err := c.loader.GetEndpoints(ctx, missing)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch {
+		return // an invalidation raced with the load
+	}
+	for _, id := range missing {
+		ep, ok := m[id]
+		if !ok {
+			c.entries[id] = cacheEntry{loadedAt: now} // deleted
+			continue
+		}
+		if t, err := newTarget(ep); err == nil {
+			c.entries[id] = cacheEntry{target: t, loadedAt: now}
+		}
+	}
+}
+
 // Cached returns the endpoint if the cache holds it, fresh, and nil
 // otherwise (or without a cache); it never loads.
 func (c *EndpointCache) Cached(id string) *Target {

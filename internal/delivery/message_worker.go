@@ -122,6 +122,12 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 			}
 		}
 	}
+	// The message's endpoints in one statement, not one load per attempt.
+	endpointIDs := make([]string, len(runs))
+	for i, r := range runs {
+		endpointIDs[i] = r.args.EndpointID
+	}
+	w.deps.Endpoints.Prefetch(ctx, endpointIDs)
 	errs := make([]error, len(runs))
 	waits := make(chan store.HandOff, len(runs))
 	var handOffErr error

@@ -204,9 +204,22 @@ func (s *Store) GetEndpoint(ctx context.Context, id string) (Endpoint, error) {
 	return e, err
 }
 
-// GetEndpoints returns the live endpoints among ids, keyed by id.
+// deliveryEndpointColumns are endpointColumns without blocked_by: what a
+// dispatcher needs to send. blocked_by reads the FIFO queue's row and
+// probes the deliveries partitions for its blocker, which cost a
+// dispatcher's endpoint load 20 to 30 times a plain one's, for a field only
+// the api shows; NULL in its place keeps one scan.
+const deliveryEndpointColumns = `id, tenant_id, url, description, event_types, secret,
+	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
+	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit,
+	ordering, on_exhausted, filter, retry_schedule, coalesce(timeout_ms, 0) * interval '1 millisecond',
+	NULL::text`
+
+// GetEndpoints returns the live endpoints among ids, keyed by id, as a
+// dispatcher sends to them: BlockedBy is not read (always nil). One
+// statement for any number of ids, planned for them.
 func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = ANY($1) AND deleted_at IS NULL`, customPlan, ids)
+	rows, err := s.pool.Query(ctx, `SELECT `+deliveryEndpointColumns+` FROM endpoints WHERE id = ANY($1) AND deleted_at IS NULL`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load endpoints: %w", err)
 	}
