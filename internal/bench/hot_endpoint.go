@@ -161,7 +161,7 @@ func (s *stage) sampleBuckets(ctx context.Context, endpointID string) []visibleS
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT generation, bucket_start, successes + failures FROM breaker_buckets WHERE endpoint_id = $1`, endpointID)
+		rows, err := s.pool.Query(ctx, `SELECT generation, bucket_start, sum(successes + failures) FROM `+bucketRows+` b WHERE endpoint_id = $1 GROUP BY 1, 2`, endpointID)
 		if err == nil {
 			for rows.Next() {
 				var k bucketKey

@@ -87,15 +87,20 @@ type bucketCounts struct {
 	states, rows, old, endpointsWithBuckets, maxPerEndpoint int64
 }
 
+// bucketRows are the breaker bucket rows of both tables: every process's
+// rows of breaker_tallies, and the previous version's breaker_buckets.
+const bucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
+	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_buckets)`
+
 func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {
 	var c bucketCounts
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM breaker_states), count(*),
 			count(*) FILTER (WHERE bucket_start < clock_timestamp() - interval '1 hour'),
 			count(DISTINCT endpoint_id) FILTER (WHERE bucket_start >= clock_timestamp() - interval '1 hour'),
-			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM breaker_buckets
+			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM `+bucketRows+`
 				WHERE bucket_start >= clock_timestamp() - interval '1 hour' GROUP BY endpoint_id) per), 0)
-		FROM breaker_buckets`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets, &c.maxPerEndpoint)
+		FROM `+bucketRows+` b`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets, &c.maxPerEndpoint)
 	if err != nil {
 		return c, fmt.Errorf("count breaker rows: %w", err)
 	}

@@ -59,6 +59,10 @@ type BreakerGateConfig struct {
 	RefreshInterval time.Duration
 	// Actor names this process in the transition history.
 	Actor string
+	// Shard names this process's rows of the shared breaker buckets (its
+	// fleet ID: unique per process), so that no two processes' flushes
+	// wait on one row.
+	Shard string
 	// FleetSuspectShare is the share of active endpoints whose breakers
 	// opened within a minute above which the dispatcher suspects its own
 	// egress (DNS, network, proxy) rather than its customers, and stops
@@ -491,7 +495,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		for start, n := range t.buckets {
 			counts = append(counts, store.OutcomeCount{
 				EndpointID: k.endpoint, Generation: k.generation, BucketStart: time.Unix(0, start).UTC(),
-				Successes: n[0], Failures: n[1],
+				Successes: n[0], Failures: n[1], Shard: g.cfg.Shard,
 			})
 		}
 		if t.cfg.Trip == breaker.TripConsecutive {

@@ -309,6 +309,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		bgate := delivery.NewBreakerGate(delivery.BreakerGateConfig{
 			FlushInterval:     d.cfg.BreakerFlushInterval,
 			Actor:             d.cfg.Actor,
+			Shard:             d.fleetID,
 			FleetSuspectShare: d.cfg.FleetSuspectShare,
 			OnChange:          d.unparker.Kick,
 		}, d.store, trials, d.classes, d.clock.Now, rand.Float64, d.logger, d.metrics.Breaker)

@@ -20,7 +20,18 @@ type OutcomeCount struct {
 	BucketStart time.Time
 	Successes   int
 	Failures    int
+	// Shard names the process that counted (its fleet ID): each process
+	// adds to rows of its own (breaker_tallies), never waiting for
+	// another's flush.
+	Shard string
 }
+
+// breakerBucketRows are every process's bucket rows, of both tables
+// (migration 0044): readers add up the rows of a bucket as
+// they add up buckets (breaker.Window.Add). Conditions on the columns
+// reach each table's primary key through the UNION ALL.
+const breakerBucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
+	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_buckets)`
 
 // RunCount is one process's consecutive-failure run for a consecutive-mode
 // endpoint since its last flush.
@@ -63,6 +74,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		starts   = make([]time.Time, len(counts))
 		succ     = make([]int32, len(counts))
 		fail     = make([]int32, len(counts))
+		shards   = make([]string, len(counts))
 		runIDs   = make([]string, len(runs))
 		runGens  = make([]int64, len(runs))
 		runFails = make([]int32, len(runs))
@@ -79,7 +91,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		pruneIDs[i], pruneWin[i] = p.EndpointID, breaker.BucketSpan(p.Window)
 	}
 	for i, c := range counts {
-		ids[i], gens[i], starts[i], succ[i], fail[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures)
+		ids[i], gens[i], starts[i], succ[i], fail[i], shards[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures), c.Shard
 	}
 	// Every flush locks the breaker rows of its runs in endpoint order, so
 	// two flushes of the same endpoints never wait for each other in a
@@ -106,15 +118,15 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
 			ORDER BY endpoint_id FOR UPDATE`, runIDs)
 		batch.Queue(`
-			INSERT INTO breaker_buckets AS bb (endpoint_id, generation, bucket_start, successes, failures)
-			SELECT i.endpoint_id, i.generation, i.bucket_start, i.successes, i.failures
-			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[])
-				AS i(endpoint_id, generation, bucket_start, successes, failures)
+			INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
+			SELECT i.endpoint_id, i.generation, i.bucket_start, i.shard, i.successes, i.failures
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[], $6::text[])
+				AS i(endpoint_id, generation, bucket_start, successes, failures, shard)
 			JOIN breaker_states s ON s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed'
-			ORDER BY 1, 2, 3
-			ON CONFLICT (endpoint_id, generation, bucket_start) DO UPDATE
+			ORDER BY 1, 2, 3, 4
+			ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
 				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
-			ids, gens, starts, succ, fail)
+			ids, gens, starts, succ, fail, shards)
 		batch.Queue(`
 			UPDATE breaker_states s
 			SET consecutive_failures = CASE WHEN r.mixed THEN r.suffix ELSE o.before + r.failures END
@@ -133,17 +145,19 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
 			FROM unnest($1::text[], $2::interval[]) AS w(endpoint_id, span)
 			JOIN breaker_states s ON s.endpoint_id = w.endpoint_id
-			LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
+			LEFT JOIN `+breakerBucketRows+` b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
 				AND b.bucket_start > clock_timestamp() - w.span
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
-		batch.Queue(`
-			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
-				SELECT b.ctid FROM breaker_buckets b
-				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
-				WHERE b.bucket_start < clock_timestamp() - w.span
-				FOR UPDATE OF b SKIP LOCKED))`,
-			pruneIDs, pruneWin)
+		for _, table := range []string{"breaker_tallies", "breaker_buckets"} {
+			batch.Queue(`
+				DELETE FROM `+table+` WHERE ctid = ANY(ARRAY(
+					SELECT b.ctid FROM `+table+` b
+					JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
+					WHERE b.bucket_start < clock_timestamp() - w.span
+					FOR UPDATE OF b SKIP LOCKED))`,
+				pruneIDs, pruneWin)
+		}
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -199,8 +213,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read breaker evidence: %w", err)
 		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("prune breaker buckets: %w", err)
+		for range 2 { // breaker_tallies, breaker_buckets
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("prune breaker buckets: %w", err)
+			}
 		}
 		// Attach each merged run and the count before it.
 		for i := range out {
@@ -229,14 +245,18 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 // locked are skipped (whoever locked them deletes or updates them), so a
 // prune never waits on a flush in a cycle.
 func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
-			SELECT b.ctid FROM breaker_buckets b
-			LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
-			WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
-			LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
-	if err != nil {
-		return 0, fmt.Errorf("prune breaker buckets: %w", err)
+	var n int64
+	for _, table := range []string{"breaker_tallies", "breaker_buckets"} {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM `+table+` WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM `+table+` b
+				LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
+				WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
+				LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
+		if err != nil {
+			return n, fmt.Errorf("prune %s: %w", table, err)
+		}
+		n += tag.RowsAffected()
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

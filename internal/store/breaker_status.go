@@ -40,7 +40,7 @@ func (s *Store) GetBreakerStatus(ctx context.Context, endpointID string, c break
 			coalesce(array_agg(b.failures ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}')
 		FROM breaker_states s
 		JOIN endpoints e ON e.id = s.endpoint_id AND e.deleted_at IS NULL
-		LEFT JOIN breaker_buckets b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
+		LEFT JOIN `+breakerBucketRows+` b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
 			AND b.bucket_start > clock_timestamp() - $2::interval
 		WHERE s.endpoint_id = $1
 		GROUP BY s.endpoint_id`, endpointID, breaker.BucketSpan(c.Window)), &st.Now, &updated, &starts, &succ, &fail)
@@ -283,7 +283,7 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	}
 	brows, err := s.pool.Query(ctx, `
 		SELECT b.endpoint_id, b.bucket_start, b.successes, b.failures
-		FROM breaker_buckets b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
+		FROM `+breakerBucketRows+` b JOIN breaker_states s ON s.endpoint_id = b.endpoint_id AND s.generation = b.generation
 		WHERE b.endpoint_id = ANY($1) AND b.bucket_start > clock_timestamp() - $2::interval`, customPlan, ids, breaker.BucketSpan(longest))
 	if err != nil {
 		return nil, fmt.Errorf("list breaker windows: %w", err)

@@ -166,10 +166,56 @@ func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
 	}
 	_, err := s.FlushOutcomes(ctx, counts, nil, nil, nil)
 	require.NoError(t, err)
-	require.Equal(t, 200, b.count(t, "breaker_buckets"))
+	require.Equal(t, 200, b.count(t, "breaker_tallies"))
 	_, err = s.FlushOutcomes(ctx, counts[:1], nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
 	require.NoError(t, err)
-	n := b.count(t, "breaker_buckets")
+	n := b.count(t, "breaker_tallies")
 	require.LessOrEqual(t, n, breaker.BucketsPerWindow+3, "one window of buckets remains")
 	require.GreaterOrEqual(t, n, breaker.BucketsPerWindow)
+}
+
+// TestFlushesOfTwoProcessesNeverWaitForEachOther: each process adds its
+// outcomes to rows of its own (its shard), so a flush never waits on a
+// bucket row another process's flush holds, and the evidence adds every
+// process's rows up (and the previous version's table's, still written
+// during a rolling upgrade). A flush of the same shard does wait: the
+// rows are what the test holds.
+func TestFlushesOfTwoProcessesNeverWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	cfg := testCfg
+	start := breaker.BucketStart(cfg, time.Now())
+	count := func(shard string, failures int) []store.OutcomeCount {
+		return []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: start, Failures: failures, Shard: shard}}
+	}
+	_, err := s.FlushOutcomes(ctx, count("a", 1), nil, nil, nil)
+	require.NoError(t, err)
+	// A previous version's dispatcher's row of the same bucket.
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO breaker_buckets (endpoint_id, generation, bucket_start, successes, failures) VALUES ($1, 1, $2, 0, 4)`, e.ID, start)
+	require.NoError(t, err)
+
+	// Process a's next flush, held open mid-transaction on its row.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE breaker_tallies SET failures = failures + 1 WHERE endpoint_id = $1 AND shard = 'a'`, e.ID)
+	require.NoError(t, err)
+
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	evs, err := s.FlushOutcomes(bctx, count("b", 2), nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}, nil)
+	require.NoError(t, err, "process b's flush does not wait for a's")
+	require.Len(t, evs, 1)
+	failures := 0
+	for _, bk := range evs[0].Buckets {
+		failures += bk.Failures
+	}
+	require.Equal(t, 1+2+4, failures, "every process's rows of the bucket, both tables'")
+
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = s.FlushOutcomes(actx, count("a", 1), nil, nil, nil)
+	require.Error(t, err, "a flush of the same shard waits for the row")
 }

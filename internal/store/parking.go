@@ -231,7 +231,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
 			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = x.endpoint_id AND q.status IN ('pending', 'waiting')
 				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
-			(SELECT coalesce(sum(b.failures), 0) FROM breaker_buckets b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation),
+			(SELECT coalesce(sum(b.failures), 0) FROM `+breakerBucketRows+` b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation),
 			EXISTS (SELECT 1 FROM endpoints e WHERE e.id = x.endpoint_id AND e.ordering = 'fifo')
 		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, maxTrialSlots, ids, heldCounted)
 	if err != nil {

@@ -98,7 +98,7 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 		require.NoError(t, err)
 		var n int64
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `
-			SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE relname = 'breaker_buckets'`).Scan(&n))
+			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_buckets', 'breaker_tallies')`).Scan(&n))
 		return n
 	}
 	for range 10 {
@@ -107,8 +107,8 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	// Other endpoints' buckets: rows none of the flushes above or below
 	// touch.
 	_, err = b.db.Pool.Exec(ctx, `
-		INSERT INTO breaker_buckets (endpoint_id, generation, bucket_start, successes, failures)
-		SELECT 'ep_fill_' || g, 1, now(), 1, 0 FROM generate_series(1, 50000) g`)
+		INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures)
+		SELECT 'ep_fill_' || g, 1, now(), 'other', 1, 0 FROM generate_series(1, 50000) g`)
 	require.NoError(t, err)
 	before := seqRead()
 	for range 3 {
