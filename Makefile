@@ -163,9 +163,12 @@ fuzz:
 	if [ "$$count" -eq 0 ]; then echo "== fuzz: no fuzz targets found"; exit 1; fi; \
 	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
 
-## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json
+## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json; refuses to start on a busy machine (BENCH_FLAGS=-busy-ok)
+# BENCH_FLAGS are make bench's extra flags: BENCH_FLAGS=-busy-ok runs on a
+# machine busy at the start (its figures then not comparable).
+BENCH_FLAGS ?=
 bench:
-	$(GO) run ./internal/bench
+	$(GO) run ./internal/bench $(BENCH_FLAGS)
 
 ## bench-month: S1 on an empty database, then S8: 30 days of history (50 million attempts, about 24 GiB, about 30 minutes) under S1's load; writes bench-month-results.json
 bench-month:

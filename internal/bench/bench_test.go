@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"io"
 	"net/http"
@@ -408,4 +409,24 @@ func TestShadowCostTarget(t *testing.T) {
 		require.Contains(t, r.Targets[i].Measured, "0.90 x")
 		require.Contains(t, r.Targets[i].Measured, "10% off, 25% on")
 	}
+}
+
+// TestMachineBusyReadsTheMachine: the busy check reads a load average and
+// the cores in use within the machine's, and a full run can be told to go
+// on regardless.
+func TestMachineBusyReadsTheMachine(t *testing.T) {
+	t.Parallel()
+	load, err := loadAvg1()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, load, 0.0)
+	used, err := coresInUse(context.Background(), 200*time.Millisecond)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, used, 0.0)
+	require.LessOrEqual(t, used, float64(numCPU())+0.01)
+	o, err := parseOptions([]string{"-busy-ok", "-only", "s1"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, o.busyOK)
+	l := recordLoad(time.Millisecond)
+	mean, peak := l.finish()
+	require.GreaterOrEqual(t, peak, mean)
 }

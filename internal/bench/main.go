@@ -43,7 +43,9 @@ func main() {
 
 // options are the command line.
 type options struct {
-	smoke        bool
+	smoke bool
+	// busyOK runs a full bench on a busy machine (machineBusy).
+	busyOK       bool
 	out          string
 	only         []string
 	pgBin        string
@@ -66,6 +68,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	o := options{args: args}
 	var only string
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
+	fs.BoolVar(&o.busyOK, "busy-ok", false, "run even when the machine is busy at the start (load average above 1, or other processes using half a core): the figures are then not comparable with a quiet run's")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s0i,s1,s1rate,s2,s2s,s1trace,s3,s4,s4fifo,s1filter,s5,s6,s11,s7,s9,s10,s8,soak); default all but s8 and soak (make bench-month: s1,s8; make soak: soak)")
 	fs.StringVar(&o.print, "print", "", "print the tables of a results file (such as bench-results.json) and exit; runs nothing")
@@ -131,6 +134,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if !opts.smoke && !opts.busyOK {
+		why, err := machineBusy(ctx)
+		if err != nil {
+			logger.Error("bench_setup", slog.String("error", err.Error()))
+			return 1
+		}
+		if why != "" {
+			fmt.Fprintf(stderr, "bench: the machine is busy (%s): its figures would not be comparable with a quiet run's; wait for it, or give -busy-ok\n", why)
+			return 1
+		}
+	}
+	load := recordLoad(10 * time.Second)
 	started := time.Now()
 	b, err := newBench(ctx, opts, logger)
 	if err != nil {
@@ -141,6 +156,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	res := b.runAll(ctx)
 	res.DurationS = round1(time.Since(started).Seconds())
+	res.Machine.LoadAvgMean, res.Machine.LoadAvgPeak = load.finish()
+	res.Machine.BusyOK = opts.busyOK
 	evaluate(res)
 	printReport(stdout, res)
 

@@ -13,8 +13,12 @@ import (
 func printReport(w io.Writer, r *results) {
 	fmt.Fprintf(w, "\n## hookd bench (%s) at %s\n\n", r.Mode, shortCommit(r.Commit))
 	m := r.Machine
-	fmt.Fprintf(w, "%d cores (%s), %.0f GiB, Linux %s, PostgreSQL %s, %s; load average at start %s\n\n",
-		m.Cores, m.CPU, m.MemoryGiB, m.Kernel, m.Postgres, m.Go, m.LoadAvgAtStart)
+	fmt.Fprintf(w, "%d cores (%s), %.0f GiB, Linux %s, PostgreSQL %s, %s; load average at start %s, during the run %.2f (peak %.2f)",
+		m.Cores, m.CPU, m.MemoryGiB, m.Kernel, m.Postgres, m.Go, m.LoadAvgAtStart, m.LoadAvgMean, m.LoadAvgPeak)
+	if m.BusyOK {
+		fmt.Fprint(w, "; run on a busy machine (-busy-ok): not comparable with a quiet run")
+	}
+	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| scenario | deliveries/s | p50 ms | p99 ms | round trips/delivery (api + dispatcher) | dispatcher RSS MB | CPU cores: pg / api / disp / bench / other |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
 	row := func(s *scenarioResult, label string) {

@@ -60,7 +60,13 @@ type machine struct {
 	Postgres       string  `json:"postgres"`
 	Go             string  `json:"go"`
 	LoadAvgAtStart string  `json:"loadavg_at_start"`
-	Note           string  `json:"note"`
+	// LoadAvgMean and LoadAvgPeak are the 1-minute load average during
+	// the run, sampled every 10 s; BusyOK says the run was told to go on
+	// although the machine was busy at its start.
+	LoadAvgMean float64 `json:"loadavg_mean"`
+	LoadAvgPeak float64 `json:"loadavg_peak"`
+	BusyOK      bool    `json:"busy_ok,omitempty"`
+	Note        string  `json:"note"`
 }
 
 // scenarioResult is one scenario's figures.
