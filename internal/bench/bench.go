@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/delivery"
 )
 
@@ -26,8 +27,8 @@ type riverSettings struct {
 }
 
 // defaultRiver is the dispatcher's defaults (dispatcher.DefaultConfig and
-// cmd/dispatcher's --db-max-conns).
-var defaultRiver = riverSettings{Workers: 100, DBMaxConns: 30, FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
+// cmd/dispatcher's --db-max-conns, from this machine's cores).
+var defaultRiver = riverSettings{Workers: 100, DBMaxConns: config.PoolSize(0, 4, 10, 40), FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
 
 // env returns the settings as dispatcher environment variables.
 func (r riverSettings) env() map[string]string {
@@ -170,6 +171,9 @@ type bench struct {
 // private cluster.
 func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench, err error) {
 	b := &bench{opts: opts, plan: fullPlan, river: defaultRiver, logger: logger}
+	if opts.dbMaxConns > 0 {
+		b.river.DBMaxConns = opts.dbMaxConns
+	}
 	if opts.smoke {
 		b.plan = smokePlan
 	}
