@@ -32,9 +32,7 @@ func setupLive(t *testing.T, cfg breaker.Config) *liveBundle {
 	require.NoError(t, err)
 	clock := store.NewDBClock(db.Pool)
 	require.NoError(t, clock.Sync(ctx))
-	trials, err := st.OpenTrialPool(ctx, db.URL, 2, 30*time.Second, "replay-test")
-	require.NoError(t, err)
-	t.Cleanup(trials.Close)
+	trials := st.TrialLeases()
 	// The test flushes by hand after every outcome, so the gate's own
 	// loop (Run) never runs; open_jitter 0 means rnd is never used.
 	gate := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: time.Hour, Actor: "replay-test"},
