@@ -353,6 +353,9 @@ func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 		return s == "open"
 	})
 	// The next probe hangs.
+	o.mu.Lock()
+	before := len(o.arrivals)
+	o.mu.Unlock()
 	o.hang.Store(true)
 	var (
 		holder    int
@@ -371,7 +374,14 @@ func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 		return err == nil
 	})
 	victim, ok := ds[holder]
-	require.True(t, ok, "the lock holder %d is one of ours", holder)
+	require.True(t, ok, "the lease holder %d is one of ours", holder)
+	// The lease is taken before the probe's request goes: wait for it to
+	// hang at the receiver, so that the next arrival is another probe.
+	Eventually(t, 10*time.Second, 5*time.Millisecond, "the probe hangs at the receiver", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.arrivals) > before
+	})
 	o.mu.Lock()
 	seen := len(o.arrivals)
 	o.mu.Unlock()
