@@ -151,3 +151,84 @@ func TestTrialOutlivesItsConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, breaker.StateClosed, bs[ep.ID].State, "the first trial's success closed the breaker")
 }
+
+// leasedGate admits every delivery as a trial whose lease allows its
+// request to run until endBy, and records the outcome it is told.
+type leasedGate struct {
+	endBy    time.Time
+	finished chan delivery.Outcome
+}
+
+var _ delivery.Gate = (*leasedGate)(nil)
+
+func (g *leasedGate) Admit(context.Context, *delivery.Target) (delivery.Admission, error) {
+	return delivery.Admission{Trial: true, EndBy: g.endBy, Finish: func(_ context.Context, o delivery.Outcome) { g.finished <- o }}, nil
+}
+
+// TestTrialRequestEndsBeforeItsLease: a probe to an endpoint with a 60 s
+// timeout whose lease leaves it less (its start was delayed) is cut when
+// the lease allows, not at 60 s; one left with less than a second sends
+// nothing and gives its slot back with an empty outcome.
+func TestTrialRequestEndsBeforeItsLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		left time.Duration
+		sent bool
+	}{
+		{"cut at the lease", 1500 * time.Millisecond, true},
+		{"too late to send", 500 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.New(t)
+			st := store.New(db.Pool, nil)
+			released := make(chan struct{})
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				select {
+				case <-r.Context().Done():
+				case <-released:
+				}
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(released) })
+			ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: srv.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", Timeout: 60 * time.Second})
+			require.NoError(t, err)
+			m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, &countingEnqueuer{})
+			require.NoError(t, err)
+			d := m.Deliveries[0]
+			ledger := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{})
+			lctx, stop := context.WithCancel(ctx)
+			go ledger.Run(lctx)
+			t.Cleanup(func() {
+				ledger.Stop()
+				stop()
+			})
+			g := &leasedGate{endBy: time.Now().Add(tc.left), finished: make(chan delivery.Outcome, 1)}
+			w := delivery.NewWorker(delivery.WorkerConfig{}, delivery.WorkerDeps{
+				Endpoints: delivery.NewEndpointCache(st, time.Minute, time.Now), Deliveries: st, Ledger: ledger, Now: time.Now,
+				Gate: g, Sender: delivery.NewSender(delivery.SenderConfig{Timeout: time.Second}),
+				Rand: func() float64 { return 0.5 },
+			})
+			job := &river.Job[delivery.DeliverArgs]{JobRow: &rivertype.JobRow{ID: *d.JobID, Attempt: 1},
+				Args: delivery.DeliverArgs{DeliveryID: d.ID, MessageID: m.ID, EndpointID: ep.ID, EventType: "a", Series: 1}}
+			_ = w.Work(ctx, job) // a retry either way
+			o := <-g.finished
+			if !tc.sent {
+				require.Zero(t, requests.Load(), "nothing sent")
+				require.Empty(t, o.Class, "an empty outcome gives the slot back")
+				return
+			}
+			require.Equal(t, int64(1), requests.Load())
+			require.Equal(t, delivery.ErrTimeout, o.ErrorClass)
+			require.False(t, o.At.After(g.endBy.Add(time.Second)), "the request ended with the lease's allowance, not its 60 s timeout (ended %s)", o.At)
+			as, err := st.ListAttempts(ctx, store.AttemptFilter{DeliveryID: d.ID, Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, as, 1)
+			require.Less(t, as[0].Timeout, 2*time.Second, "the log records the timeout the request was given")
+		})
+	}
+}
