@@ -21,8 +21,8 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// gateFleet is several BreakerGates over one database, each with its own
-// trial pool: dispatcher processes in miniature.
+// gateFleet is several BreakerGates over one database, sharing its trial
+// leases: dispatcher processes in miniature.
 type gateFleet struct {
 	db      *storetest.DB
 	store   *store.Store
