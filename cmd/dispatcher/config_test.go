@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"reflect"
 	"strings"
@@ -59,6 +60,42 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 			var ue *config.UsageError
 			require.ErrorAs(t, err, &ue)
 			require.EqualError(t, err, tt.want)
+		})
+	}
+}
+
+// TestTrialPoolSizeIsDeprecated: --trial-pool-size and TRIAL_POOL_SIZE are
+// still accepted, so that a deployment setting them keeps starting, and
+// log flag_deprecated; unset, nothing is logged.
+func TestTrialPoolSizeIsDeprecated(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		warn bool
+	}{
+		{"flag", []string{"--trial-pool-size", "4"}, nil, true},
+		{"env", nil, map[string]string{"TRIAL_POOL_SIZE": "8"}, true},
+		{"unset", nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"DATABASE_URL": "postgres://hookd@127.0.0.1:1/hookd?connect_timeout=1"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			var stderr strings.Builder
+			err := run(context.Background(), tt.args, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, &stderr)
+			require.Error(t, err, "no database listens there")
+			var ue *config.UsageError
+			require.False(t, errors.As(err, &ue), "accepted: %v", err)
+			if tt.warn {
+				require.Contains(t, stderr.String(), "msg=flag_deprecated flag=trial-pool-size env=TRIAL_POOL_SIZE")
+			} else {
+				require.NotContains(t, stderr.String(), "flag_deprecated")
+			}
 		})
 	}
 }

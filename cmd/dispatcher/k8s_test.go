@@ -99,8 +99,7 @@ const (
 )
 
 // podConnections returns the most Postgres connections one container of
-// the manifests can hold: a dispatcher its pool, its trial pool (with
-// breakers on) and its LISTEN connection; any other hookd container (the
+// the manifests can hold: a dispatcher its pool and its LISTEN connection; any other hookd container (the
 // api, api migrate) its pool, which the manifests must set: the api's
 // default is not known here.
 func podConnections(t *testing.T, k *deploycheck.K8s, w deploycheck.Workload) (int, string) {
@@ -129,12 +128,11 @@ func podConnections(t *testing.T, k *deploycheck.K8s, w deploycheck.Workload) (i
 			return n
 		}
 		if path.Base(argv[0]) == "dispatcher" {
-			pool, trials := get("DB_MAX_CONNS", true), get("TRIAL_POOL_SIZE", true)
-			if v, ok := env["BREAKERS"]; ok && v == "false" {
-				trials = 0
-			}
-			total += pool + trials + 1 + dispatcher.LedgerConns
-			parts = append(parts, fmt.Sprintf("%s: %d pool + %d trials + 1 listener + %d ledger", c.Name, pool, trials, dispatcher.LedgerConns))
+			_, ok := env["TRIAL_POOL_SIZE"]
+			require.False(t, ok, "%s/%s: TRIAL_POOL_SIZE is deprecated and ignored", w.Ref, c.Name)
+			pool := get("DB_MAX_CONNS", true)
+			total += pool + 1 + dispatcher.LedgerConns
+			parts = append(parts, fmt.Sprintf("%s: %d pool + 1 listener + %d ledger", c.Name, pool, dispatcher.LedgerConns))
 			continue
 		}
 		pool := get("DB_MAX_CONNS", false)

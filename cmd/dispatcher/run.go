@@ -103,7 +103,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", def.QueueMetricsInterval, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),
 		breakers:          fs.Bool("breakers", "BREAKERS", def.Breakers, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", def.BreakerFlushInterval, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
-		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", def.TrialPoolSize, "connections for half-open trials (each trial holds one for its request)"),
+		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 0, "deprecated and ignored (a warning is logged when set): half-open trials hold leases in PostgreSQL and use the main pool for short statements, with no connections of their own"),
 		fleetShare:        fs.Float("fleet-suspect-share", "BREAKER_FLEET_SUSPECT_SHARE", def.FleetSuspectShare, "share of active endpoints opening within a minute above which no breaker opens on transport errors (our egress is suspect); 0 disables"),
 		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", def.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
 		tuneEvery:         fs.Duration("tune-interval", "TUNE_INTERVAL", def.TuneInterval, "how often each traffic class whose auto_tune is not off gets a tuning pass (by one dispatcher of the fleet)"),
@@ -143,7 +143,6 @@ func (s *settings) config() dispatcher.Config {
 		QueueMetricsInterval:     *s.queueMetricsEvery,
 		Breakers:                 *s.breakers,
 		BreakerFlushInterval:     *s.breakerFlush,
-		TrialPoolSize:            *s.trialPoolSize,
 		FleetSuspectShare:        *s.fleetShare,
 		ReclassifyInterval:       *s.reclassifyEvery,
 		TuneInterval:             *s.tuneEvery,
@@ -181,7 +180,6 @@ var flagOf = map[string]string{
 	"QueueMetricsInterval":     "queue-metrics-interval",
 	"Breakers":                 "breakers",
 	"BreakerFlushInterval":     "breaker-flush-interval",
-	"TrialPoolSize":            "trial-pool-size",
 	"FleetSuspectShare":        "fleet-suspect-share",
 	"ReclassifyInterval":       "reclassify-interval",
 	"TuneInterval":             "tune-interval",
@@ -246,6 +244,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	logger, err := config.NewLogger(stderr, *set.logFormat, *set.logLevel)
 	if err != nil {
 		return err
+	}
+	if *set.trialPoolSize != 0 {
+		// Still accepted, so that a deployment setting it keeps starting.
+		logger.Warn("flag_deprecated", slog.String("flag", "trial-pool-size"), slog.String("env", "TRIAL_POOL_SIZE"),
+			slog.String("reason", "half-open trials hold leases in PostgreSQL and no connections of their own; the setting is ignored"))
 	}
 
 	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.PoolSize(*set.dbMaxConns, 4, 10, 40)), ApplicationName: "hookd-dispatcher"},

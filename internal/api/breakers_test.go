@@ -122,10 +122,7 @@ func TestGetBreaker(t *testing.T) {
 		require.True(t, got.OpenUntil.Before(got.Now))
 		require.False(t, got.TrialInFlight)
 
-		pool, err := b.store.OpenTrialPool(ctx, b.db.URL, 2, time.Minute, "api-test-trials")
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		trial, dec, _, err := pool.Acquire(ctx, e.ID, trickle, store.TransitionMeta{Actor: "dispatcher-2"})
+		trial, dec, _, err := b.store.TrialLeases().Acquire(ctx, e.ID, trickle, time.Minute, store.TransitionMeta{Actor: "dispatcher-2"})
 		require.NoError(t, err)
 		require.Equal(t, breaker.Trial, dec.Admission)
 		finished := false
@@ -135,7 +132,7 @@ func TestGetBreaker(t *testing.T) {
 			require.NoError(t, err)
 		}
 		t.Cleanup(func() {
-			// Give the slot back before the pool closes, whatever failed.
+			// Give the slot back, whatever failed.
 			if !finished {
 				finish(breaker.OutcomeIgnore)
 			}

@@ -395,6 +395,16 @@ func (w *Worker) decide(ctx context.Context, r *run) (_ context.Context, _ *admi
 		}
 		return ctx, nil, waitFor(time.Second + w.jitter())
 	}
+	if !a.adm.EndBy.IsZero() && a.adm.EndBy.Sub(w.deps.Now()) < MinEndpointTimeout {
+		// A trial frozen until its slot's lease is almost over: the
+		// request could not end before the lease, after which another
+		// trial may take the slot. Send nothing; the slot goes back.
+		a.adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
+		if w.deps.Metrics != nil {
+			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLate)).Inc()
+		}
+		return ctx, nil, waitFor(100*time.Millisecond + w.jitter())
+	}
 	send = true
 	return ctx, a, nil
 }
@@ -430,6 +440,13 @@ func (w *Worker) attempt(ctx context.Context, r *run, a *admitted) sent {
 		Timeout:   t.Timeout,
 	}
 	res.timeout = sender.TimeoutOf(req)
+	if end := a.adm.EndBy; !end.IsZero() {
+		if left := end.Sub(res.start); left < res.timeout {
+			// A trial's request ends before its slot's lease does, even
+			// when it started late (its lease counts from the admission).
+			req.Timeout, res.timeout = max(left, time.Millisecond), max(left, time.Millisecond)
+		}
+	}
 	actx, cancel := attemptContext(ctx)
 	res.resp = sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, res.start)
 	res.cut = context.Cause(actx)

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,12 +24,18 @@ type BreakerStore interface {
 
 var _ BreakerStore = (*store.Store)(nil)
 
-// TrialAcquirer admits half-open trials fleet-wide.
+// TrialAcquirer admits half-open trials fleet-wide, each holding a lease
+// of the given length on one of its endpoint's trial slots.
 type TrialAcquirer interface {
-	Acquire(ctx context.Context, endpointID string, c breaker.Config, meta store.TransitionMeta) (*store.Trial, breaker.Decision, breaker.Breaker, error)
+	Acquire(ctx context.Context, endpointID string, c breaker.Config, lease time.Duration, meta store.TransitionMeta) (*store.Trial, breaker.Decision, breaker.Breaker, error)
 }
 
-var _ TrialAcquirer = (*store.TrialPool)(nil)
+var _ TrialAcquirer = (*store.TrialLeases)(nil)
+
+// DefaultTrialLeaseMargin is how much longer than its attempt's timeout a
+// trial's lease lasts: the time from the admission to the request's start
+// (reading the payload), and then TrialStepTimeout to record the outcome.
+const DefaultTrialLeaseMargin = 15 * time.Second
 
 // BreakerConfigs gives an endpoint's breaker config (its traffic class) and
 // whether the breaker is enforced or runs in shadow mode.
@@ -77,6 +84,13 @@ type BreakerGateConfig struct {
 	// OnChange, when set, is told the endpoint of every transition and
 	// trial the gate sees (the unparker's kick).
 	OnChange func(endpointID string)
+	// RequestTimeout is an attempt's timeout when its endpoint names none
+	// (the sender's); a trial's lease is its attempt's timeout plus
+	// TrialLeaseMargin. Default MaxEndpointTimeout.
+	RequestTimeout time.Duration
+	// TrialLeaseMargin is added to an attempt's timeout to make its
+	// trial's lease. Default DefaultTrialLeaseMargin.
+	TrialLeaseMargin time.Duration
 }
 
 // BreakerGate is the per-endpoint circuit breaker as every dispatcher
@@ -85,7 +99,8 @@ type BreakerGateConfig struct {
 // counted in memory and flushed to shared buckets every FlushInterval, after
 // which the pure breaker decides on the shared window whether to trip, and
 // a versioned write makes the trip (two processes can never both make it).
-// Half-open trials go through the TrialPool's advisory locks.
+// Half-open trials hold leases on their endpoint's trial slots
+// (store.TrialLeases).
 type BreakerGate struct {
 	cfg     BreakerGateConfig
 	store   BreakerStore
@@ -144,6 +159,12 @@ func NewBreakerGate(cfg BreakerGateConfig, st BreakerStore, trials TrialAcquirer
 	}
 	if cfg.FleetMinOpens <= 0 {
 		cfg.FleetMinOpens = 5
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = MaxEndpointTimeout
+	}
+	if cfg.TrialLeaseMargin <= 0 {
+		cfg.TrialLeaseMargin = DefaultTrialLeaseMargin
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -221,7 +242,7 @@ func (g *BreakerGate) Admit(ctx context.Context, t *Target) (Admission, error) {
 		if busy {
 			return g.refuse(t.ID, enforce, cfg, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, now), nil
 		}
-		return g.trial(ctx, t.ID, g.className(t), cfg, enforce, now)
+		return g.trial(ctx, t.ID, g.className(t), g.trialLease(t), cfg, enforce, now)
 	default:
 		return g.refuse(t.ID, enforce, cfg, d, now), nil
 	}
@@ -273,10 +294,23 @@ func (g *BreakerGate) className(t *Target) string {
 	return t.EffectiveClass()
 }
 
-// trial asks the fleet for a trial slot.
-func (g *BreakerGate) trial(ctx context.Context, id, class string, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
+// trialLease is the lease a trial to t holds: its attempt's timeout and the
+// margin.
+func (g *BreakerGate) trialLease(t *Target) time.Duration {
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = g.cfg.RequestTimeout
+	}
+	return timeout + g.cfg.TrialLeaseMargin
+}
+
+// trial asks the fleet for a trial slot, leased for lease. The admission's
+// EndBy leaves store.TrialStepTimeout of the lease, counted from before
+// the lease was taken, to record the outcome: the request's deadline ends
+// before the lease does, whatever the clocks' offset.
+func (g *BreakerGate) trial(ctx context.Context, id, class string, lease time.Duration, cfg breaker.Config, enforce bool, now time.Time) (Admission, error) {
 	meta := store.TransitionMeta{Actor: g.cfg.Actor, Shadow: !enforce}
-	tr, d, after, err := g.trials.Acquire(ctx, id, cfg, meta)
+	tr, d, after, err := g.trials.Acquire(ctx, id, cfg, lease, meta)
 	if err != nil {
 		return Admission{}, err
 	}
@@ -285,12 +319,26 @@ func (g *BreakerGate) trial(ctx context.Context, id, class string, cfg breaker.C
 	}
 	switch d.Admission {
 	case breaker.Trial:
-		return Admission{Trial: true, Finish: func(ctx context.Context, out Outcome) {
+		return Admission{Trial: true, EndBy: now.Add(lease - store.TrialStepTimeout), Finish: func(ctx context.Context, out Outcome) {
 			o, ok := toOutcome(out.Class)
 			if !ok {
 				o = breaker.OutcomeIgnore
 			}
 			res, after, err := tr.Finish(ctx, cfg, o, g.rnd, meta)
+			if errors.Is(err, store.ErrTrialLeaseLost) {
+				// Another trial holds the slot now: this outcome is not
+				// the breaker's to hear.
+				if g.metrics != nil {
+					g.metrics.TrialLeasesLost.Inc()
+				}
+				g.logger.Warn("breaker_trial_lease_lost", slog.String("endpoint", id), slog.String("outcome", o.String()),
+					slog.Time("lease_expired_at", tr.ExpiresAt))
+				g.observe(id, after, nil)
+				if g.cfg.OnChange != nil {
+					g.cfg.OnChange(id)
+				}
+				return
+			}
 			if err != nil {
 				g.logger.Error("breaker_trial_not_recorded", slog.String("endpoint", id), slog.String("error", err.Error()))
 				return
@@ -784,6 +832,9 @@ type BreakerMetrics struct {
 	// ClassOpenDuration is each traffic class's configured open_duration
 	// (the ClassBook sets it).
 	ClassOpenDuration *prometheus.GaugeVec
+	// TrialLeasesLost counts trials whose outcome came after their lease
+	// had expired and been taken over by another trial.
+	TrialLeasesLost prometheus.Counter
 }
 
 // Reasons a trip is held back, as breaker_trip_suppressed_total labels them.
@@ -827,11 +878,15 @@ func NewBreakerMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Break
 			Name: "breaker_class_open_duration_seconds",
 			Help: "Each traffic class's configured open_duration (before jitter and backoff), by class.",
 		}, []string{"class"}),
+		TrialLeasesLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "breaker_trial_leases_lost_total",
+			Help: "Half-open trials whose outcome came after their slot's lease had expired and another trial had taken the slot: not recorded for the breaker.",
+		}),
 	}
 	m.TripSuppressed.WithLabelValues(SuppressedMinThroughput)
 	m.TripSuppressed.WithLabelValues(SuppressedFleetSuspect)
 	if reg != nil {
-		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected, m.FleetSuspect, m.OpenDuration, m.ClassOpenDuration)
+		reg.MustRegister(m.Opened, m.State, m.TripSuppressed, m.Rejected, m.FleetSuspect, m.OpenDuration, m.ClassOpenDuration, m.TrialLeasesLost)
 	}
 	return m
 }

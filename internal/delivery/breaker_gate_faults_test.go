@@ -63,7 +63,7 @@ func (s *scriptedBreakerStore) EpisodeStart(context.Context, string, bool) (time
 // noTrials refuses every trial: these tests never reach half-open.
 type noTrials struct{}
 
-func (noTrials) Acquire(context.Context, string, breaker.Config, store.TransitionMeta) (*store.Trial, breaker.Decision, breaker.Breaker, error) {
+func (noTrials) Acquire(context.Context, string, breaker.Config, time.Duration, store.TransitionMeta) (*store.Trial, breaker.Decision, breaker.Breaker, error) {
 	return nil, breaker.Decision{Admission: breaker.Rejected, Reason: breaker.ReasonHalfOpenBusy}, breaker.Breaker{}, nil
 }
 

@@ -21,8 +21,8 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// gateFleet is several BreakerGates over one database, each with its own
-// trial pool: dispatcher processes in miniature.
+// gateFleet is several BreakerGates over one database, sharing its trial
+// leases: dispatcher processes in miniature.
 type gateFleet struct {
 	db      *storetest.DB
 	store   *store.Store
@@ -43,8 +43,7 @@ func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range n {
-		trials, err := st.OpenTrialPool(context.Background(), db.URL, 4, 30*time.Second, "gate-test")
-		require.NoError(t, err)
+		trials := st.TrialLeases()
 		m := delivery.NewBreakerMetrics(prometheus.NewRegistry(), &delivery.EndpointLabels{})
 		g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: 20 * time.Millisecond, BusyRetry: 20 * time.Millisecond, Actor: "gate-" + string(rune('a'+i))},
 			st, trials, delivery.FixedBreakerConfig{Config: cfg}, clock.Now, rand.Float64, nil, m)
@@ -56,7 +55,6 @@ func setupGateFleet(t *testing.T, n int, cfg breaker.Config) *gateFleet {
 			g.Run(ctx)
 		}()
 		f.gates = append(f.gates, g)
-		t.Cleanup(trials.Close)
 	}
 	// Gates learn of each other's transitions the way dispatchers do.
 	listener := store.NewListener(db.URL, nil)
@@ -238,9 +236,7 @@ func TestFleetGuardStopsTransportTrips(t *testing.T) {
 		require.NoError(t, err)
 		targets = append(targets, &delivery.Target{Endpoint: ep})
 	}
-	trials, err := st.OpenTrialPool(ctx, db.URL, 2, 30*time.Second, "guard-test")
-	require.NoError(t, err)
-	t.Cleanup(trials.Close)
+	trials := st.TrialLeases()
 	clock := store.NewDBClock(db.Pool)
 	require.NoError(t, clock.Sync(ctx))
 	g := delivery.NewBreakerGate(delivery.BreakerGateConfig{FleetSuspectShare: 0.3, FleetMinOpens: 3}, st, trials,
@@ -304,9 +300,7 @@ func TestSuppressedTripIsLoggedOncePerWindow(t *testing.T) {
 	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	require.NoError(t, err)
 	target := &delivery.Target{Endpoint: ep}
-	trials, err := st.OpenTrialPool(ctx, db.URL, 1, 30*time.Second, "suppress-test")
-	require.NoError(t, err)
-	t.Cleanup(trials.Close)
+	trials := st.TrialLeases()
 	clock := store.NewDBClock(db.Pool)
 	require.NoError(t, clock.Sync(ctx))
 	var logs syncBuffer

@@ -58,7 +58,8 @@ const (
 	boundProcess boundsWait = "process"
 	boundJob     boundsWait = "job"
 	// boundLate: the run had its place but was frozen past its send
-	// deadline before the request (Worker.sendBy).
+	// deadline before the request (Worker.sendBy), or a trial's past what
+	// its slot's lease allows (Admission.EndBy).
 	boundLate boundsWait = "late"
 	// boundLease: this process's fleet lease had lapsed before the
 	// request (its heartbeats failing, or the process frozen past them):

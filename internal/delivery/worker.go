@@ -36,6 +36,10 @@ type Admission struct {
 	Reason  string
 	// Trial marks a half-open probe.
 	Trial bool
+	// EndBy, for a trial, is the latest its request may end (on the
+	// worker's clock) while its slot's lease still has room to record the
+	// outcome; zero means no bound.
+	EndBy time.Time
 	// Finish reports the attempt's outcome; it must be called exactly once
 	// for an admitted delivery. An empty classification means the attempt
 	// was abandoned (shutdown) and tells the breaker nothing.

@@ -60,8 +60,6 @@ type Config struct {
 	// BreakerFlushInterval is how often counted outcomes go to the shared
 	// breaker window.
 	BreakerFlushInterval time.Duration
-	// TrialPoolSize is the connections kept for half-open trials.
-	TrialPoolSize int
 	// FleetSuspectShare is the share of active endpoints opening within a
 	// minute above which no breaker opens on transport errors; 0 disables.
 	FleetSuspectShare float64
@@ -126,7 +124,6 @@ func DefaultConfig() Config {
 		QueueMetricsInterval:  15 * time.Second,
 		Breakers:              true,
 		BreakerFlushInterval:  100 * time.Millisecond,
-		TrialPoolSize:         8,
 		FleetSuspectShare:     0.3,
 		ReclassifyInterval:    trafficclass.ReclassifyInterval,
 		TuneInterval:          tuning.DefaultInterval,
@@ -214,8 +211,6 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("TuneWindow", "must be at least 1m")
 	case c.TuneShadow < 10*time.Second:
 		return r, invalid("TuneShadow", "must be at least 10s")
-	case c.TrialPoolSize < 1 || c.TrialPoolSize > 1000:
-		return r, invalid("TrialPoolSize", "must be from 1 to 1000")
 	}
 	r.retention = retention.Config{Interval: c.PartitionInterval, Retention: c.Retention,
 		PayloadRetention: c.PayloadRetention, HistoryRetention: c.HistoryRetention}

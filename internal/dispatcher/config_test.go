@@ -38,7 +38,6 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"fleet share of one", func(c *dispatcher.Config) { c.FleetSuspectShare = 1 }, "FleetSuspectShare", "must be in [0, 1)"},
 		{"operational URL without a secret", func(c *dispatcher.Config) { c.OperationalWebhookURL = "https://ops.example/hooks" }, "OperationalWebhookSecret", "required with the operational webhook URL"},
 		{"no grace", func(c *dispatcher.Config) { c.ShutdownGrace = 0 }, "ShutdownGrace", "must be positive"},
-		{"trial pool too big", func(c *dispatcher.Config) { c.TrialPoolSize = 1001 }, "TrialPoolSize", "must be from 1 to 1000"},
 		{"tuning every second", func(c *dispatcher.Config) { c.TuneInterval = time.Second }, "TuneInterval", "must be at least 1m"},
 		{"no tuning window", func(c *dispatcher.Config) { c.TuneWindow = 0 }, "TuneWindow", "must be at least 1m"},
 		{"a shadow of a second", func(c *dispatcher.Config) { c.TuneShadow = time.Second }, "TuneShadow", "must be at least 10s"},

@@ -43,8 +43,8 @@ import (
 // Deps are the dispatcher's collaborators.
 type Deps struct {
 	// Pool is the dispatcher's connection pool, migrated; required. The
-	// caller closes it after Run returns. The LISTEN connection and the
-	// trial pool open connections of their own with its connection string.
+	// caller closes it after Run returns. The LISTEN connection opens a
+	// connection of its own with its connection string.
 	Pool *pgxpool.Pool
 	// Logger receives the dispatcher's logs; nil discards.
 	Logger *slog.Logger
@@ -146,7 +146,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		stdout:  deps.Stdout,
 		tracing: deps.Tracing,
 		reg:     prometheus.NewRegistry(),
-		// The ledger, the breaker gate and the trial pool emit operational
+		// The ledger, the breaker gate and its trials emit operational
 		// events through the store; its list of operational endpoints is
 		// dropped on every endpoint notification.
 		store: store.New(deps.Pool, deps.Logger, store.WithKeyring(deps.Keyring),
@@ -183,12 +183,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// through (a FIFO queue's one at a time), and releases an enabled
 	// endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
-	// The most connections this process opens: its pool, the ledger's,
-	// the listener's and, with breakers, the trial pool's.
+	// The most connections this process opens: its pool, the ledger's
+	// and the listener's.
 	conns := int(deps.Pool.Config().MaxConns) + LedgerConns + 1
-	if cfg.Breakers {
-		conns += cfg.TrialPoolSize
-	}
 	// The fleet ID is also the River client's, so the heartbeat that
 	// finds this process gone knows its running jobs (attempted_by).
 	d.fleetID = cfg.Actor + "/" + randomSuffix()
@@ -248,13 +245,6 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		}
 		d.logger.Info("operational_endpoint_registered", slog.String("endpoint", e.ID), slog.Bool("created", created))
 	}
-	var trials *store.TrialPool
-	if d.cfg.Breakers {
-		if trials, err = d.store.OpenTrialPool(ctx, d.url, int32(d.cfg.TrialPoolSize), d.cfg.RequestTimeout+10*time.Second, "hookd-trials/"+d.cfg.Actor); err != nil {
-			return err
-		}
-		defer trials.Close()
-	}
 	// The ledger writes through connections of its own, opened now: a
 	// record of an attempt that was sent never waits behind the rest of
 	// the process's work for one, nor meets a server with none left.
@@ -312,7 +302,8 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 			Shard:             d.fleetID,
 			FleetSuspectShare: d.cfg.FleetSuspectShare,
 			OnChange:          d.unparker.Kick,
-		}, d.store, trials, d.classes, d.clock.Now, rand.Float64, d.logger, d.metrics.Breaker)
+			RequestTimeout:    d.cfg.RequestTimeout,
+		}, d.store, d.store.TrialLeases(), d.classes, d.clock.Now, rand.Float64, d.logger, d.metrics.Breaker)
 		d.listener.Handle(store.BreakerChannel, bgate.HandleNotice)
 		d.listener.OnReconnect(func() {
 			if err := bgate.Load(gctx); err != nil && gctx.Err() == nil {

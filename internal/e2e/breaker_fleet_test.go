@@ -73,7 +73,7 @@ const fleetRequestTimeout = 2 * time.Second
 
 // fleetPlan is the fleet test's schedule: how long the load runs, when
 // the failing third's outage starts and ends, when a dispatcher is killed
-// and restarted, and when the trial holders' connections are cut (all from
+// and restarted, and when the dispatchers' idle sessions are cut (all from
 // the start of the load); and how many tenants of 12 endpoints there are.
 type fleetPlan struct {
 	load, outageFrom, kill, restart, cut, recover time.Duration
@@ -120,7 +120,7 @@ type fleetReport struct {
 	Delivered            int     `json:"delivered"`
 	Final                int     `json:"final"`
 	EndpointsOpened      int     `json:"endpoints_opened"`
-	TrialConnsCut        int     `json:"trial_connections_cut"`
+	SessionsCut          int     `json:"idle_sessions_cut"`
 	Duplicates           int     `json:"duplicates"`
 	DuplicatesInFault    int     `json:"duplicates_in_flight_at_the_kill"`
 	MaxTrialsInFlight    int     `json:"max_trials_in_flight_per_endpoint"`
@@ -140,7 +140,8 @@ type fleetReport struct {
 // TestBreakerFleetUnderFaults: two dispatchers, 300 endpoints on 25
 // tenants; a third of them fail together (500s, timeouts, resets) for 16 s
 // and recover, while one dispatcher is SIGKILLed and restarted and the
-// connections of the trial holders are cut (the long form, make chaos:
+// dispatchers' idle sessions are cut, those of trials in flight among them
+// (the long form, make chaos:
 // HOOKD_FLEET_DURATION of load, the outage over its middle half, figures
 // in HOOKD_FLEET_REPORT). Then: every delivery final
 // with its attempts recorded; duplicates only of attempts in flight at the
@@ -234,8 +235,7 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	var cut int
 	require.NoError(t, db.Pool.QueryRow(ctx, `
 		SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
-		WHERE a.datname = current_database() AND a.application_name LIKE 'hookd-trials/%'
-			AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)`).Scan(&cut))
+		WHERE a.datname = current_database() AND a.application_name = 'hookd-dispatcher' AND a.state = 'idle'`).Scan(&cut))
 	cutAt := time.Now()
 	wait(at(plan.recover))
 	setFailing(false)
@@ -348,7 +348,7 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 					n++
 					// Where an overlap falls against the faults says
 					// which one let it through.
-					t.Logf("overlapping trials to %s: one %.3f-%.3f s, the next from %.3f s (kill at %.3f s, trial connections cut at %.3f s)",
+					t.Logf("overlapping trials to %s: one %.3f-%.3f s, the next from %.3f s (kill at %.3f s, idle sessions cut at %.3f s)",
 						path, b.start.Sub(start).Seconds(), b.end.Sub(start).Seconds(), a.start.Sub(start).Seconds(),
 						killedAt.Sub(start).Seconds(), cutAt.Sub(start).Seconds())
 				}
@@ -389,7 +389,7 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	require.NoError(t, err)
 	rep := fleetReport{
 		Load: plan.load.String(), Endpoints: tenants * perTenant, Messages: sent, Deliveries: deliveries, Delivered: delivered, Final: final,
-		EndpointsOpened: opened, TrialConnsCut: cut, Duplicates: duplicates, DuplicatesInFault: inFault,
+		EndpointsOpened: opened, SessionsCut: cut, Duplicates: duplicates, DuplicatesInFault: inFault,
 		MaxTrialsInFlight: maxTrials, HalfOpenConcurrency: fleetClass["half_open_concurrency"].(int),
 		BreakersClosedS: breakersClosed.Seconds(), DeliveriesFinalS: deliveriesFinal.Seconds(),
 		BreakersClosedGoalS: (2*maxOpen + deliveriesFinal).Seconds(),
@@ -413,7 +413,7 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	if path := os.Getenv("HOOKD_FLEET_REPORT"); path != "" {
 		require.NoError(t, os.WriteFile(path, append(out, '\n'), 0o644))
 	}
-	t.Logf("fleet: %d messages, %d deliveries (%d delivered), %d endpoints opened, %d trial connections cut at %s, %d duplicates (all in flight at the kill), at most %d trial in flight per endpoint, every delivery final and breaker closed %.1f s after recovery, healthy p99 %s before and %s during the outage",
+	t.Logf("fleet: %d messages, %d deliveries (%d delivered), %d endpoints opened, %d idle sessions cut at %s, %d duplicates (all in flight at the kill), at most %d trial in flight per endpoint, every delivery final and breaker closed %.1f s after recovery, healthy p99 %s before and %s during the outage",
 		sent, deliveries, delivered, opened, cut, cutAt.Sub(start).Round(time.Second), duplicates, maxTrials, settled.Seconds(), before, during)
 	require.Empty(t, outside, "every duplicate is an attempt in flight at the kill")
 	require.Positive(t, opened, "the failing third's breakers opened")

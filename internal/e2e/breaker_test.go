@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/delivery/deliverytest"
 	"github.com/hookd/hookd/internal/store/storetest"
 )
@@ -321,7 +322,8 @@ func metricValue(t *testing.T, metricsURL, series string) float64 {
 
 // TestKilledTrialHolderDoesNotWedgeTheBreaker: the dispatcher holding the
 // half-open trial is killed with SIGKILL mid-probe; the other dispatcher
-// probes within the request timeout + 1 s.
+// probes once the trial's lease (the request timeout + the lease margin)
+// has expired, never before, and soon after.
 func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
@@ -351,23 +353,35 @@ func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 		return s == "open"
 	})
 	// The next probe hangs.
+	o.mu.Lock()
+	before := len(o.arrivals)
+	o.mu.Unlock()
 	o.hang.Store(true)
-	var holder int
-	Eventually(t, 30*time.Second, 10*time.Millisecond, "a dispatcher holding the trial lock", func() bool {
-		var app string
+	var (
+		holder    int
+		expiresAt time.Time
+	)
+	Eventually(t, 30*time.Second, 10*time.Millisecond, "a dispatcher holding the trial's lease", func() bool {
+		var actor string
 		err := db.Pool.QueryRow(context.Background(), `
-			SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'hookd-trials/%'
-			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&app)
+			SELECT holder, expires_at FROM trial_leases WHERE endpoint_id = $1 AND expires_at > now()`, sick.ID).Scan(&actor, &expiresAt)
 		if err != nil {
 			return false
 		}
-		pid, err := strconv.Atoi(app[strings.LastIndex(app, "/")+1:])
+		// The actor is host/pid.
+		pid, err := strconv.Atoi(actor[strings.LastIndex(actor, "/")+1:])
 		holder = pid
 		return err == nil
 	})
 	victim, ok := ds[holder]
-	require.True(t, ok, "the lock holder %d is one of ours", holder)
+	require.True(t, ok, "the lease holder %d is one of ours", holder)
+	// The lease is taken before the probe's request goes: wait for it to
+	// hang at the receiver, so that the next arrival is another probe.
+	Eventually(t, 10*time.Second, 5*time.Millisecond, "the probe hangs at the receiver", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.arrivals) > before
+	})
 	o.mu.Lock()
 	seen := len(o.arrivals)
 	o.mu.Unlock()
@@ -379,26 +393,27 @@ func TestKilledTrialHolderDoesNotWedgeTheBreaker(t *testing.T) {
 	killedAt := time.Now()
 	victim.Kill()
 
-	Eventually(t, requestTimeout+time.Second, 10*time.Millisecond, "another dispatcher probes", func() bool {
+	// The lease is the request timeout and the margin; the next probe waits
+	// for it, then for the busy retry (1 s and a spread of up to half the
+	// class's 2 s open_duration).
+	lease := requestTimeout + delivery.DefaultTrialLeaseMargin
+	Eventually(t, lease+10*time.Second, 10*time.Millisecond, "another dispatcher probes", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		return len(o.arrivals) > seen
 	})
-	t.Logf("next probe %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+	o.mu.Lock()
+	next := o.arrivals[seen]
+	o.mu.Unlock()
+	t.Logf("next probe %s after the kill, %s after the lease expired", next.Sub(killedAt).Round(time.Millisecond), next.Sub(expiresAt).Round(time.Millisecond))
+	require.False(t, next.Before(expiresAt), "no second trial while the first's lease lived")
 	Eventually(t, time.Minute, 50*time.Millisecond, "breaker closed", func() bool {
 		var s string
 		_ = db.Pool.QueryRow(context.Background(), `SELECT state FROM breaker_states WHERE endpoint_id = $1`, sick.ID).Scan(&s)
 		return s == "closed"
 	})
-	// Other tests on the cluster hold trial locks of their own: count this
-	// database's. The survivor's trial lock goes right after the close
-	// commits, so wait for it rather than read it once.
-	Eventually(t, 10*time.Second, 50*time.Millisecond, "no trial lock left behind", func() bool {
-		var locks int
-		err := db.Pool.QueryRow(context.Background(), `
-			SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND a.application_name LIKE 'hookd-trials/%'
-			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks)
-		return err == nil && locks == 0
-	})
+	// The survivor's lease goes with the close's commit.
+	var leases int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM trial_leases WHERE expires_at > now()`).Scan(&leases))
+	require.Zero(t, leases, "no trial lease left behind")
 }

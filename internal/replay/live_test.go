@@ -15,7 +15,7 @@ import (
 )
 
 // liveBundle is a dispatcher's breaker in miniature: one BreakerGate over a
-// fresh database with its trial pool, and the endpoint it guards.
+// fresh database with its trial leases, and the endpoint it guards.
 type liveBundle struct {
 	db     *storetest.DB
 	clock  *store.DBClock
@@ -32,9 +32,7 @@ func setupLive(t *testing.T, cfg breaker.Config) *liveBundle {
 	require.NoError(t, err)
 	clock := store.NewDBClock(db.Pool)
 	require.NoError(t, clock.Sync(ctx))
-	trials, err := st.OpenTrialPool(ctx, db.URL, 2, 30*time.Second, "replay-test")
-	require.NoError(t, err)
-	t.Cleanup(trials.Close)
+	trials := st.TrialLeases()
 	// The test flushes by hand after every outcome, so the gate's own
 	// loop (Run) never runs; open_jitter 0 means rnd is never used.
 	gate := delivery.NewBreakerGate(delivery.BreakerGateConfig{FlushInterval: time.Hour, Actor: "replay-test"},
@@ -70,7 +68,7 @@ func (b *liveBundle) transitions(t *testing.T) []liveTransition {
 
 // TestReplayAgreesWithTheLiveBreaker feeds one outcome sequence to the
 // Postgres-backed breaker the dispatcher runs (BreakerGate, its shared
-// buckets, CommitTransition and the trial pool's advisory locks) and to
+// buckets, CommitTransition and the trial leases) and to
 // replay, and requires the same transitions.
 //
 // The live run is in real time: a row every 50 ms, one outcome at a time,

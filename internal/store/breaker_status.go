@@ -170,9 +170,8 @@ func (s *Store) trips(ctx context.Context, ids []string) (map[string]breaker.Tra
 	return out, nil
 }
 
-// trialInFlightSQL reports whether any trial slot lock of the endpoint $1
-// with $2 slots is held.
-var trialInFlightSQL = trialsHeldSQL("$1", "$2") + ` > 0`
+// trialInFlightSQL reports whether the endpoint $1 has a trial in flight.
+var trialInFlightSQL = trialsInFlightSQL("$1") + ` > 0`
 
 // BreakerDetails returns an endpoint's breaker status with whether a trial
 // is in flight and its opens in the last 24 hours.
@@ -184,7 +183,7 @@ func (s *Store) BreakerDetails(ctx context.Context, endpointID string, c breaker
 	out := BreakerSummary{Status: st}
 	err = s.pool.QueryRow(ctx, `SELECT `+trialInFlightSQL+`,
 		(SELECT count(*) FROM breaker_transitions WHERE endpoint_id = $1 AND to_state = 'open' AND NOT shadow AND at > now() - interval '24 hours')`,
-		endpointID, c.HalfOpenConcurrency).Scan(&out.TrialInFlight, &out.TripsLast24h)
+		endpointID).Scan(&out.TrialInFlight, &out.TripsLast24h)
 	if err != nil {
 		return BreakerSummary{}, fmt.Errorf("load breaker details: %w", err)
 	}
@@ -267,13 +266,11 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 		return out, nil
 	}
 	ids := make([]string, len(out))
-	slots := make([]int32, len(out))
 	cfgs := make([]breaker.Config, len(out))
 	var longest time.Duration
 	for i, sum := range out {
 		ids[i] = sum.Endpoint.ID
 		cfgs[i] = configFor(sum.Endpoint)
-		slots[i] = int32(max(cfgs[i].HalfOpenConcurrency, 1))
 		longest = max(longest, cfgs[i].Window)
 		out[i].Status.Breaker.Window = breaker.NewWindow(cfgs[i])
 	}
@@ -305,8 +302,8 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 	xrows, err := s.pool.Query(ctx, `
 		SELECT i.id,
 			(SELECT count(*) FROM breaker_transitions t WHERE t.endpoint_id = i.id AND t.to_state = 'open' AND NOT t.shadow AND t.at > now() - interval '24 hours'),
-			`+trialsHeldSQL("i.id", "i.slots")+` > 0
-		FROM unnest($1::text[], $2::int[]) AS i(id, slots)`, ids, slots)
+			`+trialsInFlightSQL("i.id")+` > 0
+		FROM unnest($1::text[]) AS i(id)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list breaker activity: %w", err)
 	}

@@ -49,17 +49,15 @@ func TestCommitTransitionIsVersioned(t *testing.T) {
 	require.Equal(t, "test", trs[0].Actor)
 }
 
-func TestTrialLockIsVisibleAndReleased(t *testing.T) {
+func TestTrialLeaseIsVisibleAndReleased(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
 	e := b.endpoint(t, "acme")
 	b.openBreaker(t, e.ID)
-	pool, err := s.OpenTrialPool(ctx, b.db.URL, 2, time.Minute, "store-test")
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := s.TrialLeases()
 
-	tr, d, after, err := pool.Acquire(ctx, e.ID, testCfg, store.TransitionMeta{Actor: "test"})
+	tr, d, after, err := pool.Acquire(ctx, e.ID, testCfg, time.Minute, store.TransitionMeta{Actor: "test"})
 	require.NoError(t, err)
 	require.Equal(t, breaker.Trial, d.Admission)
 	require.Equal(t, breaker.StateHalfOpen, after.State)
@@ -69,7 +67,7 @@ func TestTrialLockIsVisibleAndReleased(t *testing.T) {
 	require.Equal(t, 1, det.TripsLast24h)
 
 	// The slot is taken: a second trial is refused fleet-wide.
-	tr2, d2, _, err := pool.Acquire(ctx, e.ID, testCfg, store.TransitionMeta{Actor: "test"})
+	tr2, d2, _, err := pool.Acquire(ctx, e.ID, testCfg, time.Minute, store.TransitionMeta{Actor: "test"})
 	require.NoError(t, err)
 	require.Nil(t, tr2)
 	require.Equal(t, breaker.ReasonHalfOpenBusy, d2.Reason)

@@ -45,7 +45,7 @@ func (c *MessageCommitter) Stats() (groups, messages int64) {
 }
 
 // SetStepTimeout changes the deadline of each trial step.
-func (p *TrialPool) SetStepTimeout(d time.Duration) { p.step = d }
+func (l *TrialLeases) SetStepTimeout(d time.Duration) { l.step = d }
 
 // GetDeliverySQL is GetDelivery's statement.
 const GetDeliverySQL = `SELECT ` + deliveryColumns + deliveryFrom + `WHERE d.id = $1`

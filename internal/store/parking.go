@@ -198,10 +198,6 @@ type ParkedEndpoint struct {
 // Backlog is how many deliveries are waiting for their release.
 func (pe ParkedEndpoint) Backlog() int { return pe.Parked + pe.Held }
 
-// maxTrialSlots bounds the trial slots ParkedEndpoints looks at when it
-// asks whether a probe is in flight.
-const maxTrialSlots = 16
-
 // heldCounted bounds the held deliveries ParkedEndpoints counts per
 // endpoint: a release window is far smaller, and an endpoint disabled for
 // days may hold millions.
@@ -215,25 +211,25 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 	rows, err := s.pool.Query(ctx, `
 		WITH p AS (
 			SELECT endpoint_id, count(*) AS parked FROM deliveries
-			WHERE status = 'waiting' AND job_id IS NULL AND ($2::text[] IS NULL OR endpoint_id = ANY($2))
+			WHERE status = 'waiting' AND job_id IS NULL AND ($1::text[] IS NULL OR endpoint_id = ANY($1))
 			GROUP BY endpoint_id
 		), h AS (
 			SELECT e.id AS endpoint_id, CASE WHEN e.status = 'enabled' AND e.deleted_at IS NULL THEN (
-				SELECT count(*) FROM (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.status = 'held' LIMIT $3) c
+				SELECT count(*) FROM (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.status = 'held' LIMIT $2) c
 			) ELSE 0 END AS held
-			FROM endpoints e WHERE e.release_held_since IS NOT NULL AND ($2::text[] IS NULL OR e.id = ANY($2))
+			FROM endpoints e WHERE e.release_held_since IS NOT NULL AND ($1::text[] IS NULL OR e.id = ANY($1))
 		), x AS (
 			SELECT coalesce(p.endpoint_id, h.endpoint_id) AS endpoint_id, coalesce(p.parked, 0) AS parked,
 				coalesce(h.held, 0) AS held, h.endpoint_id IS NOT NULL AS releasing_held
 			FROM p FULL JOIN h ON h.endpoint_id = p.endpoint_id
 		)
 		SELECT `+breakerColumns+`, x.parked, x.held, x.releasing_held, clock_timestamp(),
-			`+trialsHeldSQL("s.endpoint_id", "$1")+` > 0,
+			`+trialsInFlightSQL("s.endpoint_id")+` > 0,
 			(SELECT count(*) FROM deliveries q WHERE q.endpoint_id = x.endpoint_id AND q.status IN ('pending', 'waiting')
 				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
 			(SELECT coalesce(sum(b.failures), 0) FROM `+breakerBucketRows+` b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation),
 			EXISTS (SELECT 1 FROM endpoints e WHERE e.id = x.endpoint_id AND e.ordering = 'fifo')
-		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, maxTrialSlots, ids, heldCounted)
+		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, ids, heldCounted)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
 	}
