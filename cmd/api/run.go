@@ -76,7 +76,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		metricsAddr:     fs.String("metrics-addr", "METRICS_ADDR", "127.0.0.1:9091", "address serving /metrics, apart from the API's listener (it needs no token)"),
 		maxPayloadBytes: fs.Int64("max-payload-bytes", "MAX_PAYLOAD_BYTES", api.DefaultMaxPayloadBytes, "largest accepted message payload in bytes"),
 		noMigrate:       fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
-		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 4 per core (GOMAXPROCS), at least 8, at most 40"),
+		dbMaxConns:      fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 2 per core (GOMAXPROCS), at least 8, at most 20"),
 		shutdownTimeout: fs.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests get to finish on SIGTERM"),
 		rateLimit:       fs.Int("rate-limit", "RATE_LIMIT", api.DefaultRateLimit, "requests per second one API token may make, averaged over --rate-window (requests without a valid token count per client IP); 0 disables"),
 		rateWindow:      fs.Duration("rate-window", "RATE_WINDOW", api.DefaultRateWindow, "sliding window of the rate limit: a token may make rate-limit x rate-window requests in any such window, so a longer window allows bigger bursts"),
@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 
-	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.PoolSize(*set.dbMaxConns, 4, 8, 40)), ApplicationName: "hookd-api"},
+	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.APIPoolSize(*set.dbMaxConns)), ApplicationName: "hookd-api"},
 		cmd == "migrate" || !*set.noMigrate, logger)
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		maxPerHost:        fs.Int("max-per-host", "MAX_PER_HOST", def.MaxPerHost, "requests in flight to one destination host:port in this process; excess deliveries wait their turn, within the start budget"),
 		shutdownGrace:     fs.Duration("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long in-flight deliveries get to finish on SIGTERM"),
 		noMigrate:         fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
-		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 4 per core (GOMAXPROCS), at least 10, at most 40 (the ledger's 2 connections and the listener's come on top)"),
+		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 2 per core (GOMAXPROCS), at least 12, at most 20 (the ledger's 2 connections and the listener's come on top)"),
 		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches"),
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
@@ -251,7 +251,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			slog.String("reason", "half-open trials hold leases in PostgreSQL and no connections of their own; the setting is ignored"))
 	}
 
-	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.PoolSize(*set.dbMaxConns, 4, 10, 40)), ApplicationName: "hookd-dispatcher"},
+	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.DispatcherPoolSize(*set.dbMaxConns)), ApplicationName: "hookd-dispatcher"},
 		cmd == "migrate" || !*set.noMigrate, logger)
 	if err != nil {
 		return err

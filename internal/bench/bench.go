@@ -28,7 +28,7 @@ type riverSettings struct {
 
 // defaultRiver is the dispatcher's defaults (dispatcher.DefaultConfig and
 // cmd/dispatcher's --db-max-conns, from this machine's cores).
-var defaultRiver = riverSettings{Workers: 100, DBMaxConns: config.PoolSize(0, 4, 10, 40), FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
+var defaultRiver = riverSettings{Workers: 100, DBMaxConns: config.DispatcherPoolSize(0), FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
 
 // env returns the settings as dispatcher environment variables.
 func (r riverSettings) env() map[string]string {

@@ -15,3 +15,17 @@ func PoolSize(given, perCore, floor, ceiling int) int {
 	}
 	return min(max(perCore*runtime.GOMAXPROCS(0), floor), ceiling)
 }
+
+// DispatcherPoolSize is a dispatcher's pool (--db-max-conns, 0: from the
+// cores): 2 per core, 12 to 20. A dispatcher mostly waits on endpoints,
+// and what it asks of the database (fetches, completions, breaker flushes,
+// loads; the ledger has connections of its own) is bounded by the
+// server's cores more than by its own: the ceiling keeps four dispatchers
+// of any size, with their ledger's and listener's, within a stock
+// server's max_connections (100).
+func DispatcherPoolSize(given int) int { return PoolSize(given, 2, 12, 20) }
+
+// APIPoolSize is an api's pool (--db-max-conns, 0: from the cores): 2
+// per core, 8 to 20. Accepted messages share group commits, so an api
+// needs few connections at once.
+func APIPoolSize(given int) int { return PoolSize(given, 2, 8, 20) }

@@ -27,4 +27,11 @@ func TestPoolSizeFollowsTheCores(t *testing.T) {
 		runtime.GOMAXPROCS(tc.cores)
 		require.Equal(t, tc.want, config.PoolSize(tc.given, 4, 10, 40), "%d cores, given %d", tc.cores, tc.given)
 	}
+	// Four dispatchers of any size, each with the ledger's 2 and the
+	// listener's 1, fit a stock server's 97 client connections.
+	for _, cores := range []int{1, 2, 8, 64} {
+		runtime.GOMAXPROCS(cores)
+		require.LessOrEqual(t, 4*(config.DispatcherPoolSize(0)+3), 97, "%d cores", cores)
+		require.GreaterOrEqual(t, config.APIPoolSize(0), 8)
+	}
 }
