@@ -146,69 +146,129 @@ func EnoughEvidence(ev ClassEvidence, quiet time.Duration) (bool, []string) {
 	return len(why) == 0, why
 }
 
-// Decide picks from a pass's ranked candidates: the best one when it beats
-// the current config by Margin on the first figure of the ranking where
-// they differ, else the current config.
+// DetectSlack is how much later than the current config a proposal may
+// detect, in replay, an incident the current config detects: one bucket of
+// the incident finder, the precision an incident's start is known to.
+const DetectSlack = IncidentBucket
+
+// Decide picks from a pass's ranked candidates (replay.Rank's order) the
+// first one, ranked before the current config, that detects every incident
+// the current config detects no later than DetectSlack after it (and at
+// least one incident when the evidence has any), and that beats the
+// current config by Margin on quiet-time opens, on the healthy requests
+// they blocked or on detection (improvement); else it keeps the current
+// config.
 func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
-	var cur *replay.Figures
+	var cur *replay.Candidate
 	for i := range ranked {
 		if ranked[i].Config == current {
-			cur = &ranked[i].Figures
+			cur = &ranked[i]
 			break
 		}
 	}
 	best := ranked[0]
-	d := Decision{Status: StatusKept, Current: cur, Best: &best.Figures}
+	d := Decision{Status: StatusKept, Best: &best.Figures}
 	if cur == nil {
 		d.Reasons = []string{"the current config was not replayed"}
 		return d
 	}
+	d.Current = &cur.Figures
 	if best.Config == current {
 		d.Reasons = []string{"the current config (" + describe(current) + ") ranks first of the grid"}
 		return d
 	}
-	name, by, ok := improvement(*cur, best.Figures)
-	if !ok {
-		d.Reasons = []string{fmt.Sprintf("the best candidate (%s) beats the current config on %s by %s, less than the %.0f%% margin",
-			describe(best.Config), name, by, Margin*100)}
+	var why []string
+	for _, c := range ranked {
+		if c.Config == current {
+			break
+		}
+		if miss := detectionLoss(*cur, c); miss != "" {
+			if len(why) == 0 {
+				why = append(why, fmt.Sprintf("the best candidate (%s) %s", describe(c.Config), miss))
+			}
+			continue
+		}
+		name, by, ok := improvement(cur.Figures, c.Figures)
+		if !ok {
+			if len(why) < 2 {
+				why = append(why, fmt.Sprintf("the best candidate that detects what the current config detects (%s) beats it on %s by %s, less than the %.0f%% margin",
+					describe(c.Config), name, by, Margin*100))
+			}
+			continue
+		}
+		p := c.Config
+		f := c.Figures
+		d.Status, d.Proposed, d.Best = StatusProposed, &p, &f
+		d.Reasons = []string{fmt.Sprintf("%s beats the current config (%s) on %s by %s, and detects every incident it detects", describe(p), describe(current), name, by)}
 		return d
 	}
-	c := best.Config
-	d.Status, d.Proposed = StatusProposed, &c
-	d.Reasons = []string{fmt.Sprintf("%s beats the current config (%s) on %s by %s", describe(c), describe(current), name, by)}
+	if len(why) == 0 {
+		why = []string{"no candidate ranks before the current config"}
+	}
+	d.Reasons = why
 	return d
 }
 
-// improvement names the first figure of the ranking where best differs
-// from cur, how much better it is, and whether that passes the margin.
+// detectionLoss says what c loses of cur's detection, in words, or "" when
+// it detects every incident cur detects, none more than DetectSlack later,
+// and at least one when there are incidents.
+func detectionLoss(cur, c replay.Candidate) string {
+	if cur.Figures.Incidents > 0 && c.Figures.IncidentsDetected == 0 {
+		return fmt.Sprintf("detects none of the %d incidents", cur.Figures.Incidents)
+	}
+	missed, later := 0, 0
+	if len(cur.ByIncident) == len(c.ByIncident) && len(cur.ByIncident) == cur.Figures.Incidents {
+		for i, at := range cur.ByIncident {
+			switch {
+			case at == replay.Undetected:
+			case c.ByIncident[i] == replay.Undetected:
+				missed++
+			case c.ByIncident[i] > at+DetectSlack:
+				later++
+			}
+		}
+	} else {
+		// Without the incidents one by one, the sums.
+		missed = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0)
+		if missed == 0 && c.Figures.DetectMax > cur.Figures.DetectMax+DetectSlack {
+			later = 1
+		}
+	}
+	switch {
+	case missed > 0:
+		return fmt.Sprintf("misses %d of the %d incidents the current config detects", missed, cur.Figures.IncidentsDetected)
+	case later > 0:
+		return fmt.Sprintf("detects %d of the incidents the current config detects more than %s later", later, trafficclass.FormatDuration(DetectSlack))
+	}
+	return ""
+}
+
+// improvement names the figure on which best beats cur, by how much, and
+// whether that passes the margin: fewer quiet-time opens (by Margin of
+// the current count and at least one); or, with no more quiet-time opens,
+// fewer healthy requests blocked (by Margin and at least one), more
+// incidents detected, or a median detection faster by Margin. A smaller
+// difference is noise.
 func improvement(cur, best replay.Figures) (string, string, bool) {
-	type key struct {
-		name      string
-		cur, best float64
-		higher    bool // more is better
-		unit      string
+	by := func(gain, b, c float64, unit string) string {
+		return fmt.Sprintf("%g%s (%g against %g)", math.Round(gain*1000)/1000, unit, math.Round(b*1000)/1000, math.Round(c*1000)/1000)
 	}
-	keys := []key{
-		{"quiet-time opens", float64(cur.OpensQuiet), float64(best.OpensQuiet), false, ""},
-		{"healthy requests blocked", float64(cur.BlockedHealthy), float64(best.BlockedHealthy), false, ""},
-		{"incidents detected", float64(cur.IncidentsDetected), float64(best.IncidentsDetected), true, ""},
-		{"median detection", cur.DetectMedian.Seconds(), best.DetectMedian.Seconds(), false, " s"},
-		{"slowest detection", cur.DetectMax.Seconds(), best.DetectMax.Seconds(), false, " s"},
-		{"failures sent in incidents", float64(cur.Wasted), float64(best.Wasted), false, ""},
-		{"requests sent in incidents", float64(cur.Sent), float64(best.Sent), false, ""},
+	counts := func(c, b int) bool { return c-b >= 1 && float64(c-b) >= Margin*float64(c) }
+	if gain := cur.OpensQuiet - best.OpensQuiet; gain != 0 {
+		return "quiet-time opens", by(float64(gain), float64(best.OpensQuiet), float64(cur.OpensQuiet), ""), counts(cur.OpensQuiet, best.OpensQuiet)
 	}
-	for _, k := range keys {
-		if k.cur == k.best {
-			continue
-		}
-		gain := k.cur - k.best
-		if k.higher {
-			gain = -gain
-		}
-		by := fmt.Sprintf("%g%s (%g against %g)", math.Round(gain*1000)/1000, k.unit, math.Round(k.best*1000)/1000, math.Round(k.cur*1000)/1000)
-		// A count improves by at least one; a detection only counts from
-		// a tenth of the current one on.
-		return k.name, by, gain > 0 && gain >= Margin*math.Abs(k.cur)
+	if counts(cur.BlockedHealthy, best.BlockedHealthy) {
+		return "healthy requests blocked", by(float64(cur.BlockedHealthy-best.BlockedHealthy), float64(best.BlockedHealthy), float64(cur.BlockedHealthy), ""), true
+	}
+	if best.BlockedHealthy > cur.BlockedHealthy {
+		return "healthy requests blocked", by(float64(cur.BlockedHealthy-best.BlockedHealthy), float64(best.BlockedHealthy), float64(cur.BlockedHealthy), ""), false
+	}
+	if best.IncidentsDetected > cur.IncidentsDetected {
+		return "incidents detected", by(float64(best.IncidentsDetected-cur.IncidentsDetected), float64(best.IncidentsDetected), float64(cur.IncidentsDetected), ""), true
+	}
+	if best.IncidentsDetected > 0 && cur.IncidentsDetected > 0 {
+		gain := (cur.DetectMedian - best.DetectMedian).Seconds()
+		return "median detection", by(gain, best.DetectMedian.Seconds(), cur.DetectMedian.Seconds(), " s"), gain > 0 && gain >= Margin*cur.DetectMedian.Seconds()
 	}
 	return "nothing", "0", false
 }

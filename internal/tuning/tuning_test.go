@@ -171,11 +171,11 @@ func TestPassReadsEachLogAsTheSweepDoes(t *testing.T) {
 	}
 }
 
-// TestPassRecommendsWhatTheSweepRanksFirst: over the three acceptance
+// TestPassRecommendsFromTheSweepsRanking: over the three acceptance
 // shapes in one class, the pass finds the outage (and nothing in the noisy
-// or the quiet endpoint), and what it recommends is what the sweep's
-// ranking puts first over the same ranges and grid.
-func TestPassRecommendsWhatTheSweepRanksFirst(t *testing.T) {
+// or the quiet endpoint), and what it recommends is what Decide picks from
+// the sweep's ranking over the same ranges and grid.
+func TestPassRecommendsFromTheSweepsRanking(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tuning.Config{})
 	ctx := context.Background()
@@ -198,13 +198,13 @@ func TestPassRecommendsWhatTheSweepRanksFirst(t *testing.T) {
 	}
 	t.Logf("status %s, %d configs, reasons %v", rec.Status, len(configs), rec.Reasons)
 	ranked := sweepOver(t, b.st, configs, segments)
-	want := ranked[0].Config
+	want := tuning.Decide(breaker.DefaultConfig(), ranked)
+	require.Equal(t, want.Status, rec.Status, rec.Reasons)
 	switch rec.Status {
 	case tuning.StatusProposed:
-		require.Equal(t, want, breaker.Config(*rec.Proposed))
-		require.Equal(t, ranked[0].Figures.OpensQuiet, rec.Figures.Proposed.OpensQuiet)
+		require.Equal(t, *want.Proposed, breaker.Config(*rec.Proposed))
+		require.Equal(t, want.Best.OpensQuiet, rec.Figures.Proposed.OpensQuiet)
 	case tuning.StatusKept:
-		require.Equal(t, want, breaker.DefaultConfig(), rec.Reasons)
 	default:
 		t.Fatalf("status %s", rec.Status)
 	}

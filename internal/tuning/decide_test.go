@@ -1,0 +1,85 @@
+package tuning_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
+	"github.com/hookd/hookd/internal/tuning"
+)
+
+// TestDecideNeverTradesDetectionForQuiet: a candidate is proposed only when
+// it detects every incident the current config detects (none more than
+// DetectSlack later, at least one when there are incidents) and beats it
+// by the margin; the proposal is the best-ranked such candidate.
+func TestDecideNeverTradesDetectionForQuiet(t *testing.T) {
+	t.Parallel()
+	current := breaker.DefaultConfig()
+	other := func(threshold float64) breaker.Config {
+		c := current
+		c.FailureRateThreshold = threshold
+		return c
+	}
+	s := func(n ...int) []time.Duration {
+		out := make([]time.Duration, len(n))
+		for i, x := range n {
+			out[i] = time.Duration(x) * time.Second
+			if x < 0 {
+				out[i] = replay.Undetected
+			}
+		}
+		return out
+	}
+	cand := func(c breaker.Config, quiet int, by []time.Duration) replay.Candidate {
+		var tl replay.Tally
+		tl.OpensQuiet, tl.Incidents = quiet, len(by)
+		for _, d := range by {
+			tl.ByIncident = append(tl.ByIncident, d)
+			if d != replay.Undetected {
+				tl.Detections = append(tl.Detections, d)
+			}
+		}
+		return replay.Candidate{Config: c, Figures: tl.Figures(), ByIncident: tl.ByIncident}
+	}
+	ten := s(5, 5, 5, 5, 5, 5, 5, 5, 5, 5)
+	cases := []struct {
+		name       string
+		candidates []replay.Candidate
+		want       *breaker.Config
+	}{
+		{"quiet bought with eight missed incidents", []replay.Candidate{
+			cand(other(0.9), 0, s(5, 6, -1, -1, -1, -1, -1, -1, -1, -1)), cand(current, 1, ten)}, nil},
+		{"quiet bought with one late detection", []replay.Candidate{
+			cand(other(0.9), 0, s(5, 5, 5, 5, 5, 5, 5, 5, 5, 11)), cand(current, 1, ten)}, nil},
+		{"late within the slack", []replay.Candidate{
+			cand(other(0.9), 0, s(5, 5, 5, 5, 5, 5, 5, 5, 5, 10)), cand(current, 1, ten)}, ptr(other(0.9))},
+		{"the next best keeps detection", []replay.Candidate{
+			cand(other(0.9), 0, s(-1, 5, 5, 5, 5, 5, 5, 5, 5, 5)), cand(other(0.6), 0, s(6, 6, 6, 6, 6, 6, 6, 6, 6, 6)), cand(current, 3, ten)}, ptr(other(0.6))},
+		{"a config that opens on no incident", []replay.Candidate{
+			cand(other(0.9), 0, s(-1, -1, -1)), cand(current, 4, s(-1, -1, -1))}, nil},
+		{"detecting an incident the current config misses", []replay.Candidate{
+			cand(other(0.6), 2, s(3, 4)), cand(current, 2, s(-1, 4))}, ptr(other(0.6))},
+		{"a faster detection within the margin", []replay.Candidate{
+			cand(other(0.6), 2, s(19, 19)), cand(current, 2, s(20, 20))}, nil},
+		{"quiet within the margin", []replay.Candidate{
+			cand(other(0.6), 19, ten), cand(current, 20, ten)}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := tuning.Decide(current, tc.candidates)
+			if tc.want == nil {
+				require.Equal(t, tuning.StatusKept, d.Status, d.Reasons)
+				require.Nil(t, d.Proposed)
+				return
+			}
+			require.Equal(t, tuning.StatusProposed, d.Status, d.Reasons)
+			require.Equal(t, *tc.want, *d.Proposed)
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,99 @@
+package tuning_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
+	"github.com/hookd/hookd/internal/trafficclass"
+	"github.com/hookd/hookd/internal/tuning"
+)
+
+// repeated returns rps traffic over span at failure rate base with n
+// incidents of length each at failure rate level, evenly spread (the first
+// a spacing in).
+func repeated(t *testing.T, rps float64, seed uint64, span time.Duration, base float64, n int, each time.Duration, level float64) []replay.Row {
+	t.Helper()
+	var phases []replay.Phase
+	gap := span / time.Duration(n+1)
+	at := time.Duration(0)
+	for range n {
+		phases = append(phases, phase("base", gap-each, base), phase("incident", each, level))
+		at += gap
+	}
+	phases = append(phases, phase("base", span-at, base))
+	return synth(t, rps, seed, phases...)
+}
+
+// classLog is one endpoint's log in a proposal case.
+type classLog struct {
+	rows func(t *testing.T) []replay.Row
+	n    int // endpoints with this log (seeded apart)
+}
+
+// TestPassProposals runs a pass over classes whose logs look like a fleet's
+// and checks what each may (and may not) be proposed.
+func TestPassProposals(t *testing.T) {
+	t.Parallel()
+	const hours = 2 * time.Hour
+	rate := func(threshold float64, window time.Duration, minimum int) breaker.Config {
+		c := breaker.DefaultConfig()
+		c.FailureRateThreshold, c.Window, c.MinThroughput = threshold, window, minimum
+		return c
+	}
+	cases := []struct {
+		name    string
+		current breaker.Config
+		span    time.Duration
+		logs    []classLog
+		check   func(t *testing.T, rec tuning.Recommendation)
+	}{
+		{
+			// The live config catches ten degraded-service incidents and
+			// trips now and then on a flaky endpoint; a config quiet on
+			// the flaky endpoint that misses incidents is no proposal.
+			name:    "flaky endpoint beside ten incidents",
+			current: rate(0.5, 10*time.Second, 20),
+			span:    hours,
+			logs: []classLog{
+				{n: 1, rows: func(t *testing.T) []replay.Row {
+					return repeated(t, 10, 21, hours, 0.02, 10, time.Minute, 0.7)
+				}},
+				{n: 1, rows: func(t *testing.T) []replay.Row { return synth(t, 5, 22, phase("flaky", hours, 0.45)) }},
+			},
+			check: func(t *testing.T, rec tuning.Recommendation) {
+				require.Equal(t, 10, rec.Evidence.Incidents, "the ten incidents, nothing on the flaky endpoint")
+				require.NotNil(t, rec.Figures.Current)
+				require.Equal(t, 10, rec.Figures.Current.IncidentsDetected, "the live config detects the ten")
+				require.Positive(t, rec.Figures.Current.OpensQuiet, "and trips on the flaky endpoint")
+				if rec.Status == tuning.StatusProposed {
+					require.Equal(t, 10, rec.Figures.Proposed.IncidentsDetected, "a proposal detects every incident: %v", rec.Reasons)
+					require.LessOrEqual(t, *rec.Figures.Proposed.DetectSMax, *rec.Figures.Current.DetectSMax+tuning.DetectSlack.Seconds())
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tuning.Config{})
+			ctx := context.Background()
+			b.class(t, "fleet", tc.current, trafficclass.AutoTuneRecommend)
+			for _, l := range tc.logs {
+				for range l.n {
+					b.log(t, b.endpoint(t, "fleet"), start, l.rows(t))
+				}
+			}
+			b.now = start.Add(tc.span)
+			rec, err := b.tuner.Pass(ctx, "fleet", start, start.Add(tc.span), false)
+			require.NoError(t, err)
+			t.Logf("%s: evidence quiet %.3g rps, healthy %.3g, %d incidents; reasons %v", rec.Status, rec.Evidence.QuietRPS,
+				rec.Evidence.HealthyErrorRate, rec.Evidence.Incidents, rec.Reasons)
+			tc.check(t, rec)
+		})
+	}
+}
