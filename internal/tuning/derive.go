@@ -1,6 +1,7 @@
 package tuning
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -52,10 +53,13 @@ type ClassEvidence struct {
 	Endpoints    []EndpointEvidence
 	// Attempts and Incidents sum the endpoints'.
 	Attempts, Incidents int
-	// QuietRPS is the median of the endpoints' quiet-time volumes.
+	// QuietRPS is the median of the endpoints' quiet-time volumes, each
+	// weighted by its attempts: the volume most of the class's requests
+	// see.
 	QuietRPS float64
-	// HealthyErrorRate is the highest of the endpoints' healthy error
-	// rates: the threshold must stay clear of the noisiest one.
+	// HealthyErrorRate is the 99th percentile of the endpoints' healthy
+	// error rates, each weighted by the requests it was measured over: the
+	// threshold stays clear of the noise of all but 1% of the volume.
 	HealthyErrorRate float64
 	// Recovery is the median recovery time over every incident; 0 without
 	// one.
@@ -65,16 +69,16 @@ type ClassEvidence struct {
 // Reduce sums and summarises the endpoints' evidence.
 func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 	ce := ClassEvidence{Since: since, Until: until, Endpoints: eps}
-	var quiet []float64
+	var quiet, quietW, healthy, healthyW []float64
 	var recoveries []time.Duration
 	for _, e := range eps {
 		ce.Attempts += e.Attempts
 		ce.Incidents += len(e.Incidents)
 		if e.Attempts > 0 {
-			quiet = append(quiet, e.QuietRPS)
+			quiet, quietW = append(quiet, e.QuietRPS), append(quietW, float64(e.Attempts))
 		}
-		if !math.IsNaN(e.HealthyErrorRate) {
-			ce.HealthyErrorRate = max(ce.HealthyErrorRate, e.HealthyErrorRate)
+		if !math.IsNaN(e.HealthyErrorRate) && e.HealthyAttempts > 0 {
+			healthy, healthyW = append(healthy, e.HealthyErrorRate), append(healthyW, float64(e.HealthyAttempts))
 		}
 		for _, in := range e.Incidents {
 			if in.Recovery > 0 {
@@ -82,15 +86,39 @@ func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 			}
 		}
 	}
-	if len(quiet) > 0 {
-		slices.Sort(quiet)
-		ce.QuietRPS = trafficclass.Percentile(quiet, 0.5)
-	}
+	ce.QuietRPS = WeightedQuantile(quiet, quietW, 0.5)
+	ce.HealthyErrorRate = WeightedQuantile(healthy, healthyW, trafficclass.HealthyQuantile)
 	if len(recoveries) > 0 {
 		slices.Sort(recoveries)
 		ce.Recovery = recoveries[(len(recoveries)-1)/2]
 	}
 	return ce
+}
+
+// WeightedQuantile returns the smallest of values at which the weights of
+// the values up to it reach p of the total weight; 0 without a positive
+// weight.
+func WeightedQuantile(values, weights []float64, p float64) float64 {
+	idx := make([]int, 0, len(values))
+	total := 0.0
+	for i, w := range weights {
+		if w > 0 && !math.IsNaN(values[i]) {
+			idx = append(idx, i)
+			total += w
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(values[a], values[b]) })
+	cum := 0.0
+	for _, i := range idx {
+		cum += weights[i]
+		if cum >= p*total*(1-1e-12) {
+			return values[i]
+		}
+	}
+	return values[idx[len(idx)-1]]
 }
 
 // Derive returns the config the traffic-class rules give for the

@@ -31,7 +31,7 @@ func repeated(t *testing.T, rps float64, seed uint64, span time.Duration, base f
 
 // classLog is one endpoint's log in a proposal case.
 type classLog struct {
-	rows func(t *testing.T) []replay.Row
+	rows func(t *testing.T, i int) []replay.Row
 	n    int // endpoints with this log (seeded apart)
 }
 
@@ -60,10 +60,10 @@ func TestPassProposals(t *testing.T) {
 			current: rate(0.5, 10*time.Second, 20),
 			span:    hours,
 			logs: []classLog{
-				{n: 1, rows: func(t *testing.T) []replay.Row {
+				{n: 1, rows: func(t *testing.T, i int) []replay.Row {
 					return repeated(t, 10, 21, hours, 0.02, 10, time.Minute, 0.7)
 				}},
-				{n: 1, rows: func(t *testing.T) []replay.Row { return synth(t, 5, 22, phase("flaky", hours, 0.45)) }},
+				{n: 1, rows: func(t *testing.T, i int) []replay.Row { return synth(t, 5, 22, phase("flaky", hours, 0.45)) }},
 			},
 			check: func(t *testing.T, rec tuning.Recommendation) {
 				require.Equal(t, 10, rec.Evidence.Incidents, "the ten incidents, nothing on the flaky endpoint")
@@ -76,6 +76,34 @@ func TestPassProposals(t *testing.T) {
 				}
 			},
 		},
+		{
+			// Forty endpoints of a request a minute (2% errors: a 5-minute
+			// bucket of five requests with one failure is 20%, and most
+			// minutes of the p5 are idle) beside one busy endpoint with an
+			// outage: the class's numbers are the busy endpoint's, which
+			// carries the volume.
+			name:    "many quiet small endpoints and one incident",
+			current: breaker.DefaultConfig(),
+			span:    hours,
+			logs: []classLog{
+				{n: 40, rows: func(t *testing.T, i int) []replay.Row {
+					return synth(t, 1.0/60, uint64(100+i), phase("trickle", hours, 0.02))
+				}},
+				{n: 1, rows: func(t *testing.T, i int) []replay.Row {
+					return synth(t, 10, 23, phase("before", time.Hour, 0.02), phase("outage", time.Minute, 1), phase("after", hours-time.Hour-time.Minute, 0.02))
+				}},
+			},
+			check: func(t *testing.T, rec tuning.Recommendation) {
+				require.Equal(t, 1, rec.Evidence.Incidents)
+				require.Less(t, rec.Evidence.HealthyErrorRate, 0.05, "the busy endpoint's 2%, not a small one's 1 failure in 5")
+				require.Greater(t, rec.Evidence.QuietRPS, 5.0, "the busy endpoint's quiet volume, not the idle minutes' 0")
+				if rec.Status == tuning.StatusProposed {
+					require.LessOrEqual(t, rec.Proposed.FailureRateThreshold, 0.6)
+					require.LessOrEqual(t, rec.Proposed.Window, time.Minute)
+					require.Equal(t, 1, rec.Figures.Proposed.IncidentsDetected)
+				}
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,8 +112,8 @@ func TestPassProposals(t *testing.T) {
 			ctx := context.Background()
 			b.class(t, "fleet", tc.current, trafficclass.AutoTuneRecommend)
 			for _, l := range tc.logs {
-				for range l.n {
-					b.log(t, b.endpoint(t, "fleet"), start, l.rows(t))
+				for i := range l.n {
+					b.log(t, b.endpoint(t, "fleet"), start, l.rows(t, i))
 				}
 			}
 			b.now = start.Add(tc.span)
