@@ -156,8 +156,8 @@ const DetectSlack = IncidentBucket
 // the current config detects no later than DetectSlack after it (and at
 // least one incident when the evidence has any), and that beats the
 // current config by Margin on quiet-time opens, on the healthy requests
-// they blocked or on detection (improvement); else it keeps the current
-// config.
+// they blocked or, with at least MinDetectionIncidents incidents, on
+// detection (improvement); else it keeps the current config.
 func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
 	var cur *replay.Candidate
 	for i := range ranked {
@@ -189,6 +189,13 @@ func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
 			continue
 		}
 		name, by, ok := improvement(cur.Figures, c.Figures)
+		if ok && detectionDriven(name) && cur.Figures.Incidents < MinDetectionIncidents {
+			if len(why) < 2 {
+				why = append(why, fmt.Sprintf("the best candidate that detects what the current config detects (%s) beats it on %s by %s, but %d incidents are fewer than the %d a change for detection needs",
+					describe(c.Config), name, by, cur.Figures.Incidents, MinDetectionIncidents))
+			}
+			continue
+		}
 		if !ok {
 			if len(why) < 2 {
 				why = append(why, fmt.Sprintf("the best candidate that detects what the current config detects (%s) beats it on %s by %s, less than the %.0f%% margin",
@@ -207,6 +214,17 @@ func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
 	}
 	d.Reasons = why
 	return d
+}
+
+// MinDetectionIncidents is the fewest incidents in the evidence a change
+// made for detection (more incidents detected, a faster median) needs:
+// the detection of one or two incidents is one draw of the noise.
+const MinDetectionIncidents = 3
+
+// detectionDriven reports whether an improvement named so is one of
+// detection.
+func detectionDriven(name string) bool {
+	return name == "incidents detected" || name == "median detection"
 }
 
 // detectionLoss says what c loses of cur's detection, in words, or "" when

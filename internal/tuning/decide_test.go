@@ -61,7 +61,13 @@ func TestDecideNeverTradesDetectionForQuiet(t *testing.T) {
 		{"a config that opens on no incident", []replay.Candidate{
 			cand(other(0.9), 0, s(-1, -1, -1)), cand(current, 4, s(-1, -1, -1))}, nil},
 		{"detecting an incident the current config misses", []replay.Candidate{
-			cand(other(0.6), 2, s(3, 4)), cand(current, 2, s(-1, 4))}, ptr(other(0.6))},
+			cand(other(0.6), 2, s(3, 4, 5)), cand(current, 2, s(-1, 4, 5))}, ptr(other(0.6))},
+		{"a faster detection of too few incidents", []replay.Candidate{
+			cand(other(0.6), 2, s(2, 20)), cand(current, 2, s(3, 20))}, nil},
+		{"a faster detection of enough incidents", []replay.Candidate{
+			cand(other(0.6), 2, s(2, 2, 20)), cand(current, 2, s(3, 3, 20))}, ptr(other(0.6))},
+		{"one more incident detected of too few", []replay.Candidate{
+			cand(other(0.6), 2, s(3, 4)), cand(current, 2, s(-1, 4))}, nil},
 		{"a faster detection within the margin", []replay.Candidate{
 			cand(other(0.6), 2, s(19, 19)), cand(current, 2, s(20, 20))}, nil},
 		{"quiet within the margin", []replay.Candidate{
