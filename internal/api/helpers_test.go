@@ -456,7 +456,9 @@ type (
 		TenantSelectable       bool    `json:"tenant_selectable"`
 		AutoTune               string  `json:"auto_tune"`
 		TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
+		TuneMinThroughputCeil  int     `json:"tune_min_throughput_ceiling"`
 		TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
+		TuneFailureRateCeil    float64 `json:"tune_failure_rate_ceiling"`
 		Builtin                bool    `json:"builtin"`
 	}
 	transitionJSON struct {

@@ -238,7 +238,7 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 		t.deps.Logger.InfoContext(ctx, "tuning_rejected", slog.String("class", c.Name), slog.Any("reasons", why))
 		return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)
 	}
-	if !(Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, FailureRateFloor: c.TuneFailureRateFloor}).Allows(breaker.Config(*rec.Proposed)) {
+	if !BoundsOf(c).Allows(breaker.Config(*rec.Proposed)) {
 		rec.Status = StatusRejected
 		rec.Reasons = append(rec.Reasons, "rejected: the proposal is outside the class's tuning bounds")
 		return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)

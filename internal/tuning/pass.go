@@ -427,7 +427,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	cur := ClassConfig(c.Breaker)
 	rec := Recommendation{Class: name, Status: StatusKept, Mode: c.AutoTune, Current: &cur, RanAt: &ranAt}
 
-	bounds := Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, FailureRateFloor: c.TuneFailureRateFloor}
+	bounds := BoundsOf(c)
 	derived := Derive(ev, c.Breaker, bounds)
 	configs := Grid(derived, c.Breaker, bounds)
 	lead := LeadFor(configs)

@@ -101,6 +101,26 @@ func TestPassProposals(t *testing.T) {
 					require.LessOrEqual(t, rec.Proposed.FailureRateThreshold, 0.6)
 					require.LessOrEqual(t, rec.Proposed.Window, time.Minute)
 					require.Equal(t, 1, rec.Figures.Proposed.IncidentsDetected)
+					within(t, breaker.Config(*rec.Proposed))
+				}
+			},
+		},
+		{
+			// The live config sits at the ceilings (0.9, 10 minutes) and the
+			// noise derives 0.9 again: the grid around them goes no
+			// further, and no proposal leaves the limits.
+			name:    "a class at the grid's edge",
+			current: rate(0.9, 10*time.Minute, 20),
+			span:    hours,
+			logs: []classLog{
+				{n: 2, rows: func(t *testing.T, i int) []replay.Row {
+					return synth(t, 2, uint64(30+i), phase("noisy", time.Hour, 0.3), phase("outage", 3*time.Minute, 1), phase("after", time.Hour-3*time.Minute, 0.3))
+				}},
+			},
+			check: func(t *testing.T, rec tuning.Recommendation) {
+				require.Equal(t, 2, rec.Evidence.Incidents)
+				if rec.Status == tuning.StatusProposed {
+					within(t, breaker.Config(*rec.Proposed))
 				}
 			},
 		},
@@ -124,4 +144,15 @@ func TestPassProposals(t *testing.T) {
 			tc.check(t, rec)
 		})
 	}
+}
+
+// within checks c against the documented limits of a grid.
+func within(t *testing.T, c breaker.Config) {
+	t.Helper()
+	require.GreaterOrEqual(t, c.FailureRateThreshold, tuning.MinThreshold, "%+v", c)
+	require.LessOrEqual(t, c.FailureRateThreshold, tuning.MaxThreshold, "%+v", c)
+	require.GreaterOrEqual(t, c.Window, tuning.MinWindow, "%+v", c)
+	require.LessOrEqual(t, c.Window, tuning.MaxWindow, "%+v", c)
+	require.GreaterOrEqual(t, c.MinThroughput, tuning.MinThroughputFloor, "%+v", c)
+	require.LessOrEqual(t, c.MinThroughput, tuning.MaxMinThroughput, "%+v", c)
 }

@@ -1134,8 +1134,14 @@ type CreateTrafficClassRequest struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *CreateTrafficClassRequestTrip `json:"trip,omitempty"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling *float32 `json:"tune_failure_rate_ceiling,omitempty"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling *int `json:"tune_min_throughput_ceiling,omitempty"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`
@@ -2000,8 +2006,14 @@ type TrafficClassConfig struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip TrafficClassConfigTrip `json:"trip"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling float32 `json:"tune_failure_rate_ceiling"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor float32 `json:"tune_failure_rate_floor"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling int `json:"tune_min_throughput_ceiling"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor int `json:"tune_min_throughput_floor"`
@@ -2071,8 +2083,14 @@ type TrafficClassFields struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *TrafficClassFieldsTrip `json:"trip,omitempty"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling *float32 `json:"tune_failure_rate_ceiling,omitempty"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling *int `json:"tune_min_throughput_ceiling,omitempty"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`

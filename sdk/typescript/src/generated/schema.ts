@@ -1429,10 +1429,20 @@ export interface components {
              */
             tune_min_throughput_floor?: number;
             /**
-             * @description The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+             * @description The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+             * @default 10000
+             */
+            tune_min_throughput_ceiling?: number;
+            /**
+             * @description The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
              * @default 0
              */
             tune_failure_rate_floor?: number;
+            /**
+             * @description The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+             * @default 1
+             */
+            tune_failure_rate_ceiling?: number;
             /**
              * @description Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
              * @default false
@@ -1446,7 +1456,7 @@ export interface components {
         /** @description The whole class: every omitted member takes its default. `name`, if given, must be the name in the path. */
         PutTrafficClassRequest: components["schemas"]["TrafficClassFields"];
         /** @description A traffic class, every member present. */
-        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin" | "auto_tune" | "tune_min_throughput_floor" | "tune_failure_rate_floor">;
+        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin" | "auto_tune" | "tune_min_throughput_floor" | "tune_min_throughput_ceiling" | "tune_failure_rate_floor" | "tune_failure_rate_ceiling">;
         TrafficClassList: {
             /** @description Every class, by name. */
             data: components["schemas"]["TrafficClassConfig"][];
