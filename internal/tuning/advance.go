@@ -62,9 +62,9 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	if err != nil {
 		return err
 	}
-	var rec Recommendation
-	if err := json.Unmarshal(sr.Body, &rec); err != nil {
-		return fmt.Errorf("decode recommendation: %w", err)
+	rec, err := decodeRecommendation(sr.Body)
+	if err != nil {
+		return err
 	}
 	rec.Status, rec.Mode = Status(sr.Status), c.AutoTune
 	if rec.Proposed == nil || rec.Current == nil {
@@ -235,6 +235,7 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 	delete(t.shadows, c.Name)
 	if !ok {
 		rec.Status = StatusRejected
+		rec.remember()
 		t.deps.Logger.InfoContext(ctx, "tuning_rejected", slog.String("class", c.Name), slog.Any("reasons", why))
 		return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)
 	}
@@ -266,9 +267,9 @@ func Apply(ctx context.Context, st Store, rec Recommendation, actor string, expe
 		return trafficclass.Class{}, ErrNothingToApply
 	}
 	rec.Status = StatusApplied
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return trafficclass.Class{}, fmt.Errorf("encode recommendation: %w", err)
+		return trafficclass.Class{}, err
 	}
 	enc := func(v any) json.RawMessage {
 		b, _ := json.Marshal(v)

@@ -3,6 +3,7 @@ package tuning
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -132,12 +133,19 @@ type Decision struct {
 }
 
 // EnoughEvidence reports whether a class's evidence over its range
-// (quiet is the time its quiet ranges span) suffices, and why not.
+// suffices, and why not: the endpoints whose log counts (at least
+// MinEndpointAttempts attempts each) together make MinAttemptsPerMinute,
+// and quiet, the quiet time with traffic of those endpoints (weighted by
+// their attempts), spans MinQuietShare of the range.
 func EnoughEvidence(ev ClassEvidence, quiet time.Duration) (bool, []string) {
 	minutes := ev.Until.Sub(ev.Since).Minutes()
 	var why []string
-	if need := int(math.Ceil(minutes * MinAttemptsPerMinute)); ev.Attempts < need {
-		why = append(why, fmt.Sprintf("too little evidence: %d attempts in the range, fewer than the %d needed (%d a minute)", ev.Attempts, need, MinAttemptsPerMinute))
+	if need := int(math.Ceil(minutes * MinAttemptsPerMinute)); ev.Counted < need {
+		left := ""
+		if ev.Sparse > 0 {
+			left = fmt.Sprintf(" (%d endpoints of fewer than %d attempts each left out)", ev.Sparse, MinEndpointAttempts)
+		}
+		why = append(why, fmt.Sprintf("too little evidence: %d attempts in the range%s, fewer than the %d needed (%d a minute)", ev.Counted, left, need, MinAttemptsPerMinute))
 	}
 	if need := time.Duration(float64(ev.Until.Sub(ev.Since)) * MinQuietShare); quiet < need {
 		why = append(why, fmt.Sprintf("too little evidence: %s of quiet traffic, less than the %s needed (%.0f%% of the range)",
@@ -159,6 +167,32 @@ const DetectSlack = IncidentBucket
 // they blocked or, with at least MinDetectionIncidents incidents, on
 // detection (improvement); else it keeps the current config.
 func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
+	return DecideWith(current, ranked, History{})
+}
+
+// UndoPasses is how many intervals back a change counts as recent: a
+// proposal that undoes a change applied that recently needs twice the
+// margin, so that two configs do not take turns.
+const UndoPasses = 7
+
+// History is what a class's past says about a pass's proposals.
+type History struct {
+	// Rejected are the proposals rejected (by an admin or a shadow) from
+	// the current config: none is proposed again while the config is the
+	// same.
+	Rejected []breaker.Config
+	// Recent are the changes applied to the class within the last
+	// UndoPasses intervals.
+	Recent []Change
+}
+
+// Change is one applied change of a class's config.
+type Change struct{ From, To breaker.Config }
+
+// DecideWith is Decide with the class's history: a rejected proposal is
+// skipped, and one that undoes a recent change (Undoes) must beat the
+// current config by twice the margin.
+func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) Decision {
 	var cur *replay.Candidate
 	for i := range ranked {
 		if ranked[i].Config == current {
@@ -178,35 +212,49 @@ func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
 		return d
 	}
 	var why []string
+	note := func(format string, args ...any) {
+		if len(why) < 3 {
+			why = append(why, fmt.Sprintf(format, args...))
+		}
+	}
 	for _, c := range ranked {
 		if c.Config == current {
 			break
 		}
-		if miss := detectionLoss(*cur, c); miss != "" {
-			if len(why) == 0 {
-				why = append(why, fmt.Sprintf("the best candidate (%s) %s", describe(c.Config), miss))
-			}
+		if slices.Contains(h.Rejected, c.Config) {
+			note("%s was rejected before from the same config and is not proposed again (change the class or its bounds to tune it again)", describe(c.Config))
 			continue
 		}
-		name, by, ok := improvement(cur.Figures, c.Figures)
+		if miss := detectionLoss(*cur, c); miss != "" {
+			note("the best candidate (%s) %s", describe(c.Config), miss)
+			continue
+		}
+		margin, undo := Margin, Undoes(h.Recent, current, c.Config)
+		if undo {
+			margin *= 2
+		}
+		name, by, ok := improvement(cur.Figures, c.Figures, margin)
 		if ok && detectionDriven(name) && cur.Figures.Incidents < MinDetectionIncidents {
-			if len(why) < 2 {
-				why = append(why, fmt.Sprintf("the best candidate that detects what the current config detects (%s) beats it on %s by %s, but %d incidents are fewer than the %d a change for detection needs",
-					describe(c.Config), name, by, cur.Figures.Incidents, MinDetectionIncidents))
-			}
+			note("the best candidate that detects what the current config detects (%s) beats it on %s by %s, but %d incidents are fewer than the %d a change for detection needs",
+				describe(c.Config), name, by, cur.Figures.Incidents, MinDetectionIncidents)
 			continue
 		}
 		if !ok {
-			if len(why) < 2 {
-				why = append(why, fmt.Sprintf("the best candidate that detects what the current config detects (%s) beats it on %s by %s, less than the %.0f%% margin",
-					describe(c.Config), name, by, Margin*100))
+			extra := ""
+			if undo {
+				extra = ", doubled since it undoes a recent change"
 			}
+			note("the best candidate that detects what the current config detects (%s) beats it on %s by %s, less than the %.0f%% margin%s",
+				describe(c.Config), name, by, margin*100, extra)
 			continue
 		}
 		p := c.Config
 		f := c.Figures
 		d.Status, d.Proposed, d.Best = StatusProposed, &p, &f
 		d.Reasons = []string{fmt.Sprintf("%s beats the current config (%s) on %s by %s, and detects every incident it detects", describe(p), describe(current), name, by)}
+		if undo {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("it undoes a change applied within the last %d passes, and beats the current config by twice the margin", UndoPasses))
+		}
 		return d
 	}
 	if len(why) == 0 {
@@ -214,6 +262,27 @@ func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
 	}
 	d.Reasons = why
 	return d
+}
+
+// Undoes reports whether moving from current to next takes back a setting
+// one of the recent changes made: the trip back to what it was, or a
+// threshold, window, minimum or open duration moved back the way it came.
+func Undoes(recent []Change, current, next breaker.Config) bool {
+	back := func(from, to, cur, nxt float64) bool {
+		return from != to && nxt != cur && (from-to > 0) == (nxt-cur > 0)
+	}
+	for _, ch := range recent {
+		if ch.From.Trip != ch.To.Trip && next.Trip == ch.From.Trip && current.Trip != next.Trip {
+			return true
+		}
+		if back(ch.From.FailureRateThreshold, ch.To.FailureRateThreshold, current.FailureRateThreshold, next.FailureRateThreshold) ||
+			back(float64(ch.From.Window), float64(ch.To.Window), float64(current.Window), float64(next.Window)) ||
+			back(float64(ch.From.MinThroughput), float64(ch.To.MinThroughput), float64(current.MinThroughput), float64(next.MinThroughput)) ||
+			back(float64(ch.From.OpenDuration), float64(ch.To.OpenDuration), float64(current.OpenDuration), float64(next.OpenDuration)) {
+			return true
+		}
+	}
+	return false
 }
 
 // MinDetectionIncidents is the fewest incidents in the evidence a change
@@ -262,16 +331,16 @@ func detectionLoss(cur, c replay.Candidate) string {
 }
 
 // improvement names the figure on which best beats cur, by how much, and
-// whether that passes the margin: fewer quiet-time opens (by Margin of
-// the current count and at least one); or, with no more quiet-time opens,
-// fewer healthy requests blocked (by Margin and at least one), more
-// incidents detected, or a median detection faster by Margin. A smaller
+// whether that passes margin: fewer quiet-time opens (by margin of the
+// current count and at least one); or, with no more quiet-time opens,
+// fewer healthy requests blocked (by margin and at least one), more
+// incidents detected, or a median detection faster by margin. A smaller
 // difference is noise.
-func improvement(cur, best replay.Figures) (string, string, bool) {
+func improvement(cur, best replay.Figures, margin float64) (string, string, bool) {
 	by := func(gain, b, c float64, unit string) string {
 		return fmt.Sprintf("%g%s (%g against %g)", math.Round(gain*1000)/1000, unit, math.Round(b*1000)/1000, math.Round(c*1000)/1000)
 	}
-	counts := func(c, b int) bool { return c-b >= 1 && float64(c-b) >= Margin*float64(c) }
+	counts := func(c, b int) bool { return c-b >= 1 && float64(c-b) >= margin*float64(c) }
 	if gain := cur.OpensQuiet - best.OpensQuiet; gain != 0 {
 		return "quiet-time opens", by(float64(gain), float64(best.OpensQuiet), float64(cur.OpensQuiet), ""), counts(cur.OpensQuiet, best.OpensQuiet)
 	}
@@ -286,7 +355,7 @@ func improvement(cur, best replay.Figures) (string, string, bool) {
 	}
 	if best.IncidentsDetected > 0 && cur.IncidentsDetected > 0 {
 		gain := (cur.DetectMedian - best.DetectMedian).Seconds()
-		return "median detection", by(gain, best.DetectMedian.Seconds(), cur.DetectMedian.Seconds(), " s"), gain > 0 && gain >= Margin*cur.DetectMedian.Seconds()
+		return "median detection", by(gain, best.DetectMedian.Seconds(), cur.DetectMedian.Seconds(), " s"), gain > 0 && gain >= margin*cur.DetectMedian.Seconds()
 	}
 	return "nothing", "0", false
 }

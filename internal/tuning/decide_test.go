@@ -89,3 +89,55 @@ func TestDecideNeverTradesDetectionForQuiet(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDecideConsultsHistory: each case's candidate is proposed without
+// history (as Decide did before it read any); with the class's history, a
+// rejected proposal is skipped for the next best, and one that undoes a
+// recent change needs twice the margin.
+func TestDecideConsultsHistory(t *testing.T) {
+	t.Parallel()
+	current := breaker.DefaultConfig()
+	with := func(threshold float64, window time.Duration) breaker.Config {
+		c := current
+		c.FailureRateThreshold, c.Window = threshold, window
+		return c
+	}
+	cand := func(c breaker.Config, quiet int) replay.Candidate {
+		tl := replay.Tally{OpensQuiet: quiet, Incidents: 1, Detections: []time.Duration{time.Second}, ByIncident: []time.Duration{time.Second}}
+		return replay.Candidate{Config: c, Figures: tl.Figures(), ByIncident: tl.ByIncident}
+	}
+	higher, longer := with(0.6, 30*time.Second), with(0.5, time.Minute)
+	cases := []struct {
+		name       string
+		candidates []replay.Candidate
+		history    tuning.History
+		want       *breaker.Config
+	}{
+		{"rejected before: the next best", []replay.Candidate{cand(higher, 5), cand(longer, 6), cand(current, 10)},
+			tuning.History{Rejected: []breaker.Config{higher}}, ptr(longer)},
+		{"rejected before, and nothing else beats it", []replay.Candidate{cand(higher, 5), cand(current, 10)},
+			tuning.History{Rejected: []breaker.Config{higher}}, nil},
+		{"undoing a recent change by 15%", []replay.Candidate{cand(higher, 17), cand(current, 20)},
+			tuning.History{Recent: []tuning.Change{{From: with(0.7, 30*time.Second), To: current}}}, nil},
+		{"undoing a recent change by 25%", []replay.Candidate{cand(higher, 15), cand(current, 20)},
+			tuning.History{Recent: []tuning.Change{{From: with(0.7, 30*time.Second), To: current}}}, ptr(higher)},
+		{"going on the way a recent change went, by 15%", []replay.Candidate{cand(higher, 17), cand(current, 20)},
+			tuning.History{Recent: []tuning.Change{{From: with(0.4, 30*time.Second), To: current}}}, ptr(higher)},
+		{"undoing a window change by 15%", []replay.Candidate{cand(longer, 17), cand(current, 20)},
+			tuning.History{Recent: []tuning.Change{{From: with(0.5, 2*time.Minute), To: current}}}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			blind := tuning.Decide(current, tc.candidates)
+			require.Equal(t, tuning.StatusProposed, blind.Status, "without history: %v", blind.Reasons)
+			d := tuning.DecideWith(current, tc.candidates, tc.history)
+			if tc.want == nil {
+				require.Equal(t, tuning.StatusKept, d.Status, d.Reasons)
+				return
+			}
+			require.Equal(t, tuning.StatusProposed, d.Status, d.Reasons)
+			require.Equal(t, *tc.want, *d.Proposed)
+		})
+	}
+}

@@ -95,8 +95,10 @@ func Within(c breaker.Config, b Bounds) bool {
 type ClassEvidence struct {
 	Since, Until time.Time
 	Endpoints    []EndpointEvidence
-	// Attempts and Incidents sum the endpoints'.
-	Attempts, Incidents int
+	// Attempts sums the endpoints'; Counted sums those of the endpoints
+	// whose log counts as evidence (EndpointEvidence.Counted), and Sparse
+	// is how many do not. Incidents sums the counted endpoints'.
+	Attempts, Counted, Sparse, Incidents int
 	// QuietRPS is the median of the endpoints' quiet-time volumes, each
 	// weighted by its attempts: the volume most of the class's requests
 	// see.
@@ -110,13 +112,19 @@ type ClassEvidence struct {
 	Recovery time.Duration
 }
 
-// Reduce sums and summarises the endpoints' evidence.
+// Reduce sums and summarises the endpoints' evidence; the class's figures
+// come from the endpoints whose log counts (EndpointEvidence.Counted).
 func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 	ce := ClassEvidence{Since: since, Until: until, Endpoints: eps}
 	var quiet, quietW, healthy, healthyW []float64
 	var recoveries []time.Duration
 	for _, e := range eps {
 		ce.Attempts += e.Attempts
+		if !e.Counted() {
+			ce.Sparse++
+			continue
+		}
+		ce.Counted += e.Attempts
 		ce.Incidents += len(e.Incidents)
 		if e.Attempts > 0 {
 			quiet, quietW = append(quiet, e.QuietRPS), append(quietW, float64(e.Attempts))

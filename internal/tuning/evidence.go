@@ -38,6 +38,11 @@ const (
 	IncidentSurprise = 13.8
 	// RecoveryStreak is the run of successes that ends a recovery.
 	RecoveryStreak = 3
+	// MinEndpointAttempts is the fewest attempts in the range an endpoint
+	// needs for its log to count as evidence (its class's figures, the
+	// replay, the evidence minimums): with fewer, no window of a breaker
+	// with the floor's min_throughput ever judges it.
+	MinEndpointAttempts = 20
 	// MinBucketAttempts is the fewest requests a 5-minute bucket holds for
 	// its failure rate to count towards the healthy error rate and the
 	// baseline: one failure in a bucket of one request is not a 100%
@@ -162,6 +167,46 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 	}
 	ev.HealthyErrorRate = trafficclass.HealthyErrorRate(healthy)
 	return ev
+}
+
+// Counted reports whether the endpoint's log counts as evidence: at least
+// MinEndpointAttempts attempts.
+func (e EndpointEvidence) Counted() bool { return e.Attempts >= MinEndpointAttempts }
+
+// activeQuiet returns how much of the quiet segments (those without an
+// incident) falls in minutes of the range, from since, in which rows (in
+// time order) have at least one attempt: the quiet time the endpoint's
+// traffic saw.
+func activeQuiet(rows []replay.Row, segs []Segment, since time.Time) time.Duration {
+	var total time.Duration
+	base := since.UnixNano()
+	last, j := int64(-1), 0
+	for _, r := range rows {
+		m := (int64(r.TS) - base) / int64(time.Minute)
+		if m == last || int64(r.TS) < base {
+			continue
+		}
+		last = m
+		from := time.Unix(0, base+m*int64(time.Minute))
+		to := from.Add(time.Minute)
+		for j < len(segs) && !segs[j].To.After(from) {
+			j++
+		}
+		for k := j; k < len(segs) && segs[k].From.Before(to); k++ {
+			if segs[k].Incident != nil {
+				continue
+			}
+			lo, hi := segs[k].From, segs[k].To
+			if lo.Before(from) {
+				lo = from
+			}
+			if hi.After(to) {
+				hi = to
+			}
+			total += hi.Sub(lo)
+		}
+	}
+	return total
 }
 
 func overlaps(a, b Interval) bool { return a.From.Before(b.To) && b.From.Before(a.To) }

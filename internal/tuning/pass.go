@@ -30,6 +30,7 @@ type Store interface {
 	ListRecommendations(ctx context.Context, statuses ...string) ([]store.Recommendation, error)
 	SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error
 	ApplyTuning(ctx context.Context, class string, expect, next breaker.Config, t store.Tuning, r store.Recommendation, data map[string]any) (trafficclass.Class, error)
+	ListTunings(ctx context.Context, class string, limit int) ([]store.Tuning, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -426,6 +427,10 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	ranAt := t.deps.Now().UTC()
 	cur := ClassConfig(c.Breaker)
 	rec := Recommendation{Class: name, Status: StatusKept, Mode: c.AutoTune, Current: &cur, RanAt: &ranAt}
+	hist, err := t.history(ctx, c, &rec)
+	if err != nil {
+		return Recommendation{}, nil, err
+	}
 
 	bounds := BoundsOf(c)
 	derived := Derive(ev, c.Breaker, bounds)
@@ -433,16 +438,24 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	lead := LeadFor(configs)
 	used := &passUsed{configs: configs, segments: map[string][]Segment{}}
 	tallies := make([]replay.Tally, len(configs))
-	var quiet time.Duration
+	// The class's quiet time is its endpoints' quiet time with traffic,
+	// weighted by their attempts: an endpoint of one attempt does not
+	// contribute the whole range.
+	var quietSum, quietWeight float64
 	segments := make([][]Segment, len(ids))
 	for i := range ids {
+		if !evs[i].Counted() {
+			continue
+		}
 		segments[i] = Segments(since, until, evs[i].Incidents, lead)
 		used.segments[ids[i]] = segments[i]
-		for _, s := range segments[i] {
-			if s.Incident == nil && len(logs[i].v) > 0 {
-				quiet += s.To.Sub(s.From)
-			}
-		}
+		buf = logs[i].appendTo(buf[:0])
+		quietSum += float64(evs[i].Attempts) * activeQuiet(buf, segments[i], since).Seconds()
+		quietWeight += float64(evs[i].Attempts)
+	}
+	var quiet time.Duration
+	if quietWeight > 0 {
+		quiet = time.Duration(quietSum / quietWeight * float64(time.Second)).Round(time.Second)
 	}
 	view := ev.View(quiet)
 	rec.Evidence = &view
@@ -456,7 +469,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		buf = logs[i].appendTo(buf[:0])
 		traces := Traces(buf, segments[i])
 		logs[i] = nil
-		if len(traces) == 0 {
+		if len(traces) == 0 || !evs[i].Counted() {
 			continue
 		}
 		part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
@@ -470,7 +483,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
-	d := Decide(c.Breaker, ranked)
+	d := DecideWith(c.Breaker, ranked, hist)
 	rec.Configs = len(configs)
 	rec.Status, rec.Reasons = d.Status, d.Reasons
 	if d.Current != nil {
@@ -491,29 +504,20 @@ func (t *Tuner) save(ctx context.Context, c trafficclass.Class, rec Recommendati
 	event := ""
 	if rec.Status == StatusProposed {
 		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusShadowing) {
-			var old Recommendation
-			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
+			if old, err := decodeRecommendation(prev.Body); err == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
 				rec.Status, rec.Shadow = StatusShadowing, old.Shadow
 				sr.Status, sr.ShadowSince, sr.ShadowUntil = prev.Status, prev.ShadowSince, prev.ShadowUntil
 			}
 		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusRejected) {
-			var old Recommendation
-			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
-				rec.Status = StatusRejected
-				rec.Reasons = append(rec.Reasons, "not proposed again: the same proposal was rejected before (change the class or its bounds to tune it again)")
-				sr.Status = string(StatusRejected)
-			}
-		}
 		if rec.Status == StatusProposed {
 			event = store.OpTrafficClassRecommended
 		}
 	}
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return fmt.Errorf("encode recommendation: %w", err)
+		return err
 	}
 	sr.Body = body
 	return t.deps.Store.SaveRecommendation(ctx, sr, event, eventData(rec))
@@ -548,9 +552,9 @@ func Get(ctx context.Context, st Store, class string) (Recommendation, error) {
 	if err != nil {
 		return Recommendation{}, err
 	}
-	var rec Recommendation
-	if err := json.Unmarshal(r.Body, &rec); err != nil {
-		return Recommendation{}, fmt.Errorf("decode recommendation: %w", err)
+	rec, err := decodeRecommendation(r.Body)
+	if err != nil {
+		return Recommendation{}, err
 	}
 	rec.Status, rec.Mode = Status(r.Status), c.AutoTune
 	return rec, nil
@@ -576,6 +580,7 @@ func Reject(ctx context.Context, st Store, class string) (Recommendation, error)
 	was := rec.Status
 	rec.Status = StatusRejected
 	rec.Reasons = append(rec.Reasons, "rejected by an admin")
+	rec.remember()
 	return rec, saveAs(ctx, st, rec, was, nil)
 }
 
@@ -583,13 +588,98 @@ func Reject(ctx context.Context, st Store, class string) (Recommendation, error)
 // stored recommendation of that status (store.ErrRecommendationChanged
 // otherwise).
 func saveAs(ctx context.Context, st Store, rec Recommendation, expect Status, data map[string]any) error {
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return fmt.Errorf("encode recommendation: %w", err)
+		return err
 	}
 	sr := store.Recommendation{Class: rec.Class, Status: string(rec.Status), Body: body, Expect: string(expect)}
 	if rec.Shadow != nil {
 		sr.ShadowSince, sr.ShadowUntil = &rec.Shadow.Since, &rec.Shadow.Until
 	}
 	return st.SaveRecommendation(ctx, sr, "", data)
+}
+
+// history reads what the class's past says about this pass's proposals:
+// the proposals rejected from the current config (carried into rec, so
+// that passes in between do not forget them) and the changes applied
+// within the last UndoPasses intervals.
+func (t *Tuner) history(ctx context.Context, c trafficclass.Class, rec *Recommendation) (History, error) {
+	var h History
+	prev, err := t.deps.Store.GetRecommendation(ctx, c.Name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return h, err
+	default:
+		old, err := decodeRecommendation(prev.Body)
+		if err != nil {
+			return h, err
+		}
+		if prev.Status == string(StatusRejected) {
+			old.remember()
+		}
+		rec.RejectedBefore = old.RejectedBefore
+	}
+	for _, r := range rec.RejectedBefore {
+		if breaker.Config(r.Current) == c.Breaker {
+			h.Rejected = append(h.Rejected, breaker.Config(r.Proposed))
+		}
+	}
+	tunings, err := t.deps.Store.ListTunings(ctx, c.Name, UndoPasses)
+	if err != nil {
+		return h, err
+	}
+	recent := t.deps.Now().Add(-UndoPasses * t.cfg.Interval)
+	for _, tu := range tunings {
+		var from, to ClassConfig
+		if tu.At.Before(recent) || json.Unmarshal(tu.OldConfig, &from) != nil || json.Unmarshal(tu.NewConfig, &to) != nil {
+			continue
+		}
+		h.Recent = append(h.Recent, Change{From: breaker.Config(from), To: breaker.Config(to)})
+	}
+	return h, nil
+}
+
+// maxRejections is how many rejected proposals a class remembers.
+const maxRejections = 20
+
+// remember adds rec's proposal, from its current config, to the proposals
+// rejected before.
+func (rec *Recommendation) remember() {
+	if rec.Proposed == nil || rec.Current == nil {
+		return
+	}
+	r := Rejection{Current: *rec.Current, Proposed: *rec.Proposed}
+	if slices.Contains(rec.RejectedBefore, r) {
+		return
+	}
+	rec.RejectedBefore = append(rec.RejectedBefore, r)
+	if n := len(rec.RejectedBefore); n > maxRejections {
+		rec.RejectedBefore = slices.Clone(rec.RejectedBefore[n-maxRejections:])
+	}
+}
+
+// storedRecommendation is a recommendation as stored: with the proposals
+// rejected before, which the API does not show.
+type storedRecommendation struct {
+	Recommendation
+	RejectedBefore []Rejection `json:"rejected_before,omitempty"`
+}
+
+func encodeRecommendation(rec Recommendation) ([]byte, error) {
+	body, err := json.Marshal(storedRecommendation{Recommendation: rec, RejectedBefore: rec.RejectedBefore})
+	if err != nil {
+		return nil, fmt.Errorf("encode recommendation: %w", err)
+	}
+	return body, nil
+}
+
+func decodeRecommendation(body []byte) (Recommendation, error) {
+	var s storedRecommendation
+	if err := json.Unmarshal(body, &s); err != nil {
+		return Recommendation{}, fmt.Errorf("decode recommendation: %w", err)
+	}
+	rec := s.Recommendation
+	rec.RejectedBefore = s.RejectedBefore
+	return rec, nil
 }

@@ -2,6 +2,7 @@ package tuning_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -124,6 +125,29 @@ func TestPassProposals(t *testing.T) {
 				}
 			},
 		},
+		{
+			// Three hundred endpoints of five attempts each, in one minute:
+			// enough attempts for the class, but no endpoint says anything
+			// about a breaker, and their quiet time is a minute each, not
+			// the range each.
+			name:    "many endpoints of a handful of attempts",
+			current: breaker.DefaultConfig(),
+			span:    hours,
+			logs: []classLog{
+				{n: 300, rows: func(t *testing.T, i int) []replay.Row {
+					rows := synth(t, 5.0/60, uint64(200+i), phase("burst", time.Minute, 0.2))
+					for j := range rows {
+						rows[j].TS += time.Duration(i%100) * time.Minute
+					}
+					return rows
+				}},
+			},
+			check: func(t *testing.T, rec tuning.Recommendation) {
+				require.Equal(t, tuning.StatusKept, rec.Status)
+				require.Contains(t, fmt.Sprint(rec.Reasons), "too little evidence")
+				require.LessOrEqual(t, rec.Evidence.QuietS, hours.Seconds())
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,4 +179,35 @@ func within(t *testing.T, c breaker.Config) {
 	require.LessOrEqual(t, c.Window, tuning.MaxWindow, "%+v", c)
 	require.GreaterOrEqual(t, c.MinThroughput, tuning.MinThroughputFloor, "%+v", c)
 	require.LessOrEqual(t, c.MinThroughput, tuning.MaxMinThroughput, "%+v", c)
+}
+
+// TestRejectedProposalIsNotProposedAgain: a proposal an admin rejected is
+// not proposed again from the same config, even after passes that kept
+// the config in between.
+func TestRejectedProposalIsNotProposedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	c := breaker.DefaultConfig()
+	c.Trip, c.ConsecutiveFailures = breaker.TripConsecutive, 3
+	b.class(t, "noisy", c, trafficclass.AutoTuneRecommend)
+	b.log(t, b.endpoint(t, "noisy"), start, noisyShape(t))
+	b.log(t, b.endpoint(t, "noisy"), start, outageShape(t))
+	b.now = start.Add(span)
+	first, err := b.tuner.Pass(ctx, "noisy", start, start.Add(span), false)
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusProposed, first.Status, first.Reasons)
+	_, err = tuning.Reject(ctx, b.st, "noisy")
+	require.NoError(t, err)
+
+	// A pass over too little of the log keeps the config in between.
+	between, err := b.tuner.Pass(ctx, "noisy", start.Add(span), start.Add(span+time.Minute), false)
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusKept, between.Status)
+
+	again, err := b.tuner.Pass(ctx, "noisy", start, start.Add(span), false)
+	require.NoError(t, err)
+	if again.Proposed != nil {
+		require.NotEqual(t, *first.Proposed, *again.Proposed, "the rejected proposal came back: %v", again.Reasons)
+	}
 }

@@ -2030,7 +2030,7 @@ export interface components {
             detect_s_median: number | null;
             detect_s_max: number | null;
         };
-        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found, the median of the endpoints' quiet-time volumes (requests/s), the highest healthy error rate, the median recovery time, the quiet time replayed, and each endpoint's figures. */
+        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures. */
         TuningEvidence: {
             /** Format: date-time */
             since: string;
