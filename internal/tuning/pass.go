@@ -132,10 +132,8 @@ const leaderLock = "_leader"
 
 // Run makes this process the fleet's tuning leader when no other process
 // is (a session advisory lock, tried again every Poll), and as leader,
-// every Poll, runs a paced pass over each class whose last pass is
-// Interval old (a class never passed counts from when this process began
-// to lead, so a restart starts no pass) and advances the shadows, until
-// ctx ends.
+// every Poll, runs a paced pass over each class whose stored last pass is
+// Interval old (PassDue) and advances the shadows, until ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
 	for {
 		err := t.deps.Store.WithTuningLock(ctx, leaderLock, func(ctx context.Context) error {
@@ -159,9 +157,8 @@ func (t *Tuner) Run(ctx context.Context) {
 func (t *Tuner) lead(ctx context.Context) {
 	poll := time.NewTicker(t.cfg.Poll)
 	defer poll.Stop()
-	since := t.deps.Now()
 	for {
-		t.PassDue(ctx, since)
+		t.PassDue(ctx)
 		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
 			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
 		}
@@ -174,9 +171,11 @@ func (t *Tuner) lead(ctx context.Context) {
 }
 
 // PassDue runs a paced pass over the last Window of each class not off
-// whose last pass ran Interval ago or more, or that never had one and
-// Interval has passed since leading.
-func (t *Tuner) PassDue(ctx context.Context, leading time.Time) {
+// whose stored last pass ran Interval ago or more, or that never had one.
+// The due time comes from the database, not from when this process began
+// to lead, so a fleet deployed more often than Interval still tunes, and a
+// restart starts no pass that is not due.
+func (t *Tuner) PassDue(ctx context.Context) {
 	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
 	if err != nil {
 		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
@@ -184,18 +183,14 @@ func (t *Tuner) PassDue(ctx context.Context, leading time.Time) {
 	}
 	last := map[string]time.Time{}
 	for _, r := range recs {
-		var rec Recommendation
-		if json.Unmarshal(r.Body, &rec) == nil && rec.RanAt != nil {
+		if rec, err := decodeRecommendation(r.Body); err == nil && rec.RanAt != nil {
 			last[r.Class] = *rec.RanAt
 		}
 	}
 	now := t.deps.Now()
 	t.passAll(ctx, func(class string) bool {
 		at, ok := last[class]
-		if !ok || at.Before(leading) {
-			at = leading
-		}
-		return now.Sub(at) >= t.cfg.Interval
+		return !ok || now.Sub(at) >= t.cfg.Interval
 	})
 }
 

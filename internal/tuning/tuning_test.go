@@ -479,8 +479,8 @@ func TestRejectDropsAProposal(t *testing.T) {
 }
 
 // TestPassesComeOnePerIntervalPerClass: a class never passed gets its first
-// pass an interval after leading began (a restart starts none), and the
-// next an interval after that; a class off never does.
+// pass at once, and the next an interval after the last stored one, however
+// many leaders come between; a class off never does.
 func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tuning.Config{Interval: time.Hour, Window: span})
@@ -492,18 +492,21 @@ func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 		require.NoError(t, err)
 		return rec.RanAt
 	}
-	leading := start
+	b.now = start
+	b.tuner.PassDue(ctx)
+	require.Equal(t, start, *ranAt("hourly"), "never passed: due at once")
 	b.now = start.Add(59 * time.Minute)
-	b.tuner.PassDue(ctx, leading)
-	require.Nil(t, ranAt("hourly"), "not an interval since leading began")
+	restarted := tuning.New(tuning.Config{Interval: time.Hour, Window: span}, tuning.Deps{Store: b.st, Now: func() time.Time { return b.now }})
+	restarted.PassDue(ctx)
+	require.Equal(t, start, *ranAt("hourly"), "a new leader starts no pass that is not due")
 	b.now = start.Add(time.Hour)
-	b.tuner.PassDue(ctx, leading)
+	restarted.PassDue(ctx)
 	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"))
 	b.now = start.Add(90 * time.Minute)
-	b.tuner.PassDue(ctx, leading)
+	b.tuner.PassDue(ctx)
 	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"), "not due again yet")
 	b.now = start.Add(2 * time.Hour)
-	b.tuner.PassDue(ctx, leading)
+	b.tuner.PassDue(ctx)
 	require.Equal(t, start.Add(2*time.Hour), *ranAt("hourly"))
 	require.Nil(t, ranAt("never"))
 }
