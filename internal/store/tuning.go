@@ -223,13 +223,18 @@ func (s *Store) ListOpens(ctx context.Context, endpointIDs []string, since, unti
 	return out, nil
 }
 
-// BusyBreaker returns an endpoint of endpointIDs whose breaker is not
-// closed (open, half-open or isolated), or "" when every one is closed.
-func (s *Store) BusyBreaker(ctx context.Context, endpointIDs []string) (string, error) {
+// BusyBreaker returns an endpoint of endpointIDs that takes traffic
+// (enabled, not deleted, with an attempt logged since since) and whose
+// breaker is not closed (open, half-open or isolated), or "" when there
+// is none: an endpoint disabled, or without traffic, whose breaker stays
+// open has no incident in progress.
+func (s *Store) BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, `
-		SELECT endpoint_id FROM breaker_states WHERE endpoint_id = ANY($1) AND state <> 'closed'
-		ORDER BY endpoint_id LIMIT 1`, endpointIDs).Scan(&id)
+		SELECT b.endpoint_id FROM breaker_states b JOIN endpoints e ON e.id = b.endpoint_id
+		WHERE b.endpoint_id = ANY($1) AND b.state <> 'closed' AND e.status = 'enabled' AND e.deleted_at IS NULL
+		  AND EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.endpoint_id = b.endpoint_id AND a.attempted_at >= $2)
+		ORDER BY b.endpoint_id LIMIT 1`, endpointIDs, since).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}

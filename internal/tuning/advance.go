@@ -187,17 +187,22 @@ func (r *shadowRun) opened(id string, at time.Time) {
 	r.opens = append(r.opens, ShadowOpen{EndpointID: id, At: at.UTC()})
 }
 
+// BusyLookback is how recent an endpoint's last attempt must be for its
+// breaker to hold an apply back: an endpoint without traffic (or disabled)
+// whose breaker stays open has no incident in progress.
+const BusyLookback = time.Hour
+
 // judge compares a finished shadow with the live breakers and applies or
 // rejects the proposal; it waits while a breaker of the class is not
-// closed.
+// closed on an endpoint that takes traffic.
 func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendation, ids []string, run *shadowRun) error {
 	if len(ids) > 0 {
-		busy, err := t.deps.Store.BusyBreaker(ctx, ids)
+		busy, err := t.deps.Store.BusyBreaker(ctx, ids, t.deps.Now().Add(-BusyLookback))
 		if err != nil {
 			return err
 		}
 		if busy != "" {
-			why := "waiting to apply: the breaker of " + busy + " is not closed"
+			why := "waiting to apply: the breaker of " + busy + ", which takes traffic, is not closed"
 			if n := len(rec.Reasons); n == 0 || rec.Reasons[n-1] != why {
 				rec.Reasons = append(rec.Reasons, why)
 				return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)

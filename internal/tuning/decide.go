@@ -359,3 +359,20 @@ func improvement(cur, best replay.Figures, margin float64) (string, string, bool
 	}
 	return "nothing", "0", false
 }
+
+// OpenDurationSlack is how far apart two open durations may be, relative
+// to the longer, for proposals to be equivalent: the median recovery that
+// sets one moves as incidents come and go.
+const OpenDurationSlack = 0.25
+
+// Equivalent reports whether two proposals are the same but for their open
+// durations, within OpenDurationSlack of each other (and the max open
+// durations that follow them): a shadow of one stands for the other.
+func Equivalent(a, b breaker.Config) bool {
+	longer := max(a.OpenDuration, b.OpenDuration)
+	if float64(max(a.OpenDuration-b.OpenDuration, b.OpenDuration-a.OpenDuration)) > OpenDurationSlack*float64(longer) {
+		return false
+	}
+	a.OpenDuration, a.MaxOpenDuration = b.OpenDuration, b.MaxOpenDuration
+	return a == b
+}

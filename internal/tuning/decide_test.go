@@ -141,3 +141,35 @@ func TestDecideConsultsHistory(t *testing.T) {
 		})
 	}
 }
+
+// TestEquivalentProposals: proposals that differ only in open durations
+// within the slack stand for each other; any ranked setting apart does not.
+func TestEquivalentProposals(t *testing.T) {
+	t.Parallel()
+	base := breaker.DefaultConfig()
+	edit := func(f func(*breaker.Config)) breaker.Config {
+		c := base
+		f(&c)
+		return c
+	}
+	cases := []struct {
+		name string
+		b    breaker.Config
+		want bool
+	}{
+		{"identical", base, true},
+		{"open 34s against 30s", edit(func(c *breaker.Config) { c.OpenDuration = 34 * time.Second }), true},
+		{"open 34s, max open 11m", edit(func(c *breaker.Config) { c.OpenDuration, c.MaxOpenDuration = 34*time.Second, 11*time.Minute }), true},
+		{"open 60s against 30s", edit(func(c *breaker.Config) { c.OpenDuration = time.Minute }), false},
+		{"another threshold", edit(func(c *breaker.Config) { c.FailureRateThreshold = 0.6 }), false},
+		{"another window", edit(func(c *breaker.Config) { c.Window = time.Minute }), false},
+		{"another minimum", edit(func(c *breaker.Config) { c.MinThroughput = 40 }), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, tuning.Equivalent(base, tc.b))
+			require.Equal(t, tc.want, tuning.Equivalent(tc.b, base))
+		})
+	}
+}

@@ -24,7 +24,7 @@ type Store interface {
 	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
 	ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]store.AttemptOutcome, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
-	BusyBreaker(ctx context.Context, endpointIDs []string) (string, error)
+	BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error)
 	WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error
 	GetRecommendation(ctx context.Context, class string) (store.Recommendation, error)
 	ListRecommendations(ctx context.Context, statuses ...string) ([]store.Recommendation, error)
@@ -171,7 +171,8 @@ func (t *Tuner) lead(ctx context.Context) {
 }
 
 // PassDue runs a paced pass over the last Window of each class not off
-// whose stored last pass ran Interval ago or more, or that never had one.
+// whose stored last pass ran Interval ago or more, or that never had one,
+// unless the class's proposal is shadowing: the shadow is judged first.
 // The due time comes from the database, not from when this process began
 // to lead, so a fleet deployed more often than Interval still tunes, and a
 // restart starts no pass that is not due.
@@ -182,15 +183,17 @@ func (t *Tuner) PassDue(ctx context.Context) {
 		return
 	}
 	last := map[string]time.Time{}
+	shadowing := map[string]bool{}
 	for _, r := range recs {
 		if rec, err := decodeRecommendation(r.Body); err == nil && rec.RanAt != nil {
 			last[r.Class] = *rec.RanAt
 		}
+		shadowing[r.Class] = r.Status == string(StatusShadowing)
 	}
 	now := t.deps.Now()
 	t.passAll(ctx, func(class string) bool {
 		at, ok := last[class]
-		return !ok || now.Sub(at) >= t.cfg.Interval
+		return !shadowing[class] && (!ok || now.Sub(at) >= t.cfg.Interval)
 	})
 }
 
@@ -491,16 +494,20 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	return rec, used, t.save(ctx, c, rec)
 }
 
-// save stores a pass's recommendation. A proposal equal to the one already
-// shadowing keeps its shadow running; a new proposal is announced
+// save stores a pass's recommendation. A proposal equivalent to the one
+// already shadowing (Equivalent) keeps that shadow running; a new proposal is announced
 // (traffic_class.recommended).
 func (t *Tuner) save(ctx context.Context, c trafficclass.Class, rec Recommendation) error {
 	sr := store.Recommendation{Class: c.Name, Status: string(rec.Status)}
 	event := ""
 	if rec.Status == StatusProposed {
 		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusShadowing) {
-			if old, err := decodeRecommendation(prev.Body); err == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
-				rec.Status, rec.Shadow = StatusShadowing, old.Shadow
+			if old, err := decodeRecommendation(prev.Body); err == nil && old.Proposed != nil && *old.Current == *rec.Current &&
+				Equivalent(breaker.Config(*old.Proposed), breaker.Config(*rec.Proposed)) {
+				if *old.Proposed != *rec.Proposed {
+					rec.Reasons = append(rec.Reasons, fmt.Sprintf("the shadow of the equivalent proposal (%s) goes on", describe(breaker.Config(*old.Proposed))))
+				}
+				rec.Status, rec.Shadow, rec.Proposed = StatusShadowing, old.Shadow, old.Proposed
 				sr.Status, sr.ShadowSince, sr.ShadowUntil = prev.Status, prev.ShadowSince, prev.ShadowUntil
 			}
 		} else if err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -510,3 +510,45 @@ func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	require.Equal(t, start.Add(2*time.Hour), *ranAt("hourly"))
 	require.Nil(t, ranAt("never"))
 }
+
+// TestShadowIsJudgedBeforeTheNextPass: with a shadow as long as the
+// interval, the leader's polls (passes due, then shadows) judge the shadow
+// before a pass of its class runs, and a disabled endpoint whose breaker
+// stays open (it takes no traffic) does not hold the apply back.
+func TestShadowIsJudgedBeforeTheNextPass(t *testing.T) {
+	t.Parallel()
+	interval, lag := 2*time.Hour, 30*time.Second
+	b := setup(t, tuning.Config{Interval: interval, Shadow: interval, Lag: lag, Window: span})
+	ctx := context.Background()
+	current := breaker.DefaultConfig()
+	calmer := current
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "judged", current, calmer, trafficclass.AutoTuneApply)
+	b.log(t, id, start, synth(t, 2, 7, phase("fine", interval+time.Hour, 0.01)))
+	idle := b.endpoint(t, "judged")
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO breaker_states (endpoint_id, state, open_until) VALUES ($1, 'open', now() + interval '1 day')
+		ON CONFLICT (endpoint_id) DO UPDATE SET state = 'open', open_until = now() + interval '1 day'`, idle)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE endpoints SET status = 'disabled', disabled_reason = 'auth_failures' WHERE id = $1`, idle)
+	require.NoError(t, err)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	for poll := time.Duration(0); poll <= interval+10*time.Minute; poll += 5 * time.Minute {
+		b.now = start.Add(poll)
+		b.tuner.PassDue(ctx)
+		require.NoError(t, b.tuner.Advance(ctx))
+		rec, err := tuning.Get(ctx, b.st, "judged")
+		require.NoError(t, err)
+		if rec.Status == tuning.StatusApplied {
+			break
+		}
+		require.Equal(t, tuning.StatusShadowing, rec.Status, "at +%s: %v", poll, rec.Reasons)
+	}
+	rec, err := tuning.Get(ctx, b.st, "judged")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusApplied, rec.Status, rec.Reasons)
+	cl, err := b.st.GetClass(ctx, "judged")
+	require.NoError(t, err)
+	require.Equal(t, calmer, cl.Breaker)
+}
