@@ -162,16 +162,22 @@ func classificationOf(b []byte) string {
 	return string(b)
 }
 
-// ClassAttemptOutcomes returns the attempts of endpoints in [since,
-// until), by endpoint, each in (attempted_at, id) order: what a shadow
-// breaker reads as it follows the log.
-func (s *Store) ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]AttemptOutcome, error) {
+// ClassAttemptEnds returns, by endpoint, the attempts of endpointIDs that
+// ended in [since, until), each At its end (attempted_at plus its
+// duration), in order of their ends: when the live breaker counted them.
+// An attempt lasts at most lookback, so only attempts started from since
+// less lookback are read.
+func (s *Store) ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]AttemptOutcome, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT endpoint_id, id, attempted_at, classification FROM delivery_attempts
-		WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $3
-		ORDER BY endpoint_id, attempted_at, id`, customPlan, endpointIDs, since, until)
+		SELECT endpoint_id, id, ended, classification FROM (
+			SELECT endpoint_id, id, attempted_at + duration_ms * interval '1 millisecond' AS ended, classification
+			FROM delivery_attempts
+			WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $4
+		) a
+		WHERE ended >= $3 AND ended < $4
+		ORDER BY endpoint_id, ended, id`, customPlan, endpointIDs, since.Add(-lookback), since, until)
 	if err != nil {
-		return nil, fmt.Errorf("read class attempts: %w", err)
+		return nil, fmt.Errorf("read class attempt ends: %w", err)
 	}
 	out := map[string][]AttemptOutcome{}
 	var (
@@ -183,7 +189,7 @@ func (s *Store) ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read class attempts: %w", err)
+		return nil, fmt.Errorf("read class attempt ends: %w", err)
 	}
 	return out, nil
 }

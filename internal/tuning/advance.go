@@ -135,7 +135,8 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 		}
 		return run, nil
 	}
-	got, err := t.deps.Store.ClassAttemptOutcomes(ctx, ids, run.read, to)
+	// Each outcome counts when it ended, as the live breaker counted it.
+	got, err := t.deps.Store.ClassAttemptEnds(ctx, ids, run.read, to, t.cfg.Lag)
 	if err != nil {
 		return nil, err
 	}

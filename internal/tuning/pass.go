@@ -22,7 +22,7 @@ type Store interface {
 	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
 	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
-	ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]store.AttemptOutcome, error)
+	ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]store.AttemptOutcome, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
 	BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error)
 	WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error
@@ -41,7 +41,9 @@ const (
 	DefaultWindow   = 7 * 24 * time.Hour
 	DefaultShadow   = 24 * time.Hour
 	// DefaultLag is how far behind the database clock a shadow reads the
-	// log: an attempt is logged when it ends, stamped with its start.
+	// log: an attempt is logged when the ledger writes it, after it ends,
+	// so at least the longest an attempt takes plus the ledger's write
+	// timeout.
 	DefaultLag = 45 * time.Second
 	// DefaultPace is the share of one core a periodic pass uses: it sleeps
 	// between endpoints so that delivery keeps the machine.
@@ -60,7 +62,10 @@ type Config struct {
 	// shadows (and a process not leading tries to lead); zero means
 	// Shadow/10 within [1 s, 1 min].
 	Poll time.Duration
-	// Lag is how far behind the clock shadows read; zero means DefaultLag.
+	// Lag is how far behind the clock shadows read, and the longest an
+	// attempt may take: the longest endpoint timeout plus the ledger's
+	// write timeout, so that every attempt that ended before it has been
+	// logged; zero means DefaultLag.
 	Lag time.Duration
 	// Pace is the share of one core a periodic pass may use (it sleeps
 	// between endpoints); zero or less, or one and more, does not pace.

@@ -552,3 +552,43 @@ func TestShadowIsJudgedBeforeTheNextPass(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, calmer, cl.Breaker)
 }
+
+// TestShadowFeedsOutcomesWhenTheyEnded: the live breaker counts an attempt
+// when it ends, so the shadow does too: a slow failure that ends after
+// three quicker ones makes three failures in a row, and a consecutive-3
+// shadow opens, at the slow attempt's end.
+func TestShadowFeedsOutcomesWhenTheyEnded(t *testing.T) {
+	t.Parallel()
+	shadow, lag := 10*time.Minute, 30*time.Second
+	b := setup(t, tuning.Config{Shadow: shadow, Lag: lag})
+	ctx := context.Background()
+	touchy := breaker.DefaultConfig()
+	touchy.Trip, touchy.ConsecutiveFailures = breaker.TripConsecutive, 3
+	id := shadowCase(t, b, "ends", breaker.DefaultConfig(), touchy, trafficclass.AutoTuneApply)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	// Started in the order failure, success, failure, failure; ended in
+	// the order success, failure, failure, failure.
+	at := start.Add(time.Minute)
+	for _, a := range []struct {
+		off, took time.Duration
+		outcome   string
+	}{
+		{0, 20 * time.Second, "failure"},
+		{time.Second, 10 * time.Millisecond, "success"},
+		{2 * time.Second, 10 * time.Millisecond, "failure"},
+		{3 * time.Second, 10 * time.Millisecond, "failure"},
+	} {
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
+			VALUES ('dlv_ends', 'msg_ends', $1, 1, $2, $3, $4)`, id, at.Add(a.off), float64(a.took.Milliseconds()), a.outcome)
+		require.NoError(t, err)
+	}
+	b.now = start.Add(5 * time.Minute)
+	require.NoError(t, b.tuner.Advance(ctx))
+	rec, err := tuning.Get(ctx, b.st, "ends")
+	require.NoError(t, err)
+	require.Equal(t, 4, rec.Shadow.Attempts)
+	require.Len(t, rec.Shadow.Opens, 1, "three failures in a row by their ends")
+	require.Equal(t, at.Add(20*time.Second), rec.Shadow.Opens[0].At)
+}
