@@ -102,7 +102,10 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	if err != nil {
 		return err
 	}
-	changed := len(rec.Shadow.Opens) != len(run.opens) || !rec.Shadow.ReadUntil.Equal(run.read)
+	// The stored progress is for people to read (a leader that takes over
+	// rebuilds the shadow from the log): it is rewritten on a new
+	// would-be open, or once the shadow read a tenth of its range more.
+	changed := len(rec.Shadow.Opens) != len(run.opens) || run.read.Sub(rec.Shadow.ReadUntil) >= rec.Shadow.Until.Sub(rec.Shadow.Since)/10
 	rec.Shadow.ReadUntil, rec.Shadow.Attempts = run.read, run.outcomes
 	rec.Shadow.Opens = append([]ShadowOpen{}, run.opens...)
 	if run.read.Before(rec.Shadow.Until) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -591,4 +592,43 @@ func TestShadowFeedsOutcomesWhenTheyEnded(t *testing.T) {
 	require.Equal(t, 4, rec.Shadow.Attempts)
 	require.Len(t, rec.Shadow.Opens, 1, "three failures in a row by their ends")
 	require.Equal(t, at.Add(20*time.Second), rec.Shadow.Opens[0].At)
+}
+
+// countingStore counts the saves of recommendations.
+type countingStore struct {
+	*store.Store
+	saves atomic.Int64
+}
+
+func (c *countingStore) SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error {
+	c.saves.Add(1)
+	return c.Store.SaveRecommendation(ctx, r, event, data)
+}
+
+// TestShadowProgressIsNotRewrittenEveryPoll: a shadow polled every 10 s
+// for 10 minutes without a would-be open stores its progress about ten
+// times, not at every poll.
+func TestShadowProgressIsNotRewrittenEveryPoll(t *testing.T) {
+	t.Parallel()
+	shadow, lag := 10*time.Minute, 30*time.Second
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	current := breaker.DefaultConfig()
+	calmer := current
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "steady", current, calmer, trafficclass.AutoTuneApply)
+	b.log(t, id, start, synth(t, 5, 8, phase("fine", shadow+time.Minute, 0.01)))
+	counting := &countingStore{Store: b.st}
+	tu := tuning.New(tuning.Config{Shadow: shadow, Lag: lag, Actor: "tuning-test"},
+		tuning.Deps{Store: counting, Now: func() time.Time { return b.now }})
+	polls := 0
+	for poll := time.Duration(0); poll <= shadow+lag+10*time.Second; poll += 10 * time.Second {
+		b.now = start.Add(poll)
+		require.NoError(t, tu.Advance(ctx))
+		polls++
+	}
+	rec, err := tuning.Get(ctx, b.st, "steady")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusApplied, rec.Status, rec.Reasons)
+	require.LessOrEqual(t, counting.saves.Load(), int64(13), "%d saves in %d polls", counting.saves.Load(), polls)
 }
