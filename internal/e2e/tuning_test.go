@@ -126,7 +126,9 @@ func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
 		return dbNow.After(shadowUntil)
 	})
 	rr.healthy.Store(true)
-	Eventually(t, time.Minute, 200*time.Millisecond, "the proposal applies", func() bool {
+	// The shadow reads the log the request timeout, the ledger's write
+	// timeout (30 s) and 5 s behind the clock.
+	Eventually(t, 2*time.Minute, 200*time.Millisecond, "the proposal applies", func() bool {
 		code, err := api.Do(ctx, "GET", "/v1/traffic-classes/touchy/recommendation", nil, &rec)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code)

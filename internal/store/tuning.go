@@ -162,6 +162,16 @@ func classificationOf(b []byte) string {
 	return string(b)
 }
 
+// LongestTimeout returns the longest timeout of its own (timeout_ms) among
+// endpointIDs; 0 when none has one.
+func (s *Store) LongestTimeout(ctx context.Context, endpointIDs []string) (time.Duration, error) {
+	var ms int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(timeout_ms), 0) FROM endpoints WHERE id = ANY($1)`, endpointIDs).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("read endpoint timeouts: %w", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // ClassAttemptEnds returns, by endpoint, the attempts of endpointIDs that
 // ended in [since, until), each At its end (attempted_at plus its
 // duration), in order of their ends: when the live breaker counted them.

@@ -117,8 +117,9 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	return t.judge(ctx, c, rec, ids, run)
 }
 
-// follow returns the class's shadow run, read up to Lag before now (and no
-// further than the shadow's end), rebuilding it from the shadow's start
+// follow returns the class's shadow run, read up to Lag before now (more
+// by how much the longest timeout of the class's endpoints exceeds
+// Timeout, and no further than the shadow's end), rebuilding it from the shadow's start
 // when this process has none.
 func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, ids []string, now time.Time) (*shadowRun, error) {
 	proposed := breaker.Config(*rec.Proposed)
@@ -128,7 +129,15 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 			breakers: map[string]*breaker.Breaker{}}
 		t.shadows[class] = run
 	}
-	to := now.Add(-t.cfg.Lag)
+	lag := t.cfg.Lag
+	if len(ids) > 0 {
+		longest, err := t.deps.Store.LongestTimeout(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		lag += max(longest-t.cfg.Timeout, 0)
+	}
+	to := now.Add(-lag)
 	if to.After(rec.Shadow.Until) {
 		to = rec.Shadow.Until
 	}
@@ -139,7 +148,7 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 		return run, nil
 	}
 	// Each outcome counts when it ended, as the live breaker counted it.
-	got, err := t.deps.Store.ClassAttemptEnds(ctx, ids, run.read, to, t.cfg.Lag)
+	got, err := t.deps.Store.ClassAttemptEnds(ctx, ids, run.read, to, lag)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ type Store interface {
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
 	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
 	ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]store.AttemptOutcome, error)
+	LongestTimeout(ctx context.Context, endpointIDs []string) (time.Duration, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
 	BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error)
 	WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error
@@ -62,11 +63,14 @@ type Config struct {
 	// shadows (and a process not leading tries to lead); zero means
 	// Shadow/10 within [1 s, 1 min].
 	Poll time.Duration
-	// Lag is how far behind the clock shadows read, and the longest an
-	// attempt may take: the longest endpoint timeout plus the ledger's
-	// write timeout, so that every attempt that ended before it has been
-	// logged; zero means DefaultLag.
+	// Lag is how far behind the clock shadows read: the request timeout
+	// (Timeout) plus the ledger's write timeout and a flush, so that every
+	// attempt that ended before it has been logged; an endpoint of the
+	// class with a longer timeout of its own adds the difference. Zero
+	// means DefaultLag.
 	Lag time.Duration
+	// Timeout is the request timeout Lag allows for.
+	Timeout time.Duration
 	// Pace is the share of one core a periodic pass may use (it sleeps
 	// between endpoints); zero or less, or one and more, does not pace.
 	Pace float64
@@ -500,8 +504,8 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 }
 
 // save stores a pass's recommendation. A proposal equivalent to the one
-// already shadowing (Equivalent) keeps that shadow running; a new proposal is announced
-// (traffic_class.recommended).
+// already shadowing (Equivalent) keeps that shadow running; a new proposal
+// is announced (traffic_class.recommended).
 func (t *Tuner) save(ctx context.Context, c trafficclass.Class, rec Recommendation) error {
 	sr := store.Recommendation{Class: c.Name, Status: string(rec.Status)}
 	event := ""

@@ -632,3 +632,25 @@ func TestShadowProgressIsNotRewrittenEveryPoll(t *testing.T) {
 	require.Equal(t, tuning.StatusApplied, rec.Status, rec.Reasons)
 	require.LessOrEqual(t, counting.saves.Load(), int64(13), "%d saves in %d polls", counting.saves.Load(), polls)
 }
+
+// TestShadowReadsBehindTheLongestTimeout: an endpoint whose own timeout
+// exceeds the request timeout moves the shadow's reading back by the
+// difference, so that its slow attempts are logged before it reads them.
+func TestShadowReadsBehindTheLongestTimeout(t *testing.T) {
+	t.Parallel()
+	lag := 30 * time.Second
+	b := setup(t, tuning.Config{Shadow: 10 * time.Minute, Lag: lag, Timeout: 10 * time.Second})
+	ctx := context.Background()
+	calmer := breaker.DefaultConfig()
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "slow", breaker.DefaultConfig(), calmer, trafficclass.AutoTuneApply)
+	_, err := b.db.Pool.Exec(ctx, `UPDATE endpoints SET timeout_ms = 60000 WHERE id = $1`, id)
+	require.NoError(t, err)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	b.now = start.Add(5 * time.Minute)
+	require.NoError(t, b.tuner.Advance(ctx))
+	rec, err := tuning.Get(ctx, b.st, "slow")
+	require.NoError(t, err)
+	require.Equal(t, b.now.Add(-lag-50*time.Second), rec.Shadow.ReadUntil)
+}
