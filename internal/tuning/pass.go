@@ -32,6 +32,9 @@ type Store interface {
 	SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error
 	ApplyTuning(ctx context.Context, class string, expect, next breaker.Config, t store.Tuning, r store.Recommendation, data map[string]any) (trafficclass.Class, error)
 	ListTunings(ctx context.Context, class string, limit int) ([]store.Tuning, error)
+	ClaimTune(ctx context.Context) (store.TuneRequest, bool, error)
+	FinishTune(ctx context.Context, id int64, failure string) error
+	RequeueTunes(ctx context.Context) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -141,8 +144,9 @@ const leaderLock = "_leader"
 
 // Run makes this process the fleet's tuning leader when no other process
 // is (a session advisory lock, tried again every Poll), and as leader,
-// every Poll, runs a paced pass over each class whose stored last pass is
-// Interval old (PassDue) and advances the shadows, until ctx ends.
+// every Poll, runs the passes requested on demand (RunQueued), a paced
+// pass over each class whose stored last pass is Interval old (PassDue)
+// and advances the shadows, until ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
 	for {
 		err := t.deps.Store.WithTuningLock(ctx, leaderLock, func(ctx context.Context) error {
@@ -166,7 +170,13 @@ func (t *Tuner) Run(ctx context.Context) {
 func (t *Tuner) lead(ctx context.Context) {
 	poll := time.NewTicker(t.cfg.Poll)
 	defer poll.Stop()
+	// Only the leader runs requested passes: one left running was the last
+	// leader's.
+	if err := t.deps.Store.RequeueTunes(ctx); err != nil && ctx.Err() == nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+	}
 	for {
+		t.RunQueued(ctx)
 		t.PassDue(ctx)
 		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
 			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
@@ -204,6 +214,35 @@ func (t *Tuner) PassDue(ctx context.Context) {
 		at, ok := last[class]
 		return !shadowing[class] && (!ok || now.Sub(at) >= t.cfg.Interval)
 	})
+}
+
+// RunQueued runs the passes requested on demand (store.QueueTune), one at
+// a time, oldest first, paced as periodic ones, until none is queued; each
+// request ends done, or failed with the pass's error.
+func (t *Tuner) RunQueued(ctx context.Context) {
+	for ctx.Err() == nil {
+		r, ok, err := t.deps.Store.ClaimTune(ctx)
+		if err != nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+			return
+		}
+		if !ok {
+			return
+		}
+		failure := ""
+		if _, err := t.Pass(ctx, r.Class, r.Since, r.Until, true); err != nil {
+			if ctx.Err() != nil {
+				// Left running: the next leader queues it again.
+				return
+			}
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", r.Class), slog.String("error", err.Error()))
+			failure = err.Error()
+		}
+		if err := t.deps.Store.FinishTune(ctx, r.ID, failure); err != nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", r.Class), slog.String("error", err.Error()))
+			return
+		}
+	}
 }
 
 var allStatuses = []string{string(StatusKept), string(StatusProposed), string(StatusShadowing), string(StatusApplied), string(StatusRejected)}

@@ -654,3 +654,38 @@ func TestShadowReadsBehindTheLongestTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.now.Add(-lag-50*time.Second), rec.Shadow.ReadUntil)
 }
+
+// TestQueuedPassesRunOnTheLeader: passes requested through the store
+// (POST .../tune queues them) run on the leader, one at a time, oldest
+// first, each over its own range, and end done.
+func TestQueuedPassesRunOnTheLeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	c := breaker.DefaultConfig()
+	c.Trip, c.ConsecutiveFailures = breaker.TripConsecutive, 3
+	b.class(t, "noisy", c, trafficclass.AutoTuneRecommend)
+	b.class(t, "quiet", breaker.DefaultConfig(), trafficclass.AutoTuneOff)
+	b.log(t, b.endpoint(t, "noisy"), start, noisyShape(t))
+	b.now = start.Add(span)
+	_, err := b.st.QueueTune(ctx, "noisy", start, start.Add(span))
+	require.NoError(t, err)
+	_, err = b.st.QueueTune(ctx, "quiet", start, start.Add(span))
+	require.NoError(t, err)
+	b.tuner.RunQueued(ctx)
+	for _, class := range []string{"noisy", "quiet"} {
+		r, err := b.st.LatestTune(ctx, class)
+		require.NoError(t, err)
+		require.Equal(t, store.TuneDone, r.Status, r.Error)
+		rec, err := tuning.Get(ctx, b.st, class)
+		require.NoError(t, err)
+		require.NotNil(t, rec.RanAt, class)
+		require.Equal(t, start, rec.Evidence.Since)
+	}
+	noisy, err := tuning.Get(ctx, b.st, "noisy")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusProposed, noisy.Status, noisy.Reasons)
+	_, ok, err := b.st.ClaimTune(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing left queued")
+}

@@ -851,11 +851,15 @@ export interface paths {
             };
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Get where a traffic class's requested tuning pass stands
+         * @description The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+         */
+        get: operations["getClassTune"];
         put?: never;
         /**
-         * Run a tuning pass of a traffic class now
-         * @description What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+         * Queue a tuning pass of a traffic class
+         * @description What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
          */
         post: operations["tuneClass"];
         delete?: never;
@@ -2107,6 +2111,28 @@ export interface components {
             since?: string;
             /** Format: date-time */
             until?: string;
+        };
+        /** @description A tuning pass requested on demand and where it stands. */
+        ClassTuneStatus: {
+            id: number;
+            class: components["schemas"]["ClassName"];
+            /**
+             * @description `queued`: waiting for the fleet's tuning leader; `running`; `done`: the recommendation is stored; `failed`: see `error`.
+             * @enum {string}
+             */
+            status: "queued" | "running" | "done" | "failed";
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            /** Format: date-time */
+            requested_at: string;
+            /** Format: date-time */
+            started_at: string | null;
+            /** Format: date-time */
+            finished_at: string | null;
+            /** @description Why a failed pass failed; empty otherwise. */
+            error: string;
         };
         /** @description One tuned change of a class: who applied it, the configs before and after, the replayed (and shadow) figures, the evidence and the reasons. */
         ClassTuning: {
@@ -4054,6 +4080,34 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getClassTune: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The latest request. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassTuneStatus"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     tuneClass: {
         parameters: {
             query?: never;
@@ -4071,13 +4125,15 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The pass's recommendation. */
-            200: {
+            /** @description The pass is queued for the tuning leader. */
+            202: {
                 headers: {
+                    /** @description Where to poll the request: `/v1/traffic-classes/{name}/tune`. */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ClassRecommendation"];
+                    "application/json": components["schemas"]["ClassTuneStatus"];
                 };
             };
             400: components["responses"]["BadRequest"];
