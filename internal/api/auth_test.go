@@ -32,7 +32,7 @@ func v1Calls(t *testing.T, b *testBundle) []struct{ method, path string } {
 		require.NotContains(t, path, "{")
 		out = append(out, struct{ method, path string }{method, path})
 	}
-	require.Len(t, out, 55)
+	require.Len(t, out, 56)
 	return out
 }
 

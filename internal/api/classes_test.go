@@ -38,7 +38,7 @@ func defaultClass(name string) classJSON {
 		Name: name, Trip: "rate", FailureRateThreshold: 0.5, Window: "30s", MinThroughput: 20,
 		ConsecutiveFailures: 5, OpenDuration: "30s", OpenJitter: 0.3, OpenBackoff: 1, MaxOpenDuration: "10m",
 		HalfOpenTrials: 3, HalfOpenConcurrency: 1, Enforce: true, AuthDisableAfter: 10, AuthDisableMinDuration: "5m",
-		AutoTune: "recommend", TuneMinThroughputFloor: 1,
+		AutoTune: "recommend", TuneMinThroughputFloor: 1, TuneMinThroughputCeil: 10000, TuneFailureRateCeil: 1,
 	}
 }
 
@@ -83,12 +83,14 @@ func TestCreateTrafficClass(t *testing.T) {
 			"consecutive_failures": 3, "open_duration": "500ms", "open_jitter": 0, "open_backoff": 2.5, "max_open_duration": "90s",
 			"half_open_trials": 1, "half_open_concurrency": 4, "enforce": false, "auth_disable_after": 1,
 			"auth_disable_min_duration": "0s", "auto_tune": "apply", "tune_min_throughput_floor": 10, "tune_failure_rate_floor": 0.3,
+			"tune_min_throughput_ceiling": 500, "tune_failure_rate_ceiling": 0.8,
 		}, func() classJSON {
 			return classJSON{
 				Name: "every_1", Trip: "consecutive", FailureRateThreshold: 1, Window: "1h30m", MinThroughput: 1,
 				ConsecutiveFailures: 3, OpenDuration: "500ms", OpenJitter: 0, OpenBackoff: 2.5, MaxOpenDuration: "1m30s",
 				HalfOpenTrials: 1, HalfOpenConcurrency: 4, Enforce: false, AuthDisableAfter: 1, AuthDisableMinDuration: "0s",
 				AutoTune: "apply", TuneMinThroughputFloor: 10, TuneFailureRateFloor: 0.3,
+				TuneMinThroughputCeil: 500, TuneFailureRateCeil: 0.8,
 			}
 		}},
 		{"durations are written back without trailing zero units", map[string]any{

@@ -456,7 +456,9 @@ type (
 		TenantSelectable       bool    `json:"tenant_selectable"`
 		AutoTune               string  `json:"auto_tune"`
 		TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
+		TuneMinThroughputCeil  int     `json:"tune_min_throughput_ceiling"`
 		TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
+		TuneFailureRateCeil    float64 `json:"tune_failure_rate_ceiling"`
 		Builtin                bool    `json:"builtin"`
 	}
 	transitionJSON struct {
@@ -579,23 +581,12 @@ func (b *testBundle) propose(t *testing.T, class string) {
 	require.NoError(t, b.store.SaveRecommendation(ctx, store.Recommendation{Class: class, Status: "proposed", Body: body}, "", nil))
 }
 
-// holdTuningLock holds class's tuning lock on a session of its own until
-// the test ends, as a pass running elsewhere would.
-func (b *testBundle) holdTuningLock(t *testing.T, class string) {
+// queueTune queues a tuning pass of class, as POST .../tune does.
+func (b *testBundle) queueTune(t *testing.T, class string) {
 	t.Helper()
-	inside, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- b.store.WithTuningLock(context.Background(), class, func(context.Context) error {
-			close(inside)
-			<-release
-			return nil
-		})
-	}()
-	<-inside
-	t.Cleanup(func() {
-		close(release)
-		require.NoError(t, <-done)
-	})
+	now := time.Now()
+	_, err := b.store.QueueTune(context.Background(), class, now.Add(-time.Hour), now)
+	require.NoError(t, err)
 }
 
 // sendMessage posts a message through the API.

@@ -143,30 +143,34 @@ func TestOpenAPIClassSchemasMatchTrafficclass(t *testing.T) {
 		t.Parallel()
 		schema := schemas["CreateTrafficClassRequest"].Value
 		members := map[string][]any{
-			"trip":                      {"rate", "consecutive", "sometimes", nil},
-			"failure_rate_threshold":    {0.5, 1, 0.0001, 0, 1.01, -0.5, "0.5"},
-			"window":                    {"30s", "100ms", "1h", "99ms", "50ms", "0s", "-1s", "soon", 30},
-			"min_throughput":            {1, 20, 0, -1, 1.5, "20"},
-			"consecutive_failures":      {1, 5, 0},
-			"open_duration":             {"30s", "1ms", "1m", "0s", "2h"},
-			"open_jitter":               {0, 0.3, 1, 1.5, -0.1},
-			"open_backoff":              {1, 2, 0.5, 0},
-			"max_open_duration":         {"10m", "1ms", "30s", "1m", "0s"},
-			"half_open_trials":          {1, 3, 0},
-			"half_open_concurrency":     {1, 2, 0},
-			"enforce":                   {true, false, "yes", nil},
-			"auth_disable_after":        {1, 10, 0},
-			"auth_disable_min_duration": {"0s", "5m", "0", "-1s", "5 min"},
-			"auto_tune":                 {"off", "recommend", "apply", "always", "", nil},
-			"tune_min_throughput_floor": {1, 50, 0, -1, 1.5},
-			"tune_failure_rate_floor":   {0, 0.3, 1, 1.2, -0.1, "0.3"},
-			"builtin":                   {true, false},
-			"colour":                    {"red"},
-			"Window":                    {"30s"},
+			"trip":                        {"rate", "consecutive", "sometimes", nil},
+			"failure_rate_threshold":      {0.5, 1, 0.0001, 0, 1.01, -0.5, "0.5"},
+			"window":                      {"30s", "100ms", "1h", "99ms", "50ms", "0s", "-1s", "soon", 30},
+			"min_throughput":              {1, 20, 0, -1, 1.5, "20"},
+			"consecutive_failures":        {1, 5, 0},
+			"open_duration":               {"30s", "1ms", "1m", "0s", "2h"},
+			"open_jitter":                 {0, 0.3, 1, 1.5, -0.1},
+			"open_backoff":                {1, 2, 0.5, 0},
+			"max_open_duration":           {"10m", "1ms", "30s", "1m", "0s"},
+			"half_open_trials":            {1, 3, 0},
+			"half_open_concurrency":       {1, 2, 0},
+			"enforce":                     {true, false, "yes", nil},
+			"auth_disable_after":          {1, 10, 0},
+			"auth_disable_min_duration":   {"0s", "5m", "0", "-1s", "5 min"},
+			"auto_tune":                   {"off", "recommend", "apply", "always", "", nil},
+			"tune_min_throughput_floor":   {1, 50, 0, -1, 1.5},
+			"tune_min_throughput_ceiling": {1, 40, 10000, 0, 1.5},
+			"tune_failure_rate_floor":     {0, 0.3, 1, 1.2, -0.1, "0.3"},
+			"tune_failure_rate_ceiling":   {0, 0.2, 1, 1.2, -0.1},
+			"builtin":                     {true, false},
+			"colour":                      {"red"},
+			"Window":                      {"30s"},
 		}
 		names := slices.Sorted(maps.Keys(members))
 		// What the document cannot see.
-		blind := map[string]string{"window": "must be at least 100ms", "max_open_duration": "must be at least open_duration"}
+		blind := map[string]string{"window": "must be at least 100ms", "max_open_duration": "must be at least open_duration",
+			"tune_min_throughput_ceiling": "must be at least 1 and tune_min_throughput_floor",
+			"tune_failure_rate_ceiling":   "must be at least tune_failure_rate_floor"}
 		rapid.Check(t, func(rt *rapid.T) {
 			body := map[string]any{"name": rapid.SampledFrom([]any{"custom", "custom", "custom", "auto", "Bad", ""}).Draw(rt, "name")}
 			for _, name := range names {

@@ -311,13 +311,13 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 	tuned := map[string]any{"failure_rate_threshold": 0.6, "open_backoff": 2, "max_open_duration": "2m"}
 	why := map[string]any{"reason": "maintenance"}
 	// Tuning: two classes with a proposal (one to apply, one to reject) and
-	// one whose tuning lock another session holds.
+	// one with a pass already queued.
 	for _, name := range []string{"applying", "rejecting", "locked"} {
 		ok.createClass(t, map[string]any{"name": name})
 	}
 	ok.propose(t, "applying")
 	ok.propose(t, "rejecting")
-	ok.holdTuningLock(t, "locked")
+	ok.queueTune(t, "locked")
 	week := map[string]any{"since": "2026-11-02T00:00:00Z", "until": "2026-11-09T00:00:00Z"}
 	// Tenant tokens: acme's read-only one, and one of another tenant.
 	acmeRO, _ := ok.scopedToken(t, store.NewAPIToken{Scope: store.ScopeTenant, Name: "acme-ro", TenantID: "acme", ReadOnly: true})
@@ -523,14 +523,17 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(200, "GET", "/v1/traffic-classes/medium/recommendation", nil),
 			plain(401, "GET", "/v1/traffic-classes/medium/recommendation", nil, withoutAuth()),
 			plain(404, "GET", "/v1/traffic-classes/nope/recommendation", nil),
-			plain(200, "POST", "/v1/traffic-classes/medium/tune", nil),
-			plain(200, "POST", "/v1/traffic-classes/medium/tune", week),
+			plain(202, "POST", "/v1/traffic-classes/medium/tune", nil),
+			plain(202, "POST", "/v1/traffic-classes/low/tune", week),
 			plain(400, "POST", "/v1/traffic-classes/medium/tune", map[string]any{"since": "noon"}),
 			plain(401, "POST", "/v1/traffic-classes/medium/tune", nil, withoutAuth()),
 			plain(404, "POST", "/v1/traffic-classes/nope/tune", nil),
 			plain(409, "POST", "/v1/traffic-classes/locked/tune", nil),
 			plain(413, "POST", "/v1/traffic-classes/medium/tune", bigWhy, docBlind(sizeLimit)),
 			plain(415, "POST", "/v1/traffic-classes/medium/tune", week, withContentType("text/plain")),
+			plain(200, "GET", "/v1/traffic-classes/locked/tune", nil),
+			plain(401, "GET", "/v1/traffic-classes/locked/tune", nil, withoutAuth()),
+			plain(404, "GET", "/v1/traffic-classes/nope/tune", nil),
 			plain(200, "POST", "/v1/traffic-classes/applying/recommendation/apply", nil),
 			plain(401, "POST", "/v1/traffic-classes/applying/recommendation/apply", nil, withoutAuth()),
 			plain(404, "POST", "/v1/traffic-classes/nope/recommendation/apply", nil),
@@ -654,6 +657,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(403, "DELETE", "/v1/traffic-classes/medium", nil, asGlobex),
 			plain(403, "GET", "/v1/traffic-classes/medium/recommendation", nil, asRO),
 			plain(403, "POST", "/v1/traffic-classes/medium/tune", nil, asGlobex),
+			plain(403, "GET", "/v1/traffic-classes/locked/tune", nil, asRO),
 			plain(403, "POST", "/v1/traffic-classes/medium/recommendation/apply", nil, asGlobex),
 			plain(403, "POST", "/v1/traffic-classes/medium/recommendation/reject", nil, asGlobex),
 			plain(403, "GET", "/v1/traffic-classes/medium/tunings", nil, asRO),
@@ -709,6 +713,7 @@ func TestOpenAPIDescribesEveryResponse(t *testing.T) {
 			plain(bad.want, "DELETE", "/v1/traffic-classes/bulk", nil),
 			plain(bad.want, "GET", "/v1/traffic-classes/medium/recommendation", nil),
 			plain(bad.want, "POST", "/v1/traffic-classes/medium/tune", nil),
+			plain(bad.want, "GET", "/v1/traffic-classes/locked/tune", nil),
 			plain(bad.want, "POST", "/v1/traffic-classes/medium/recommendation/apply", nil),
 			plain(bad.want, "POST", "/v1/traffic-classes/medium/recommendation/reject", nil),
 			plain(bad.want, "GET", "/v1/traffic-classes/medium/tunings", nil),

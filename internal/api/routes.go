@@ -93,6 +93,7 @@ func addRoutes(r chi.Router, d Deps, rules map[string]scopeRule) {
 		// demand, and the admin's apply or reject of a proposal.
 		v.Method("GET", "/traffic-classes/{name}/recommendation", adminOnly, handleGetRecommendation(d))
 		v.Method("POST", "/traffic-classes/{name}/tune", adminOnly, handleTuneClass(d))
+		v.Method("GET", "/traffic-classes/{name}/tune", adminOnly, handleGetClassTune(d))
 		v.Method("POST", "/traffic-classes/{name}/recommendation/apply", adminOnly, handleApplyRecommendation(d))
 		v.Method("POST", "/traffic-classes/{name}/recommendation/reject", adminOnly, handleRejectRecommendation(d))
 		v.Method("GET", "/traffic-classes/{name}/tunings", adminOnly, handleListTunings(d))

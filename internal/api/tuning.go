@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/tuning"
 )
 
@@ -77,12 +78,6 @@ func decodeTuneRequest(r *http.Request, now time.Time) (tuneRequest, error) {
 	return req, req.parse(now)
 }
 
-// tuner returns the tuner an on-demand pass runs with: the defaults, the
-// api's clock, not paced (an admin is waiting).
-func (d Deps) tuner() *tuning.Tuner {
-	return tuning.New(tuning.Config{Actor: "api"}, tuning.Deps{Store: d.Store, Now: d.Now, Logger: d.Logger})
-}
-
 func handleGetRecommendation(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec, err := tuning.Get(r.Context(), d.Store, chi.URLParam(r, "name"))
@@ -94,8 +89,37 @@ func handleGetRecommendation(d Deps) http.Handler {
 	})
 }
 
-// handleTuneClass runs a tuning pass of the class now and answers with its
-// recommendation; 409 while another pass of the class runs.
+// tuneStatusJSON is an on-demand pass's request as POST and GET
+// /v1/traffic-classes/{name}/tune answer it.
+type tuneStatusJSON struct {
+	ID          int64      `json:"id"`
+	Class       string     `json:"class"`
+	Status      string     `json:"status"`
+	Since       time.Time  `json:"since"`
+	Until       time.Time  `json:"until"`
+	RequestedAt time.Time  `json:"requested_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	FinishedAt  *time.Time `json:"finished_at"`
+	Error       string     `json:"error"`
+}
+
+func tuneStatusOf(r store.TuneRequest) tuneStatusJSON {
+	return tuneStatusJSON{ID: r.ID, Class: r.Class, Status: r.Status, Since: r.Since.UTC(), Until: r.Until.UTC(),
+		RequestedAt: r.RequestedAt.UTC(), StartedAt: utcOrNil(r.StartedAt), FinishedAt: utcOrNil(r.FinishedAt), Error: r.Error}
+}
+
+func utcOrNil(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// handleTuneClass queues a tuning pass of the class for the fleet's tuning
+// leader (the api never runs one) and answers 202 with the request, whose
+// status GET .../tune gives; 409 while one of the class is queued or
+// running.
 func handleTuneClass(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decodeTuneRequest(r, d.Now())
@@ -108,17 +132,31 @@ func handleTuneClass(d Deps) http.Handler {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		if _, err := d.tuner().Pass(r.Context(), name, req.since, req.until, false); err != nil {
-			writeProblem(w, r, d.Logger, err)
-			return
-		}
-		// Read back: a pass that kept a shadowing proposal says so.
-		rec, err := tuning.Get(r.Context(), d.Store, name)
+		queued, err := d.Store.QueueTune(r.Context(), name, req.since, req.until)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
 		}
-		encode(w, http.StatusOK, rec)
+		w.Header().Set("Location", "/v1/traffic-classes/"+name+"/tune")
+		encode(w, http.StatusAccepted, tuneStatusOf(queued))
+	})
+}
+
+// handleGetClassTune answers the class's latest on-demand pass request and
+// where it stands; 404 without one.
+func handleGetClassTune(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := chi.URLParam(r, "name")
+		if _, err := d.Store.GetClass(r.Context(), name); err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		latest, err := d.Store.LatestTune(r.Context(), name)
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		encode(w, http.StatusOK, tuneStatusOf(latest))
 	})
 }
 

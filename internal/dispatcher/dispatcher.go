@@ -200,8 +200,11 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	})
 	d.tuner = tuning.New(tuning.Config{
 		Interval: cfg.TuneInterval, Window: min(cfg.TuneWindow, cfg.Retention), Shadow: cfg.TuneShadow,
-		// An attempt is logged when it ends, stamped with its start.
-		Lag:  cfg.RequestTimeout + 5*time.Second,
+		// An attempt is logged when the ledger writes it, after it ends:
+		// the request timeout (a class's endpoints with longer ones of
+		// their own add the difference), the ledger's write timeout, and a
+		// flush.
+		Lag: cfg.RequestTimeout + cfg.LedgerWriteTimeout + 5*time.Second, Timeout: cfg.RequestTimeout,
 		Pace: tuning.DefaultPace, Actor: cfg.Actor,
 	}, tuning.Deps{Store: d.store, Now: d.clock.Now, Logger: d.logger, Metrics: d.metrics.Tuning})
 	return d, nil

@@ -37,7 +37,8 @@ func (r *runReceiver) respond(*deliverytest.Request) deliverytest.Response {
 // tuning window and a 30-second shadow, an endpoint that fails three
 // requests in a row of every forty, under a class in apply whose breaker
 // trips on three consecutive failures. A pass (by the route) proposes a
-// rate config whose replayed figures beat the current one; the dispatcher
+// rate config whose replayed figures beat the current one (the route
+// queues it, the dispatcher runs it); the dispatcher
 // shadows it, applies it once (the history holds one change), and the
 // breaker runs under it afterwards: the same traffic trips it no more.
 func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
@@ -98,10 +99,30 @@ func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
 
 	var rec tuning.Recommendation
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow))
+	var queued struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
 	code, err = api.Do(ctx, "POST", "/v1/traffic-classes/touchy/tune",
-		map[string]any{"since": since.UTC().Format(time.RFC3339Nano), "until": dbNow.UTC().Format(time.RFC3339Nano)}, &rec)
+		map[string]any{"since": since.UTC().Format(time.RFC3339Nano), "until": dbNow.UTC().Format(time.RFC3339Nano)}, &queued)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, code)
+	require.Equal(t, "queued", queued.Status)
+	// The dispatcher, the fleet's tuning leader, runs the pass.
+	Eventually(t, time.Minute, 200*time.Millisecond, "the requested pass is done", func() bool {
+		code, err := api.Do(ctx, "GET", "/v1/traffic-classes/touchy/tune", nil, &queued)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+		require.NotEqual(t, "failed", queued.Status, queued.Error)
+		return queued.Status == "done"
+	})
+	code, err = api.Do(ctx, "GET", "/v1/traffic-classes/touchy/recommendation", nil, &rec)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
+	if rec.Status == tuning.StatusShadowing {
+		// The leader may start its shadow before this read.
+		rec.Status = tuning.StatusProposed
+	}
 	require.Equal(t, tuning.StatusProposed, rec.Status, rec.Reasons)
 	require.Equal(t, breaker.TripRate, rec.Proposed.Trip)
 	require.Positive(t, rec.Figures.Current.OpensQuiet, "the current config false-trips in the replay")
@@ -126,7 +147,9 @@ func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
 		return dbNow.After(shadowUntil)
 	})
 	rr.healthy.Store(true)
-	Eventually(t, time.Minute, 200*time.Millisecond, "the proposal applies", func() bool {
+	// The shadow reads the log the request timeout, the ledger's write
+	// timeout (30 s) and 5 s behind the clock.
+	Eventually(t, 2*time.Minute, 200*time.Millisecond, "the proposal applies", func() bool {
 		code, err := api.Do(ctx, "GET", "/v1/traffic-classes/touchy/recommendation", nil, &rec)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code)

@@ -85,11 +85,20 @@ type Tally struct {
 	// Detections holds, for each incident the breaker opened during, the
 	// time from the incident's first row to that open.
 	Detections []time.Duration
+	// ByIncident holds, for every incident trace in the order the traces
+	// were added, the time from its first row to the first open, or
+	// Undetected: tallies of configs over the same traces line up, so an
+	// incident can be compared config by config.
+	ByIncident []time.Duration
 	// Wasted is the failures sent during incidents.
 	Wasted int
 	// Sent is the requests sent during incidents, trials included.
 	Sent int
 }
+
+// Undetected marks an incident of Tally.ByIncident the breaker never
+// opened during.
+const Undetected time.Duration = -1
 
 // Add adds o's figures to t.
 func (t *Tally) Add(o Tally) {
@@ -97,6 +106,7 @@ func (t *Tally) Add(o Tally) {
 	t.BlockedHealthy += o.BlockedHealthy
 	t.Incidents += o.Incidents
 	t.Detections = append(t.Detections, o.Detections...)
+	t.ByIncident = append(t.ByIncident, o.ByIncident...)
 	t.Wasted += o.Wasted
 	t.Sent += o.Sent
 }
@@ -140,6 +150,8 @@ type Candidate struct {
 	Config breaker.Config
 	// Figures are its figures over every trace.
 	Figures Figures
+	// ByIncident is its detection of each incident (Tally.ByIncident).
+	ByIncident []time.Duration
 	// Quiet is its replay of the quiet trace of a two-trace Sweep, nil
 	// otherwise.
 	Quiet *Report
@@ -233,7 +245,7 @@ func SweepTraces(configs []breaker.Config, traces []Trace, opts SweepOptions) ([
 func Ranked(configs []breaker.Config, tallies []Tally) []Candidate {
 	candidates := make([]Candidate, len(configs))
 	for i, c := range configs {
-		candidates[i] = Candidate{Config: c, Figures: tallies[i].Figures()}
+		candidates[i] = Candidate{Config: c, Figures: tallies[i].Figures(), ByIncident: tallies[i].ByIncident}
 	}
 	Rank(candidates)
 	return candidates
@@ -364,9 +376,10 @@ func tallyOf(t Trace, r Report) Tally {
 	if t.IncidentPhase != "" {
 		s, _ = r.Phase(t.IncidentPhase)
 	}
-	out := Tally{Incidents: 1, Wasted: s.Wasted, Sent: s.Sent}
+	out := Tally{Incidents: 1, Wasted: s.Wasted, Sent: s.Sent, ByIncident: []time.Duration{Undetected}}
 	if s.FirstOpen != nil {
 		out.Detections = []time.Duration{*s.FirstOpen}
+		out.ByIncident[0] = *s.FirstOpen
 	}
 	return out
 }

@@ -162,16 +162,32 @@ func classificationOf(b []byte) string {
 	return string(b)
 }
 
-// ClassAttemptOutcomes returns the attempts of endpoints in [since,
-// until), by endpoint, each in (attempted_at, id) order: what a shadow
-// breaker reads as it follows the log.
-func (s *Store) ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]AttemptOutcome, error) {
+// LongestTimeout returns the longest timeout of its own (timeout_ms) among
+// endpointIDs; 0 when none has one.
+func (s *Store) LongestTimeout(ctx context.Context, endpointIDs []string) (time.Duration, error) {
+	var ms int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(timeout_ms), 0) FROM endpoints WHERE id = ANY($1)`, endpointIDs).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("read endpoint timeouts: %w", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// ClassAttemptEnds returns, by endpoint, the attempts of endpointIDs that
+// ended in [since, until), each At its end (attempted_at plus its
+// duration), in order of their ends: when the live breaker counted them.
+// An attempt lasts at most lookback, so only attempts started from since
+// less lookback are read.
+func (s *Store) ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]AttemptOutcome, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT endpoint_id, id, attempted_at, classification FROM delivery_attempts
-		WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $3
-		ORDER BY endpoint_id, attempted_at, id`, customPlan, endpointIDs, since, until)
+		SELECT endpoint_id, id, ended, classification FROM (
+			SELECT endpoint_id, id, attempted_at + duration_ms * interval '1 millisecond' AS ended, classification
+			FROM delivery_attempts
+			WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $4
+		) a
+		WHERE ended >= $3 AND ended < $4
+		ORDER BY endpoint_id, ended, id`, customPlan, endpointIDs, since.Add(-lookback), since, until)
 	if err != nil {
-		return nil, fmt.Errorf("read class attempts: %w", err)
+		return nil, fmt.Errorf("read class attempt ends: %w", err)
 	}
 	out := map[string][]AttemptOutcome{}
 	var (
@@ -183,7 +199,7 @@ func (s *Store) ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read class attempts: %w", err)
+		return nil, fmt.Errorf("read class attempt ends: %w", err)
 	}
 	return out, nil
 }
@@ -223,13 +239,18 @@ func (s *Store) ListOpens(ctx context.Context, endpointIDs []string, since, unti
 	return out, nil
 }
 
-// BusyBreaker returns an endpoint of endpointIDs whose breaker is not
-// closed (open, half-open or isolated), or "" when every one is closed.
-func (s *Store) BusyBreaker(ctx context.Context, endpointIDs []string) (string, error) {
+// BusyBreaker returns an endpoint of endpointIDs that takes traffic
+// (enabled, not deleted, with an attempt logged since since) and whose
+// breaker is not closed (open, half-open or isolated), or "" when there
+// is none: an endpoint disabled, or without traffic, whose breaker stays
+// open has no incident in progress.
+func (s *Store) BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, `
-		SELECT endpoint_id FROM breaker_states WHERE endpoint_id = ANY($1) AND state <> 'closed'
-		ORDER BY endpoint_id LIMIT 1`, endpointIDs).Scan(&id)
+		SELECT b.endpoint_id FROM breaker_states b JOIN endpoints e ON e.id = b.endpoint_id
+		WHERE b.endpoint_id = ANY($1) AND b.state <> 'closed' AND e.status = 'enabled' AND e.deleted_at IS NULL
+		  AND EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.endpoint_id = b.endpoint_id AND a.attempted_at >= $2)
+		ORDER BY b.endpoint_id LIMIT 1`, endpointIDs, since).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}

@@ -110,15 +110,29 @@ func TestClassEndpointIDsFollowTheEffectiveClass(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{named.ID, auto.ID}, ids)
 
-	// Its breakers: busy while one is not closed.
-	busy, err := s.BusyBreaker(ctx, ids)
+	// Its breakers: busy while one of an endpoint taking traffic is not
+	// closed.
+	since := time.Now().Add(-time.Hour)
+	busy, err := s.BusyBreaker(ctx, ids, since)
 	require.NoError(t, err)
 	require.Empty(t, busy)
 	_, err = db.Pool.Exec(ctx, `UPDATE breaker_states SET state = 'half_open' WHERE endpoint_id = $1`, named.ID)
 	require.NoError(t, err)
-	busy, err = s.BusyBreaker(ctx, ids)
+	busy, err = s.BusyBreaker(ctx, ids, since)
+	require.NoError(t, err)
+	require.Empty(t, busy, "no attempt since: no traffic")
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
+		VALUES ('dlv_busy', 'msg_busy', $1, 1, now(), 1, 'failure')`, named.ID)
+	require.NoError(t, err)
+	busy, err = s.BusyBreaker(ctx, ids, since)
 	require.NoError(t, err)
 	require.Equal(t, named.ID, busy)
+	_, err = db.Pool.Exec(ctx, `UPDATE endpoints SET status = 'disabled' WHERE id = $1`, named.ID)
+	require.NoError(t, err)
+	busy, err = s.BusyBreaker(ctx, ids, since)
+	require.NoError(t, err)
+	require.Empty(t, busy, "a disabled endpoint takes no traffic")
 }
 
 // TestUpgradeAddsClassTuning: a database at 0025 with a tuned built-in and

@@ -88,14 +88,25 @@ type Class struct {
 	// TuneMinThroughputFloor is the lowest min_throughput automatic tuning
 	// may set (tune_min_throughput_floor), at least 1.
 	TuneMinThroughputFloor int
+	// TuneMinThroughputCeiling is the highest min_throughput automatic
+	// tuning may set (tune_min_throughput_ceiling), at least the floor.
+	TuneMinThroughputCeiling int
 	// TuneFailureRateFloor is the lowest failure_rate_threshold automatic
 	// tuning may set (tune_failure_rate_floor), in [0, 1].
 	TuneFailureRateFloor float64
+	// TuneFailureRateCeiling is the highest failure_rate_threshold
+	// automatic tuning may set (tune_failure_rate_ceiling), in [0, 1] and at
+	// least the floor.
+	TuneFailureRateCeiling float64
 	// Builtin reports whether the class is one of the four built-ins
 	// (builtin). It is derived from Name: built-ins can be tuned but not
 	// deleted, and a class named after one is that built-in.
 	Builtin bool
 }
+
+// DefaultTuneMinThroughputCeiling is tune_min_throughput_ceiling's default
+// and the highest min_throughput automatic tuning ever sets.
+const DefaultTuneMinThroughputCeiling = 10000
 
 // What automatic tuning may do to a class (Class.AutoTune).
 const (
@@ -167,14 +178,16 @@ func newBuiltin(name string, window time.Duration, threshold float64, open time.
 	c.OpenBackoff = 2
 	c.MaxOpenDuration = 2 * time.Minute
 	return Class{
-		Name:                   name,
-		Breaker:                c,
-		Enforce:                true,
-		AuthDisableAfter:       DefaultAuthDisableAfter,
-		AuthDisableMinDuration: DefaultAuthDisableMinDuration,
-		AutoTune:               AutoTuneRecommend,
-		TuneMinThroughputFloor: 1,
-		Builtin:                true,
+		Name:                     name,
+		Breaker:                  c,
+		Enforce:                  true,
+		AuthDisableAfter:         DefaultAuthDisableAfter,
+		AuthDisableMinDuration:   DefaultAuthDisableMinDuration,
+		AutoTune:                 AutoTuneRecommend,
+		TuneMinThroughputFloor:   1,
+		TuneMinThroughputCeiling: DefaultTuneMinThroughputCeiling,
+		TuneFailureRateCeiling:   1,
+		Builtin:                  true,
 	}
 }
 
@@ -218,14 +231,16 @@ func IsBuiltin(name string) bool {
 // auth rule. It is what Decode fills omitted fields from.
 func Default(name string) Class {
 	return Class{
-		Name:                   name,
-		Breaker:                breaker.DefaultConfig(),
-		Enforce:                true,
-		AuthDisableAfter:       DefaultAuthDisableAfter,
-		AuthDisableMinDuration: DefaultAuthDisableMinDuration,
-		AutoTune:               AutoTuneRecommend,
-		TuneMinThroughputFloor: 1,
-		Builtin:                IsBuiltin(name),
+		Name:                     name,
+		Breaker:                  breaker.DefaultConfig(),
+		Enforce:                  true,
+		AuthDisableAfter:         DefaultAuthDisableAfter,
+		AuthDisableMinDuration:   DefaultAuthDisableMinDuration,
+		AutoTune:                 AutoTuneRecommend,
+		TuneMinThroughputFloor:   1,
+		TuneMinThroughputCeiling: DefaultTuneMinThroughputCeiling,
+		TuneFailureRateCeiling:   1,
+		Builtin:                  IsBuiltin(name),
 	}
 }
 
@@ -280,8 +295,10 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 // is required, matches ^[a-z0-9][a-z0-9_-]{0,63}$ and is not Auto; every
 // breaker field passes breaker.Config.Validate; auth_disable_after is at
 // least 1; auth_disable_min_duration is at least 0; auto_tune is off,
-// recommend or apply; tune_min_throughput_floor is at least 1;
-// tune_failure_rate_floor is in [0, 1].
+// recommend or apply; tune_min_throughput_floor is at least 1 and
+// tune_min_throughput_ceiling at least the floor; tune_failure_rate_floor
+// and tune_failure_rate_ceiling are in [0, 1], the ceiling at least the
+// floor.
 func (c Class) Validate() error {
 	var errs breaker.FieldErrors
 	bad := func(field, message string) {
@@ -316,8 +333,17 @@ func (c Class) Validate() error {
 	if c.TuneMinThroughputFloor < 1 {
 		bad("tune_min_throughput_floor", "must be at least 1")
 	}
+	if c.TuneMinThroughputCeiling < max(c.TuneMinThroughputFloor, 1) {
+		bad("tune_min_throughput_ceiling", "must be at least 1 and tune_min_throughput_floor")
+	}
 	if !(c.TuneFailureRateFloor >= 0 && c.TuneFailureRateFloor <= 1) {
 		bad("tune_failure_rate_floor", "must be in [0, 1]")
+	}
+	switch {
+	case !(c.TuneFailureRateCeiling >= 0 && c.TuneFailureRateCeiling <= 1):
+		bad("tune_failure_rate_ceiling", "must be in [0, 1]")
+	case c.TuneFailureRateFloor <= 1 && c.TuneFailureRateCeiling < c.TuneFailureRateFloor:
+		bad("tune_failure_rate_ceiling", "must be at least tune_failure_rate_floor")
 	}
 	if len(errs) == 0 {
 		return nil

@@ -32,12 +32,14 @@ func TestBuiltinNumbers(t *testing.T) {
 				HalfOpenTrials:       3,
 				HalfOpenConcurrency:  1,
 			},
-			Enforce:                true,
-			AuthDisableAfter:       10,
-			AuthDisableMinDuration: 5 * time.Minute,
-			AutoTune:               trafficclass.AutoTuneRecommend,
-			TuneMinThroughputFloor: 1,
-			Builtin:                true,
+			Enforce:                  true,
+			AuthDisableAfter:         10,
+			AuthDisableMinDuration:   5 * time.Minute,
+			AutoTune:                 trafficclass.AutoTuneRecommend,
+			TuneMinThroughputFloor:   1,
+			TuneMinThroughputCeiling: trafficclass.DefaultTuneMinThroughputCeiling,
+			TuneFailureRateCeiling:   1,
+			Builtin:                  true,
 		}
 	}
 	require.Equal(t, []trafficclass.Class{
@@ -272,13 +274,15 @@ func TestDefault(t *testing.T) {
 	c := trafficclass.Default("bulk")
 	require.NoError(t, c.Validate())
 	require.Equal(t, trafficclass.Class{
-		Name:                   "bulk",
-		Breaker:                breaker.DefaultConfig(),
-		Enforce:                true,
-		AuthDisableAfter:       10,
-		AuthDisableMinDuration: 5 * time.Minute,
-		AutoTune:               trafficclass.AutoTuneRecommend,
-		TuneMinThroughputFloor: 1,
+		Name:                     "bulk",
+		Breaker:                  breaker.DefaultConfig(),
+		Enforce:                  true,
+		AuthDisableAfter:         10,
+		AuthDisableMinDuration:   5 * time.Minute,
+		AutoTune:                 trafficclass.AutoTuneRecommend,
+		TuneMinThroughputFloor:   1,
+		TuneMinThroughputCeiling: 10000,
+		TuneFailureRateCeiling:   1,
 	}, c)
 	require.True(t, trafficclass.Default("high").Builtin)
 }
@@ -320,6 +324,11 @@ func TestValidateReportsEachBadField(t *testing.T) {
 		{"zero min throughput floor", func(c *trafficclass.Class) { c.TuneMinThroughputFloor = 0 }, "tune_min_throughput_floor"},
 		{"failure rate floor above one", func(c *trafficclass.Class) { c.TuneFailureRateFloor = 1.5 }, "tune_failure_rate_floor"},
 		{"NaN failure rate floor", func(c *trafficclass.Class) { c.TuneFailureRateFloor = math.NaN() }, "tune_failure_rate_floor"},
+		{"min throughput ceiling below the floor", func(c *trafficclass.Class) { c.TuneMinThroughputFloor, c.TuneMinThroughputCeiling = 50, 40 }, "tune_min_throughput_ceiling"},
+		{"zero min throughput ceiling", func(c *trafficclass.Class) { c.TuneMinThroughputCeiling = 0 }, "tune_min_throughput_ceiling"},
+		{"failure rate ceiling above one", func(c *trafficclass.Class) { c.TuneFailureRateCeiling = 1.5 }, "tune_failure_rate_ceiling"},
+		{"failure rate ceiling below the floor", func(c *trafficclass.Class) { c.TuneFailureRateFloor, c.TuneFailureRateCeiling = 0.6, 0.5 }, "tune_failure_rate_ceiling"},
+		{"NaN failure rate ceiling", func(c *trafficclass.Class) { c.TuneFailureRateCeiling = math.NaN() }, "tune_failure_rate_ceiling"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,7 +50,9 @@ func Example() {
 	//   "tenant_selectable": false,
 	//   "auto_tune": "recommend",
 	//   "tune_min_throughput_floor": 1,
+	//   "tune_min_throughput_ceiling": 10000,
 	//   "tune_failure_rate_floor": 0,
+	//   "tune_failure_rate_ceiling": 1,
 	//   "builtin": true
 	// }
 }

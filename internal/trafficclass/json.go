@@ -15,26 +15,28 @@ import (
 
 // wire is the JSON shape of a Class, in field order.
 type wire struct {
-	Name                   string  `json:"name"`
-	Trip                   string  `json:"trip"`
-	FailureRateThreshold   float64 `json:"failure_rate_threshold"`
-	Window                 string  `json:"window"`
-	MinThroughput          int     `json:"min_throughput"`
-	ConsecutiveFailures    int     `json:"consecutive_failures"`
-	OpenDuration           string  `json:"open_duration"`
-	OpenJitter             float64 `json:"open_jitter"`
-	OpenBackoff            float64 `json:"open_backoff"`
-	MaxOpenDuration        string  `json:"max_open_duration"`
-	HalfOpenTrials         int     `json:"half_open_trials"`
-	HalfOpenConcurrency    int     `json:"half_open_concurrency"`
-	Enforce                bool    `json:"enforce"`
-	AuthDisableAfter       int     `json:"auth_disable_after"`
-	AuthDisableMinDuration string  `json:"auth_disable_min_duration"`
-	TenantSelectable       bool    `json:"tenant_selectable"`
-	AutoTune               string  `json:"auto_tune"`
-	TuneMinThroughputFloor int     `json:"tune_min_throughput_floor"`
-	TuneFailureRateFloor   float64 `json:"tune_failure_rate_floor"`
-	Builtin                bool    `json:"builtin"`
+	Name                     string  `json:"name"`
+	Trip                     string  `json:"trip"`
+	FailureRateThreshold     float64 `json:"failure_rate_threshold"`
+	Window                   string  `json:"window"`
+	MinThroughput            int     `json:"min_throughput"`
+	ConsecutiveFailures      int     `json:"consecutive_failures"`
+	OpenDuration             string  `json:"open_duration"`
+	OpenJitter               float64 `json:"open_jitter"`
+	OpenBackoff              float64 `json:"open_backoff"`
+	MaxOpenDuration          string  `json:"max_open_duration"`
+	HalfOpenTrials           int     `json:"half_open_trials"`
+	HalfOpenConcurrency      int     `json:"half_open_concurrency"`
+	Enforce                  bool    `json:"enforce"`
+	AuthDisableAfter         int     `json:"auth_disable_after"`
+	AuthDisableMinDuration   string  `json:"auth_disable_min_duration"`
+	TenantSelectable         bool    `json:"tenant_selectable"`
+	AutoTune                 string  `json:"auto_tune"`
+	TuneMinThroughputFloor   int     `json:"tune_min_throughput_floor"`
+	TuneMinThroughputCeiling int     `json:"tune_min_throughput_ceiling"`
+	TuneFailureRateFloor     float64 `json:"tune_failure_rate_floor"`
+	TuneFailureRateCeiling   float64 `json:"tune_failure_rate_ceiling"`
+	Builtin                  bool    `json:"builtin"`
 }
 
 // MarshalJSON encodes c as one flat object with every field under its JSON
@@ -44,26 +46,28 @@ type wire struct {
 func (c Class) MarshalJSON() ([]byte, error) {
 	b := c.Breaker
 	data, err := json.Marshal(wire{
-		Name:                   c.Name,
-		Trip:                   string(b.Trip),
-		FailureRateThreshold:   b.FailureRateThreshold,
-		Window:                 FormatDuration(b.Window),
-		MinThroughput:          b.MinThroughput,
-		ConsecutiveFailures:    b.ConsecutiveFailures,
-		OpenDuration:           FormatDuration(b.OpenDuration),
-		OpenJitter:             b.OpenJitter,
-		OpenBackoff:            b.OpenBackoff,
-		MaxOpenDuration:        FormatDuration(b.MaxOpenDuration),
-		HalfOpenTrials:         b.HalfOpenTrials,
-		HalfOpenConcurrency:    b.HalfOpenConcurrency,
-		Enforce:                c.Enforce,
-		AuthDisableAfter:       c.AuthDisableAfter,
-		AuthDisableMinDuration: FormatDuration(c.AuthDisableMinDuration),
-		TenantSelectable:       c.TenantSelectable,
-		AutoTune:               c.AutoTune,
-		TuneMinThroughputFloor: c.TuneMinThroughputFloor,
-		TuneFailureRateFloor:   c.TuneFailureRateFloor,
-		Builtin:                c.Builtin,
+		Name:                     c.Name,
+		Trip:                     string(b.Trip),
+		FailureRateThreshold:     b.FailureRateThreshold,
+		Window:                   FormatDuration(b.Window),
+		MinThroughput:            b.MinThroughput,
+		ConsecutiveFailures:      b.ConsecutiveFailures,
+		OpenDuration:             FormatDuration(b.OpenDuration),
+		OpenJitter:               b.OpenJitter,
+		OpenBackoff:              b.OpenBackoff,
+		MaxOpenDuration:          FormatDuration(b.MaxOpenDuration),
+		HalfOpenTrials:           b.HalfOpenTrials,
+		HalfOpenConcurrency:      b.HalfOpenConcurrency,
+		Enforce:                  c.Enforce,
+		AuthDisableAfter:         c.AuthDisableAfter,
+		AuthDisableMinDuration:   FormatDuration(c.AuthDisableMinDuration),
+		TenantSelectable:         c.TenantSelectable,
+		AutoTune:                 c.AutoTune,
+		TuneMinThroughputFloor:   c.TuneMinThroughputFloor,
+		TuneMinThroughputCeiling: c.TuneMinThroughputCeiling,
+		TuneFailureRateFloor:     c.TuneFailureRateFloor,
+		TuneFailureRateCeiling:   c.TuneFailureRateCeiling,
+		Builtin:                  c.Builtin,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode traffic class %q: %w", c.Name, err)
@@ -112,7 +116,9 @@ var fields = []field{
 	{"tenant_selectable", boolean(func(c *Class, v bool) { c.TenantSelectable = v })},
 	{"auto_tune", str(func(c *Class, v string) { c.AutoTune = v })},
 	{"tune_min_throughput_floor", integer(func(c *Class, v int) { c.TuneMinThroughputFloor = v })},
+	{"tune_min_throughput_ceiling", integer(func(c *Class, v int) { c.TuneMinThroughputCeiling = v })},
 	{"tune_failure_rate_floor", num(func(c *Class, v float64) { c.TuneFailureRateFloor = v })},
+	{"tune_failure_rate_ceiling", num(func(c *Class, v float64) { c.TuneFailureRateCeiling = v })},
 }
 
 // ignored is the output-only member Decode accepts and ignores: Builtin
@@ -124,7 +130,8 @@ const ignored = "builtin"
 // its documented default, never the stored value (breaker.DefaultConfig()
 // for the breaker fields, enforce true, auth_disable_after 10,
 // auth_disable_min_duration "5m", tenant_selectable false, auto_tune
-// "recommend", tune_min_throughput_floor 1, tune_failure_rate_floor 0);
+// "recommend", tune_min_throughput_floor 1, tune_min_throughput_ceiling
+// 10000, tune_failure_rate_floor 0, tune_failure_rate_ceiling 1);
 // name has no default and is required.
 // Durations are Go duration strings ("500ms", "30s", "5m"); numbers and null
 // are not accepted for them. The builtin member is ignored whatever its

@@ -23,12 +23,14 @@ func TestMarshalJSONShape(t *testing.T) {
 			`"min_throughput":50,"consecutive_failures":5,"open_duration":"15s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
 			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,` +
-			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_failure_rate_floor":0,"builtin":true}`},
+			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_min_throughput_ceiling":10000,` +
+			`"tune_failure_rate_floor":0,"tune_failure_rate_ceiling":1,"builtin":true}`},
 		{"low", `{"name":"low","trip":"rate","failure_rate_threshold":0.6,"window":"10m",` +
 			`"min_throughput":10,"consecutive_failures":5,"open_duration":"30s","open_jitter":0.3,` +
 			`"open_backoff":2,"max_open_duration":"2m","half_open_trials":3,"half_open_concurrency":1,` +
 			`"enforce":true,"auth_disable_after":10,"auth_disable_min_duration":"5m","tenant_selectable":false,` +
-			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_failure_rate_floor":0,"builtin":true}`},
+			`"auto_tune":"recommend","tune_min_throughput_floor":1,"tune_min_throughput_ceiling":10000,` +
+			`"tune_failure_rate_floor":0,"tune_failure_rate_ceiling":1,"builtin":true}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.class, func(t *testing.T) {
@@ -53,7 +55,8 @@ func TestMarshalJSONHasExactlyTheContractMembers(t *testing.T) {
 		"name", "trip", "failure_rate_threshold", "window", "min_throughput", "consecutive_failures",
 		"open_duration", "open_jitter", "open_backoff", "max_open_duration", "half_open_trials",
 		"half_open_concurrency", "enforce", "auth_disable_after", "auth_disable_min_duration", "tenant_selectable",
-		"auto_tune", "tune_min_throughput_floor", "tune_failure_rate_floor", "builtin",
+		"auto_tune", "tune_min_throughput_floor", "tune_min_throughput_ceiling", "tune_failure_rate_floor",
+		"tune_failure_rate_ceiling", "builtin",
 	}
 	require.Len(t, members, len(want))
 	for _, name := range want {

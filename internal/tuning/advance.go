@@ -62,9 +62,9 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	if err != nil {
 		return err
 	}
-	var rec Recommendation
-	if err := json.Unmarshal(sr.Body, &rec); err != nil {
-		return fmt.Errorf("decode recommendation: %w", err)
+	rec, err := decodeRecommendation(sr.Body)
+	if err != nil {
+		return err
 	}
 	rec.Status, rec.Mode = Status(sr.Status), c.AutoTune
 	if rec.Proposed == nil || rec.Current == nil {
@@ -102,7 +102,10 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	if err != nil {
 		return err
 	}
-	changed := len(rec.Shadow.Opens) != len(run.opens) || !rec.Shadow.ReadUntil.Equal(run.read)
+	// The stored progress is for people to read (a leader that takes over
+	// rebuilds the shadow from the log): it is rewritten on a new
+	// would-be open, or once the shadow read a tenth of its range more.
+	changed := len(rec.Shadow.Opens) != len(run.opens) || run.read.Sub(rec.Shadow.ReadUntil) >= rec.Shadow.Until.Sub(rec.Shadow.Since)/10
 	rec.Shadow.ReadUntil, rec.Shadow.Attempts = run.read, run.outcomes
 	rec.Shadow.Opens = append([]ShadowOpen{}, run.opens...)
 	if run.read.Before(rec.Shadow.Until) {
@@ -114,8 +117,9 @@ func (t *Tuner) advance(ctx context.Context, sr store.Recommendation) error {
 	return t.judge(ctx, c, rec, ids, run)
 }
 
-// follow returns the class's shadow run, read up to Lag before now (and no
-// further than the shadow's end), rebuilding it from the shadow's start
+// follow returns the class's shadow run, read up to Lag before now (more
+// by how much the longest timeout of the class's endpoints exceeds
+// Timeout, and no further than the shadow's end), rebuilding it from the shadow's start
 // when this process has none.
 func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, ids []string, now time.Time) (*shadowRun, error) {
 	proposed := breaker.Config(*rec.Proposed)
@@ -125,7 +129,15 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 			breakers: map[string]*breaker.Breaker{}}
 		t.shadows[class] = run
 	}
-	to := now.Add(-t.cfg.Lag)
+	lag := t.cfg.Lag
+	if len(ids) > 0 {
+		longest, err := t.deps.Store.LongestTimeout(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		lag += max(longest-t.cfg.Timeout, 0)
+	}
+	to := now.Add(-lag)
 	if to.After(rec.Shadow.Until) {
 		to = rec.Shadow.Until
 	}
@@ -135,7 +147,8 @@ func (t *Tuner) follow(ctx context.Context, class string, rec Recommendation, id
 		}
 		return run, nil
 	}
-	got, err := t.deps.Store.ClassAttemptOutcomes(ctx, ids, run.read, to)
+	// Each outcome counts when it ended, as the live breaker counted it.
+	got, err := t.deps.Store.ClassAttemptEnds(ctx, ids, run.read, to, lag)
 	if err != nil {
 		return nil, err
 	}
@@ -187,17 +200,22 @@ func (r *shadowRun) opened(id string, at time.Time) {
 	r.opens = append(r.opens, ShadowOpen{EndpointID: id, At: at.UTC()})
 }
 
+// BusyLookback is how recent an endpoint's last attempt must be for its
+// breaker to hold an apply back: an endpoint without traffic (or disabled)
+// whose breaker stays open has no incident in progress.
+const BusyLookback = time.Hour
+
 // judge compares a finished shadow with the live breakers and applies or
 // rejects the proposal; it waits while a breaker of the class is not
-// closed.
+// closed on an endpoint that takes traffic.
 func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendation, ids []string, run *shadowRun) error {
 	if len(ids) > 0 {
-		busy, err := t.deps.Store.BusyBreaker(ctx, ids)
+		busy, err := t.deps.Store.BusyBreaker(ctx, ids, t.deps.Now().Add(-BusyLookback))
 		if err != nil {
 			return err
 		}
 		if busy != "" {
-			why := "waiting to apply: the breaker of " + busy + " is not closed"
+			why := "waiting to apply: the breaker of " + busy + ", which takes traffic, is not closed"
 			if n := len(rec.Reasons); n == 0 || rec.Reasons[n-1] != why {
 				rec.Reasons = append(rec.Reasons, why)
 				return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)
@@ -235,10 +253,11 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 	delete(t.shadows, c.Name)
 	if !ok {
 		rec.Status = StatusRejected
+		rec.remember()
 		t.deps.Logger.InfoContext(ctx, "tuning_rejected", slog.String("class", c.Name), slog.Any("reasons", why))
 		return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)
 	}
-	if !(Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, FailureRateFloor: c.TuneFailureRateFloor}).Allows(breaker.Config(*rec.Proposed)) {
+	if !BoundsOf(c).Allows(breaker.Config(*rec.Proposed)) {
 		rec.Status = StatusRejected
 		rec.Reasons = append(rec.Reasons, "rejected: the proposal is outside the class's tuning bounds")
 		return saveAs(ctx, t.deps.Store, rec, StatusShadowing, nil)
@@ -266,9 +285,9 @@ func Apply(ctx context.Context, st Store, rec Recommendation, actor string, expe
 		return trafficclass.Class{}, ErrNothingToApply
 	}
 	rec.Status = StatusApplied
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return trafficclass.Class{}, fmt.Errorf("encode recommendation: %w", err)
+		return trafficclass.Class{}, err
 	}
 	enc := func(v any) json.RawMessage {
 		b, _ := json.Marshal(v)

@@ -3,6 +3,7 @@ package tuning
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
@@ -132,12 +133,19 @@ type Decision struct {
 }
 
 // EnoughEvidence reports whether a class's evidence over its range
-// (quiet is the time its quiet ranges span) suffices, and why not.
+// suffices, and why not: the endpoints whose log counts (at least
+// MinEndpointAttempts attempts each) together make MinAttemptsPerMinute,
+// and quiet, the quiet time with traffic of those endpoints (weighted by
+// their attempts), spans MinQuietShare of the range.
 func EnoughEvidence(ev ClassEvidence, quiet time.Duration) (bool, []string) {
 	minutes := ev.Until.Sub(ev.Since).Minutes()
 	var why []string
-	if need := int(math.Ceil(minutes * MinAttemptsPerMinute)); ev.Attempts < need {
-		why = append(why, fmt.Sprintf("too little evidence: %d attempts in the range, fewer than the %d needed (%d a minute)", ev.Attempts, need, MinAttemptsPerMinute))
+	if need := int(math.Ceil(minutes * MinAttemptsPerMinute)); ev.Counted < need {
+		left := ""
+		if ev.Sparse > 0 {
+			left = fmt.Sprintf(" (%d endpoints of fewer than %d attempts each left out)", ev.Sparse, MinEndpointAttempts)
+		}
+		why = append(why, fmt.Sprintf("too little evidence: %d attempts in the range%s, fewer than the %d needed (%d a minute)", ev.Counted, left, need, MinAttemptsPerMinute))
 	}
 	if need := time.Duration(float64(ev.Until.Sub(ev.Since)) * MinQuietShare); quiet < need {
 		why = append(why, fmt.Sprintf("too little evidence: %s of quiet traffic, less than the %s needed (%.0f%% of the range)",
@@ -146,69 +154,225 @@ func EnoughEvidence(ev ClassEvidence, quiet time.Duration) (bool, []string) {
 	return len(why) == 0, why
 }
 
-// Decide picks from a pass's ranked candidates: the best one when it beats
-// the current config by Margin on the first figure of the ranking where
-// they differ, else the current config.
+// DetectSlack is how much later than the current config a proposal may
+// detect, in replay, an incident the current config detects: one bucket of
+// the incident finder, the precision an incident's start is known to.
+const DetectSlack = IncidentBucket
+
+// Decide picks from a pass's ranked candidates (replay.Rank's order) the
+// first one, ranked before the current config, that detects every incident
+// the current config detects no later than DetectSlack after it (and at
+// least one incident when the evidence has any), and that beats the
+// current config by Margin on quiet-time opens, on the healthy requests
+// they blocked or, with at least MinDetectionIncidents incidents, on
+// detection (improvement); else it keeps the current config.
 func Decide(current breaker.Config, ranked []replay.Candidate) Decision {
-	var cur *replay.Figures
+	return DecideWith(current, ranked, History{})
+}
+
+// UndoPasses is how many intervals back a change counts as recent: a
+// proposal that undoes a change applied that recently needs twice the
+// margin, so that two configs do not take turns.
+const UndoPasses = 7
+
+// History is what a class's past says about a pass's proposals.
+type History struct {
+	// Rejected are the proposals rejected (by an admin or a shadow) from
+	// the current config: none is proposed again while the config is the
+	// same.
+	Rejected []breaker.Config
+	// Recent are the changes applied to the class within the last
+	// UndoPasses intervals.
+	Recent []Change
+}
+
+// Change is one applied change of a class's config.
+type Change struct{ From, To breaker.Config }
+
+// DecideWith is Decide with the class's history: a rejected proposal is
+// skipped, and one that undoes a recent change (Undoes) must beat the
+// current config by twice the margin.
+func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) Decision {
+	var cur *replay.Candidate
 	for i := range ranked {
 		if ranked[i].Config == current {
-			cur = &ranked[i].Figures
+			cur = &ranked[i]
 			break
 		}
 	}
 	best := ranked[0]
-	d := Decision{Status: StatusKept, Current: cur, Best: &best.Figures}
+	d := Decision{Status: StatusKept, Best: &best.Figures}
 	if cur == nil {
 		d.Reasons = []string{"the current config was not replayed"}
 		return d
 	}
+	d.Current = &cur.Figures
 	if best.Config == current {
 		d.Reasons = []string{"the current config (" + describe(current) + ") ranks first of the grid"}
 		return d
 	}
-	name, by, ok := improvement(*cur, best.Figures)
-	if !ok {
-		d.Reasons = []string{fmt.Sprintf("the best candidate (%s) beats the current config on %s by %s, less than the %.0f%% margin",
-			describe(best.Config), name, by, Margin*100)}
+	var why []string
+	note := func(format string, args ...any) {
+		if len(why) < 3 {
+			why = append(why, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, c := range ranked {
+		if c.Config == current {
+			break
+		}
+		if slices.Contains(h.Rejected, c.Config) {
+			note("%s was rejected before from the same config and is not proposed again (change the class or its bounds to tune it again)", describe(c.Config))
+			continue
+		}
+		if miss := detectionLoss(*cur, c); miss != "" {
+			note("the best candidate (%s) %s", describe(c.Config), miss)
+			continue
+		}
+		margin, undo := Margin, Undoes(h.Recent, current, c.Config)
+		if undo {
+			margin *= 2
+		}
+		name, by, ok := improvement(cur.Figures, c.Figures, margin)
+		if ok && detectionDriven(name) && cur.Figures.Incidents < MinDetectionIncidents {
+			note("the best candidate that detects what the current config detects (%s) beats it on %s by %s, but %d incidents are fewer than the %d a change for detection needs",
+				describe(c.Config), name, by, cur.Figures.Incidents, MinDetectionIncidents)
+			continue
+		}
+		if !ok {
+			extra := ""
+			if undo {
+				extra = ", doubled since it undoes a recent change"
+			}
+			note("the best candidate that detects what the current config detects (%s) beats it on %s by %s, less than the %.0f%% margin%s",
+				describe(c.Config), name, by, margin*100, extra)
+			continue
+		}
+		p := c.Config
+		f := c.Figures
+		d.Status, d.Proposed, d.Best = StatusProposed, &p, &f
+		d.Reasons = []string{fmt.Sprintf("%s beats the current config (%s) on %s by %s, and detects every incident it detects", describe(p), describe(current), name, by)}
+		if undo {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("it undoes a change applied within the last %d passes, and beats the current config by twice the margin", UndoPasses))
+		}
 		return d
 	}
-	c := best.Config
-	d.Status, d.Proposed = StatusProposed, &c
-	d.Reasons = []string{fmt.Sprintf("%s beats the current config (%s) on %s by %s", describe(c), describe(current), name, by)}
+	if len(why) == 0 {
+		why = []string{"no candidate ranks before the current config"}
+	}
+	d.Reasons = why
 	return d
 }
 
-// improvement names the first figure of the ranking where best differs
-// from cur, how much better it is, and whether that passes the margin.
-func improvement(cur, best replay.Figures) (string, string, bool) {
-	type key struct {
-		name      string
-		cur, best float64
-		higher    bool // more is better
-		unit      string
+// Undoes reports whether moving from current to next takes back a setting
+// one of the recent changes made: the trip back to what it was, or a
+// threshold, window, minimum or open duration moved back the way it came.
+func Undoes(recent []Change, current, next breaker.Config) bool {
+	back := func(from, to, cur, nxt float64) bool {
+		return from != to && nxt != cur && (from-to > 0) == (nxt-cur > 0)
 	}
-	keys := []key{
-		{"quiet-time opens", float64(cur.OpensQuiet), float64(best.OpensQuiet), false, ""},
-		{"healthy requests blocked", float64(cur.BlockedHealthy), float64(best.BlockedHealthy), false, ""},
-		{"incidents detected", float64(cur.IncidentsDetected), float64(best.IncidentsDetected), true, ""},
-		{"median detection", cur.DetectMedian.Seconds(), best.DetectMedian.Seconds(), false, " s"},
-		{"slowest detection", cur.DetectMax.Seconds(), best.DetectMax.Seconds(), false, " s"},
-		{"failures sent in incidents", float64(cur.Wasted), float64(best.Wasted), false, ""},
-		{"requests sent in incidents", float64(cur.Sent), float64(best.Sent), false, ""},
+	for _, ch := range recent {
+		if ch.From.Trip != ch.To.Trip && next.Trip == ch.From.Trip && current.Trip != next.Trip {
+			return true
+		}
+		if back(ch.From.FailureRateThreshold, ch.To.FailureRateThreshold, current.FailureRateThreshold, next.FailureRateThreshold) ||
+			back(float64(ch.From.Window), float64(ch.To.Window), float64(current.Window), float64(next.Window)) ||
+			back(float64(ch.From.MinThroughput), float64(ch.To.MinThroughput), float64(current.MinThroughput), float64(next.MinThroughput)) ||
+			back(float64(ch.From.OpenDuration), float64(ch.To.OpenDuration), float64(current.OpenDuration), float64(next.OpenDuration)) {
+			return true
+		}
 	}
-	for _, k := range keys {
-		if k.cur == k.best {
-			continue
+	return false
+}
+
+// MinDetectionIncidents is the fewest incidents in the evidence a change
+// made for detection (more incidents detected, a faster median) needs:
+// the detection of one or two incidents is one draw of the noise.
+const MinDetectionIncidents = 3
+
+// detectionDriven reports whether an improvement named so is one of
+// detection.
+func detectionDriven(name string) bool {
+	return name == "incidents detected" || name == "median detection"
+}
+
+// detectionLoss says what c loses of cur's detection, in words, or "" when
+// it detects every incident cur detects, none more than DetectSlack later,
+// and at least one when there are incidents.
+func detectionLoss(cur, c replay.Candidate) string {
+	if cur.Figures.Incidents > 0 && c.Figures.IncidentsDetected == 0 {
+		return fmt.Sprintf("detects none of the %d incidents", cur.Figures.Incidents)
+	}
+	missed, later := 0, 0
+	if len(cur.ByIncident) == len(c.ByIncident) && len(cur.ByIncident) == cur.Figures.Incidents {
+		for i, at := range cur.ByIncident {
+			switch {
+			case at == replay.Undetected:
+			case c.ByIncident[i] == replay.Undetected:
+				missed++
+			case c.ByIncident[i] > at+DetectSlack:
+				later++
+			}
 		}
-		gain := k.cur - k.best
-		if k.higher {
-			gain = -gain
+	} else {
+		// Without the incidents one by one, the sums.
+		missed = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0)
+		if missed == 0 && c.Figures.DetectMax > cur.Figures.DetectMax+DetectSlack {
+			later = 1
 		}
-		by := fmt.Sprintf("%g%s (%g against %g)", math.Round(gain*1000)/1000, k.unit, math.Round(k.best*1000)/1000, math.Round(k.cur*1000)/1000)
-		// A count improves by at least one; a detection only counts from
-		// a tenth of the current one on.
-		return k.name, by, gain > 0 && gain >= Margin*math.Abs(k.cur)
+	}
+	switch {
+	case missed > 0:
+		return fmt.Sprintf("misses %d of the %d incidents the current config detects", missed, cur.Figures.IncidentsDetected)
+	case later > 0:
+		return fmt.Sprintf("detects %d of the incidents the current config detects more than %s later", later, trafficclass.FormatDuration(DetectSlack))
+	}
+	return ""
+}
+
+// improvement names the figure on which best beats cur, by how much, and
+// whether that passes margin: fewer quiet-time opens (by margin of the
+// current count and at least one); or, with no more quiet-time opens,
+// fewer healthy requests blocked (by margin and at least one), more
+// incidents detected, or a median detection faster by margin. A smaller
+// difference is noise.
+func improvement(cur, best replay.Figures, margin float64) (string, string, bool) {
+	by := func(gain, b, c float64, unit string) string {
+		return fmt.Sprintf("%g%s (%g against %g)", math.Round(gain*1000)/1000, unit, math.Round(b*1000)/1000, math.Round(c*1000)/1000)
+	}
+	counts := func(c, b int) bool { return c-b >= 1 && float64(c-b) >= margin*float64(c) }
+	if gain := cur.OpensQuiet - best.OpensQuiet; gain != 0 {
+		return "quiet-time opens", by(float64(gain), float64(best.OpensQuiet), float64(cur.OpensQuiet), ""), counts(cur.OpensQuiet, best.OpensQuiet)
+	}
+	if counts(cur.BlockedHealthy, best.BlockedHealthy) {
+		return "healthy requests blocked", by(float64(cur.BlockedHealthy-best.BlockedHealthy), float64(best.BlockedHealthy), float64(cur.BlockedHealthy), ""), true
+	}
+	if best.BlockedHealthy > cur.BlockedHealthy {
+		return "healthy requests blocked", by(float64(cur.BlockedHealthy-best.BlockedHealthy), float64(best.BlockedHealthy), float64(cur.BlockedHealthy), ""), false
+	}
+	if best.IncidentsDetected > cur.IncidentsDetected {
+		return "incidents detected", by(float64(best.IncidentsDetected-cur.IncidentsDetected), float64(best.IncidentsDetected), float64(cur.IncidentsDetected), ""), true
+	}
+	if best.IncidentsDetected > 0 && cur.IncidentsDetected > 0 {
+		gain := (cur.DetectMedian - best.DetectMedian).Seconds()
+		return "median detection", by(gain, best.DetectMedian.Seconds(), cur.DetectMedian.Seconds(), " s"), gain > 0 && gain >= margin*cur.DetectMedian.Seconds()
 	}
 	return "nothing", "0", false
+}
+
+// OpenDurationSlack is how far apart two open durations may be, relative
+// to the longer, for proposals to be equivalent: the median recovery that
+// sets one moves as incidents come and go.
+const OpenDurationSlack = 0.25
+
+// Equivalent reports whether two proposals are the same but for their open
+// durations, within OpenDurationSlack of each other (and the max open
+// durations that follow them): a shadow of one stands for the other.
+func Equivalent(a, b breaker.Config) bool {
+	longer := max(a.OpenDuration, b.OpenDuration)
+	if float64(max(a.OpenDuration-b.OpenDuration, b.OpenDuration-a.OpenDuration)) > OpenDurationSlack*float64(longer) {
+		return false
+	}
+	a.OpenDuration, a.MaxOpenDuration = b.OpenDuration, b.MaxOpenDuration
+	return a == b
 }

@@ -1,6 +1,7 @@
 package tuning
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -11,7 +12,7 @@ import (
 	"github.com/hookd/hookd/internal/trafficclass"
 )
 
-// Bounds of a derived config.
+// Limits of every config a pass derives or ranks besides the current one.
 const (
 	// MinOpenDuration and MaxOpenDuration bound the open duration a
 	// recovery time anchors: the aggressive floor and the point past which
@@ -20,61 +21,116 @@ const (
 	MaxOpenDuration = 120 * time.Second
 	// MinThroughputFloor is the floor of the min_throughput rule.
 	MinThroughputFloor = 20
-	// MaxThreshold caps a derived failure-rate threshold: above it the
-	// breaker barely trips at all.
+	// MaxMinThroughput caps min_throughput: a busy class's window holds
+	// many more requests, and a breaker that waits for more than this many
+	// before judging barely protects anything.
+	MaxMinThroughput = trafficclass.DefaultTuneMinThroughputCeiling
+	// MinThreshold is the floor of a failure-rate threshold: below half
+	// failing, a threshold trips on degraded service rather than outages.
+	MinThreshold = 0.5
+	// MaxThreshold caps a failure-rate threshold: above it the breaker
+	// barely trips at all.
 	MaxThreshold = 0.9
+	// MinWindow and MaxWindow are the ends of the window ladder.
+	MinWindow = 5 * time.Second
+	MaxWindow = 10 * time.Minute
 )
 
 // windowLadder are the windows a derivation picks from.
 var windowLadder = []time.Duration{
-	5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second,
-	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute,
+	MinWindow, 10 * time.Second, 15 * time.Second, 30 * time.Second,
+	time.Minute, 2 * time.Minute, 5 * time.Minute, MaxWindow,
 }
 
 // Bounds are the limits an admin sets on what tuning may propose for a
-// class.
+// class, on both sides; a zero ceiling does not bound.
 type Bounds struct {
-	// MinThroughputFloor is the lowest min_throughput a proposal may have.
-	MinThroughputFloor int
-	// FailureRateFloor is the lowest failure_rate_threshold a proposal may
-	// have.
-	FailureRateFloor float64
+	// MinThroughputFloor and MinThroughputCeiling bound min_throughput.
+	MinThroughputFloor, MinThroughputCeiling int
+	// FailureRateFloor and FailureRateCeiling bound
+	// failure_rate_threshold.
+	FailureRateFloor, FailureRateCeiling float64
+}
+
+// BoundsOf returns the tuning bounds an admin set on c.
+func BoundsOf(c trafficclass.Class) Bounds {
+	return Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, MinThroughputCeiling: c.TuneMinThroughputCeiling,
+		FailureRateFloor: c.TuneFailureRateFloor, FailureRateCeiling: c.TuneFailureRateCeiling}
 }
 
 // Allows reports whether c is within b.
 func (b Bounds) Allows(c breaker.Config) bool {
-	return c.MinThroughput >= b.MinThroughputFloor && c.FailureRateThreshold >= b.FailureRateFloor
+	return c.MinThroughput >= b.MinThroughputFloor && (b.MinThroughputCeiling <= 0 || c.MinThroughput <= b.MinThroughputCeiling) &&
+		c.FailureRateThreshold >= b.FailureRateFloor && (b.FailureRateCeiling <= 0 || c.FailureRateThreshold <= b.FailureRateCeiling)
+}
+
+// thresholds returns the range of failure-rate thresholds within the limits
+// and b; lo > hi when they leave none.
+func (b Bounds) thresholds() (lo, hi float64) {
+	lo, hi = math.Max(MinThreshold, b.FailureRateFloor), MaxThreshold
+	if b.FailureRateCeiling > 0 {
+		hi = math.Min(hi, b.FailureRateCeiling)
+	}
+	return lo, hi
+}
+
+// minimums returns the range of min_throughput within the limits and b.
+func (b Bounds) minimums() (lo, hi int) {
+	lo, hi = max(MinThroughputFloor, b.MinThroughputFloor), MaxMinThroughput
+	if b.MinThroughputCeiling > 0 {
+		hi = min(hi, b.MinThroughputCeiling)
+	}
+	return lo, hi
+}
+
+// Within reports whether a rate config is inside the limits and b.
+func Within(c breaker.Config, b Bounds) bool {
+	tlo, thi := b.thresholds()
+	mlo, mhi := b.minimums()
+	return c.Trip == breaker.TripRate && c.FailureRateThreshold >= tlo-1e-9 && c.FailureRateThreshold <= thi+1e-9 &&
+		c.Window >= MinWindow && c.Window <= MaxWindow && c.MinThroughput >= mlo && c.MinThroughput <= mhi && b.Allows(c)
 }
 
 // ClassEvidence is the evidence of every endpoint of a class, reduced.
 type ClassEvidence struct {
 	Since, Until time.Time
 	Endpoints    []EndpointEvidence
-	// Attempts and Incidents sum the endpoints'.
-	Attempts, Incidents int
-	// QuietRPS is the median of the endpoints' quiet-time volumes.
+	// Attempts sums the endpoints'; Counted sums those of the endpoints
+	// whose log counts as evidence (EndpointEvidence.Counted), and Sparse
+	// is how many do not. Incidents sums the counted endpoints'.
+	Attempts, Counted, Sparse, Incidents int
+	// QuietRPS is the median of the endpoints' quiet-time volumes, each
+	// weighted by its attempts: the volume most of the class's requests
+	// see.
 	QuietRPS float64
-	// HealthyErrorRate is the highest of the endpoints' healthy error
-	// rates: the threshold must stay clear of the noisiest one.
+	// HealthyErrorRate is the 99th percentile of the endpoints' healthy
+	// error rates, each weighted by the requests it was measured over: the
+	// threshold stays clear of the noise of all but 1% of the volume.
 	HealthyErrorRate float64
 	// Recovery is the median recovery time over every incident; 0 without
 	// one.
 	Recovery time.Duration
 }
 
-// Reduce sums and summarises the endpoints' evidence.
+// Reduce sums and summarises the endpoints' evidence; the class's figures
+// come from the endpoints whose log counts (EndpointEvidence.Counted).
 func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 	ce := ClassEvidence{Since: since, Until: until, Endpoints: eps}
-	var quiet []float64
+	var quiet, quietW, healthy, healthyW []float64
 	var recoveries []time.Duration
 	for _, e := range eps {
 		ce.Attempts += e.Attempts
+		if !e.Counted() {
+			ce.Sparse++
+			continue
+		}
+		ce.Counted += e.Attempts
 		ce.Incidents += len(e.Incidents)
 		if e.Attempts > 0 {
-			quiet = append(quiet, e.QuietRPS)
+			quiet, quietW = append(quiet, e.QuietRPS), append(quietW, float64(e.Attempts))
 		}
-		if !math.IsNaN(e.HealthyErrorRate) {
-			ce.HealthyErrorRate = max(ce.HealthyErrorRate, e.HealthyErrorRate)
+		if !math.IsNaN(e.HealthyErrorRate) && e.HealthyAttempts > 0 {
+			healthy, healthyW = append(healthy, e.HealthyErrorRate), append(healthyW, float64(e.HealthyAttempts))
 		}
 		for _, in := range e.Incidents {
 			if in.Recovery > 0 {
@@ -82,15 +138,39 @@ func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 			}
 		}
 	}
-	if len(quiet) > 0 {
-		slices.Sort(quiet)
-		ce.QuietRPS = trafficclass.Percentile(quiet, 0.5)
-	}
+	ce.QuietRPS = WeightedQuantile(quiet, quietW, 0.5)
+	ce.HealthyErrorRate = WeightedQuantile(healthy, healthyW, trafficclass.HealthyQuantile)
 	if len(recoveries) > 0 {
 		slices.Sort(recoveries)
 		ce.Recovery = recoveries[(len(recoveries)-1)/2]
 	}
 	return ce
+}
+
+// WeightedQuantile returns the smallest of values at which the weights of
+// the values up to it reach p of the total weight; 0 without a positive
+// weight.
+func WeightedQuantile(values, weights []float64, p float64) float64 {
+	idx := make([]int, 0, len(values))
+	total := 0.0
+	for i, w := range weights {
+		if w > 0 && !math.IsNaN(values[i]) {
+			idx = append(idx, i)
+			total += w
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(values[a], values[b]) })
+	cum := 0.0
+	for _, i := range idx {
+		cum += weights[i]
+		if cum >= p*total*(1-1e-12) {
+			return values[i]
+		}
+	}
+	return values[idx[len(idx)-1]]
 }
 
 // Derive returns the config the traffic-class rules give for the
@@ -99,14 +179,15 @@ func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
 // MaxThreshold), the shortest window of the ladder in which half the
 // quiet-time requests reach the floor of 20, min_throughput by
 // MinThroughputFor, and the open duration the median recovery time within
-// [15 s, 120 s] (current's without a recovery). Bounds raise what they
-// floor.
+// [15 s, 120 s] (current's without a recovery). The threshold and the
+// minimum are then brought inside the limits and b.
 func Derive(ev ClassEvidence, current breaker.Config, b Bounds) breaker.Config {
 	c := current
 	c.Trip = breaker.TripRate
+	lo, hi := b.thresholds()
 	t := math.Max(0.5, trafficclass.NoiseFactor*ev.HealthyErrorRate)
-	t = math.Min(math.Ceil(t*20-1e-9)/20, MaxThreshold)
-	c.FailureRateThreshold = math.Max(t, b.FailureRateFloor)
+	t = math.Ceil(t*20-1e-9) / 20
+	c.FailureRateThreshold = math.Min(math.Max(t, lo), hi)
 	c.Window = windowLadder[len(windowLadder)-1]
 	for _, w := range windowLadder {
 		if trafficclass.MinThroughputFor(ev.QuietRPS, w, 0) >= MinThroughputFloor {
@@ -114,7 +195,8 @@ func Derive(ev ClassEvidence, current breaker.Config, b Bounds) breaker.Config {
 			break
 		}
 	}
-	c.MinThroughput = max(trafficclass.MinThroughputFor(ev.QuietRPS, c.Window, MinThroughputFloor), b.MinThroughputFloor)
+	mlo, mhi := b.minimums()
+	c.MinThroughput = min(max(trafficclass.MinThroughputFor(ev.QuietRPS, c.Window, MinThroughputFloor), mlo), mhi)
 	if ev.Recovery > 0 {
 		c.OpenDuration = min(max(ev.Recovery.Round(time.Second), MinOpenDuration), MaxOpenDuration)
 	}
@@ -125,19 +207,23 @@ func Derive(ev ClassEvidence, current breaker.Config, b Bounds) breaker.Config {
 // Grid returns the configs a pass ranks: current first, then rates 0.1
 // either side, windows half and double, and minimums half and double,
 // around derived and around current (a consecutive current contributes
-// only itself), without duplicates and without the configs bounds forbid
-// (current stays, as the one to beat).
+// only itself), each setting brought inside the limits (MinThreshold to
+// MaxThreshold, MinWindow to MaxWindow, MinThroughputFloor to
+// MaxMinThroughput) and b, without duplicates and without the configs
+// outside them (current stays, as the one to beat).
 func Grid(derived, current breaker.Config, b Bounds) []breaker.Config {
 	out := []breaker.Config{current}
 	seen := map[breaker.Config]bool{current: true}
+	tlo, thi := b.thresholds()
+	mlo, mhi := b.minimums()
 	around := func(c breaker.Config) {
 		for _, dr := range []float64{0, -0.1, 0.1} {
 			for _, w := range []time.Duration{c.Window, c.Window / 2, c.Window * 2} {
 				for _, m := range []int{c.MinThroughput, c.MinThroughput / 2, c.MinThroughput * 2} {
 					x := c
-					x.FailureRateThreshold = math.Round((c.FailureRateThreshold+dr)*100) / 100
-					x.Window, x.MinThroughput = w, m
-					if x.Validate() != nil || !b.Allows(x) || seen[x] {
+					x.FailureRateThreshold = math.Round(math.Min(math.Max(c.FailureRateThreshold+dr, tlo), thi)*100) / 100
+					x.Window, x.MinThroughput = min(max(w, MinWindow), MaxWindow), min(max(m, mlo), mhi)
+					if x.Validate() != nil || !Within(x, b) || seen[x] {
 						continue
 					}
 					seen[x] = true

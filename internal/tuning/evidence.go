@@ -38,6 +38,16 @@ const (
 	IncidentSurprise = 13.8
 	// RecoveryStreak is the run of successes that ends a recovery.
 	RecoveryStreak = 3
+	// MinEndpointAttempts is the fewest attempts in the range an endpoint
+	// needs for its log to count as evidence (its class's figures, the
+	// replay, the evidence minimums): with fewer, no window of a breaker
+	// with the floor's min_throughput ever judges it.
+	MinEndpointAttempts = 20
+	// MinBucketAttempts is the fewest requests a 5-minute bucket holds for
+	// its failure rate to count towards the healthy error rate and the
+	// baseline: one failure in a bucket of one request is not a 100%
+	// error rate (the breaker's own floor of 20).
+	MinBucketAttempts = 20
 )
 
 // Interval is a stretch of time, [From, To).
@@ -71,13 +81,20 @@ type EndpointEvidence struct {
 	// failure).
 	Attempts int
 	// QuietRPS is the 5th percentile of the per-minute request rate, in
-	// requests/s (trafficclass.QuietRPS), every minute of the range counted.
+	// requests/s (trafficclass.QuietRPS), over the minutes with at least
+	// one request: the volume a window fills with while the endpoint takes
+	// traffic (idle minutes would make most webhook endpoints 0).
 	QuietRPS float64
 	// HealthyErrorRate is the p99 of the 5-minute failure rates outside
-	// incidents (trafficclass.HealthyErrorRate); NaN without a bucket.
+	// incidents (trafficclass.HealthyErrorRate), over the buckets of at
+	// least MinBucketAttempts requests; NaN without one.
 	HealthyErrorRate float64
-	// Baseline is the median 5-minute failure rate: the rate the incident
-	// finder judges runs against.
+	// HealthyAttempts is the requests of those buckets: the weight of the
+	// endpoint's healthy error rate in its class's.
+	HealthyAttempts int
+	// Baseline is the median failure rate of the 5-minute buckets of at
+	// least MinBucketAttempts requests, or the failure rate of the whole
+	// log without one: the rate the incident finder judges runs against.
 	Baseline float64
 	// Incidents are the incidents found, in time order.
 	Incidents []Incident
@@ -115,25 +132,29 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 			fives[m/5].f++
 		}
 	}
-	ev.QuietRPS = trafficclass.QuietRPS(perMinute)
-	if minutes == 0 {
-		ev.QuietRPS = 0
+	active := slices.DeleteFunc(perMinute, func(n float64) bool { return n == 0 })
+	if len(active) > 0 {
+		ev.QuietRPS = trafficclass.QuietRPS(active)
 	}
-	var all []float64
+	var rates []float64
+	failures, total := 0, 0
 	for _, b := range fives {
-		if b.n > 0 {
-			all = append(all, float64(b.f)/float64(b.n))
+		failures, total = failures+b.f, total+b.n
+		if b.n >= MinBucketAttempts {
+			rates = append(rates, float64(b.f)/float64(b.n))
 		}
 	}
-	ev.Baseline = 0
-	if len(all) > 0 {
-		sorted := slices.Sorted(slices.Values(all))
-		ev.Baseline = trafficclass.Percentile(sorted, 0.5)
+	switch {
+	case len(rates) > 0:
+		slices.Sort(rates)
+		ev.Baseline = trafficclass.Percentile(rates, 0.5)
+	case total > 0:
+		ev.Baseline = float64(failures) / float64(total)
 	}
 	ev.Incidents = findIncidents(rows, ev.Baseline, opens)
 	var healthy []float64
 	for i, b := range fives {
-		if b.n == 0 {
+		if b.n < MinBucketAttempts {
 			continue
 		}
 		from := since.Add(time.Duration(i) * 5 * time.Minute)
@@ -142,9 +163,50 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 			continue
 		}
 		healthy = append(healthy, float64(b.f)/float64(b.n))
+		ev.HealthyAttempts += b.n
 	}
 	ev.HealthyErrorRate = trafficclass.HealthyErrorRate(healthy)
 	return ev
+}
+
+// Counted reports whether the endpoint's log counts as evidence: at least
+// MinEndpointAttempts attempts.
+func (e EndpointEvidence) Counted() bool { return e.Attempts >= MinEndpointAttempts }
+
+// activeQuiet returns how much of the quiet segments (those without an
+// incident) falls in minutes of the range, from since, in which rows (in
+// time order) have at least one attempt: the quiet time the endpoint's
+// traffic saw.
+func activeQuiet(rows []replay.Row, segs []Segment, since time.Time) time.Duration {
+	var total time.Duration
+	base := since.UnixNano()
+	last, j := int64(-1), 0
+	for _, r := range rows {
+		m := (int64(r.TS) - base) / int64(time.Minute)
+		if m == last || int64(r.TS) < base {
+			continue
+		}
+		last = m
+		from := time.Unix(0, base+m*int64(time.Minute))
+		to := from.Add(time.Minute)
+		for j < len(segs) && !segs[j].To.After(from) {
+			j++
+		}
+		for k := j; k < len(segs) && segs[k].From.Before(to); k++ {
+			if segs[k].Incident != nil {
+				continue
+			}
+			lo, hi := segs[k].From, segs[k].To
+			if lo.Before(from) {
+				lo = from
+			}
+			if hi.After(to) {
+				hi = to
+			}
+			total += hi.Sub(lo)
+		}
+	}
+	return total
 }
 
 func overlaps(a, b Interval) bool { return a.From.Before(b.To) && b.From.Before(a.To) }

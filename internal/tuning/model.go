@@ -105,6 +105,16 @@ type Recommendation struct {
 	// RanAt is when the pass ran; nil for status none.
 	RanAt  *time.Time `json:"ran_at"`
 	Shadow *Shadow    `json:"shadow"`
+	// RejectedBefore are the proposals rejected (by an admin or a shadow)
+	// from a config, carried from pass to pass so that none comes back
+	// unchanged; stored, not shown.
+	RejectedBefore []Rejection `json:"-"`
+}
+
+// Rejection is a proposal rejected from a current config.
+type Rejection struct {
+	Current  ClassConfig `json:"current"`
+	Proposed ClassConfig `json:"proposed"`
 }
 
 // None is the recommendation of a class no pass has run for.

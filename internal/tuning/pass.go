@@ -22,14 +22,19 @@ type Store interface {
 	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
 	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
-	ClassAttemptOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time) (map[string][]store.AttemptOutcome, error)
+	ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]store.AttemptOutcome, error)
+	LongestTimeout(ctx context.Context, endpointIDs []string) (time.Duration, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
-	BusyBreaker(ctx context.Context, endpointIDs []string) (string, error)
+	BusyBreaker(ctx context.Context, endpointIDs []string, since time.Time) (string, error)
 	WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error
 	GetRecommendation(ctx context.Context, class string) (store.Recommendation, error)
 	ListRecommendations(ctx context.Context, statuses ...string) ([]store.Recommendation, error)
 	SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error
 	ApplyTuning(ctx context.Context, class string, expect, next breaker.Config, t store.Tuning, r store.Recommendation, data map[string]any) (trafficclass.Class, error)
+	ListTunings(ctx context.Context, class string, limit int) ([]store.Tuning, error)
+	ClaimTune(ctx context.Context) (store.TuneRequest, bool, error)
+	FinishTune(ctx context.Context, id int64, failure string) error
+	RequeueTunes(ctx context.Context) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -40,7 +45,9 @@ const (
 	DefaultWindow   = 7 * 24 * time.Hour
 	DefaultShadow   = 24 * time.Hour
 	// DefaultLag is how far behind the database clock a shadow reads the
-	// log: an attempt is logged when it ends, stamped with its start.
+	// log: an attempt is logged when the ledger writes it, after it ends,
+	// so at least the longest an attempt takes plus the ledger's write
+	// timeout.
 	DefaultLag = 45 * time.Second
 	// DefaultPace is the share of one core a periodic pass uses: it sleeps
 	// between endpoints so that delivery keeps the machine.
@@ -59,8 +66,14 @@ type Config struct {
 	// shadows (and a process not leading tries to lead); zero means
 	// Shadow/10 within [1 s, 1 min].
 	Poll time.Duration
-	// Lag is how far behind the clock shadows read; zero means DefaultLag.
+	// Lag is how far behind the clock shadows read: the request timeout
+	// (Timeout) plus the ledger's write timeout and a flush, so that every
+	// attempt that ended before it has been logged; an endpoint of the
+	// class with a longer timeout of its own adds the difference. Zero
+	// means DefaultLag.
 	Lag time.Duration
+	// Timeout is the request timeout Lag allows for.
+	Timeout time.Duration
 	// Pace is the share of one core a periodic pass may use (it sleeps
 	// between endpoints); zero or less, or one and more, does not pace.
 	Pace float64
@@ -131,10 +144,9 @@ const leaderLock = "_leader"
 
 // Run makes this process the fleet's tuning leader when no other process
 // is (a session advisory lock, tried again every Poll), and as leader,
-// every Poll, runs a paced pass over each class whose last pass is
-// Interval old (a class never passed counts from when this process began
-// to lead, so a restart starts no pass) and advances the shadows, until
-// ctx ends.
+// every Poll, runs the passes requested on demand (RunQueued), a paced
+// pass over each class whose stored last pass is Interval old (PassDue)
+// and advances the shadows, until ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
 	for {
 		err := t.deps.Store.WithTuningLock(ctx, leaderLock, func(ctx context.Context) error {
@@ -158,9 +170,14 @@ func (t *Tuner) Run(ctx context.Context) {
 func (t *Tuner) lead(ctx context.Context) {
 	poll := time.NewTicker(t.cfg.Poll)
 	defer poll.Stop()
-	since := t.deps.Now()
+	// Only the leader runs requested passes: one left running was the last
+	// leader's.
+	if err := t.deps.Store.RequeueTunes(ctx); err != nil && ctx.Err() == nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+	}
 	for {
-		t.PassDue(ctx, since)
+		t.RunQueued(ctx)
+		t.PassDue(ctx)
 		if err := t.Advance(ctx); err != nil && ctx.Err() == nil {
 			t.deps.Logger.WarnContext(ctx, "tuning_shadow_failed", slog.String("error", err.Error()))
 		}
@@ -173,29 +190,59 @@ func (t *Tuner) lead(ctx context.Context) {
 }
 
 // PassDue runs a paced pass over the last Window of each class not off
-// whose last pass ran Interval ago or more, or that never had one and
-// Interval has passed since leading.
-func (t *Tuner) PassDue(ctx context.Context, leading time.Time) {
+// whose stored last pass ran Interval ago or more, or that never had one,
+// unless the class's proposal is shadowing: the shadow is judged first.
+// The due time comes from the database, not from when this process began
+// to lead, so a fleet deployed more often than Interval still tunes, and a
+// restart starts no pass that is not due.
+func (t *Tuner) PassDue(ctx context.Context) {
 	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
 	if err != nil {
 		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
 		return
 	}
 	last := map[string]time.Time{}
+	shadowing := map[string]bool{}
 	for _, r := range recs {
-		var rec Recommendation
-		if json.Unmarshal(r.Body, &rec) == nil && rec.RanAt != nil {
+		if rec, err := decodeRecommendation(r.Body); err == nil && rec.RanAt != nil {
 			last[r.Class] = *rec.RanAt
 		}
+		shadowing[r.Class] = r.Status == string(StatusShadowing)
 	}
 	now := t.deps.Now()
 	t.passAll(ctx, func(class string) bool {
 		at, ok := last[class]
-		if !ok || at.Before(leading) {
-			at = leading
-		}
-		return now.Sub(at) >= t.cfg.Interval
+		return !shadowing[class] && (!ok || now.Sub(at) >= t.cfg.Interval)
 	})
+}
+
+// RunQueued runs the passes requested on demand (store.QueueTune), one at
+// a time, oldest first, paced as periodic ones, until none is queued; each
+// request ends done, or failed with the pass's error.
+func (t *Tuner) RunQueued(ctx context.Context) {
+	for ctx.Err() == nil {
+		r, ok, err := t.deps.Store.ClaimTune(ctx)
+		if err != nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+			return
+		}
+		if !ok {
+			return
+		}
+		failure := ""
+		if _, err := t.Pass(ctx, r.Class, r.Since, r.Until, true); err != nil {
+			if ctx.Err() != nil {
+				// Left running: the next leader queues it again.
+				return
+			}
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", r.Class), slog.String("error", err.Error()))
+			failure = err.Error()
+		}
+		if err := t.deps.Store.FinishTune(ctx, r.ID, failure); err != nil {
+			t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("class", r.Class), slog.String("error", err.Error()))
+			return
+		}
+	}
 }
 
 var allStatuses = []string{string(StatusKept), string(StatusProposed), string(StatusShadowing), string(StatusApplied), string(StatusRejected)}
@@ -426,23 +473,35 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	ranAt := t.deps.Now().UTC()
 	cur := ClassConfig(c.Breaker)
 	rec := Recommendation{Class: name, Status: StatusKept, Mode: c.AutoTune, Current: &cur, RanAt: &ranAt}
+	hist, err := t.history(ctx, c, &rec)
+	if err != nil {
+		return Recommendation{}, nil, err
+	}
 
-	bounds := Bounds{MinThroughputFloor: c.TuneMinThroughputFloor, FailureRateFloor: c.TuneFailureRateFloor}
+	bounds := BoundsOf(c)
 	derived := Derive(ev, c.Breaker, bounds)
 	configs := Grid(derived, c.Breaker, bounds)
 	lead := LeadFor(configs)
 	used := &passUsed{configs: configs, segments: map[string][]Segment{}}
 	tallies := make([]replay.Tally, len(configs))
-	var quiet time.Duration
+	// The class's quiet time is its endpoints' quiet time with traffic,
+	// weighted by their attempts: an endpoint of one attempt does not
+	// contribute the whole range.
+	var quietSum, quietWeight float64
 	segments := make([][]Segment, len(ids))
 	for i := range ids {
+		if !evs[i].Counted() {
+			continue
+		}
 		segments[i] = Segments(since, until, evs[i].Incidents, lead)
 		used.segments[ids[i]] = segments[i]
-		for _, s := range segments[i] {
-			if s.Incident == nil && len(logs[i].v) > 0 {
-				quiet += s.To.Sub(s.From)
-			}
-		}
+		buf = logs[i].appendTo(buf[:0])
+		quietSum += float64(evs[i].Attempts) * activeQuiet(buf, segments[i], since).Seconds()
+		quietWeight += float64(evs[i].Attempts)
+	}
+	var quiet time.Duration
+	if quietWeight > 0 {
+		quiet = time.Duration(quietSum / quietWeight * float64(time.Second)).Round(time.Second)
 	}
 	view := ev.View(quiet)
 	rec.Evidence = &view
@@ -456,7 +515,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		buf = logs[i].appendTo(buf[:0])
 		traces := Traces(buf, segments[i])
 		logs[i] = nil
-		if len(traces) == 0 {
+		if len(traces) == 0 || !evs[i].Counted() {
 			continue
 		}
 		part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
@@ -470,7 +529,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
-	d := Decide(c.Breaker, ranked)
+	d := DecideWith(c.Breaker, ranked, hist)
 	rec.Configs = len(configs)
 	rec.Status, rec.Reasons = d.Status, d.Reasons
 	if d.Current != nil {
@@ -483,37 +542,32 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	return rec, used, t.save(ctx, c, rec)
 }
 
-// save stores a pass's recommendation. A proposal equal to the one already
-// shadowing keeps its shadow running; a new proposal is announced
-// (traffic_class.recommended).
+// save stores a pass's recommendation. A proposal equivalent to the one
+// already shadowing (Equivalent) keeps that shadow running; a new proposal
+// is announced (traffic_class.recommended).
 func (t *Tuner) save(ctx context.Context, c trafficclass.Class, rec Recommendation) error {
 	sr := store.Recommendation{Class: c.Name, Status: string(rec.Status)}
 	event := ""
 	if rec.Status == StatusProposed {
 		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusShadowing) {
-			var old Recommendation
-			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
-				rec.Status, rec.Shadow = StatusShadowing, old.Shadow
+			if old, err := decodeRecommendation(prev.Body); err == nil && old.Proposed != nil && *old.Current == *rec.Current &&
+				Equivalent(breaker.Config(*old.Proposed), breaker.Config(*rec.Proposed)) {
+				if *old.Proposed != *rec.Proposed {
+					rec.Reasons = append(rec.Reasons, fmt.Sprintf("the shadow of the equivalent proposal (%s) goes on", describe(breaker.Config(*old.Proposed))))
+				}
+				rec.Status, rec.Shadow, rec.Proposed = StatusShadowing, old.Shadow, old.Proposed
 				sr.Status, sr.ShadowSince, sr.ShadowUntil = prev.Status, prev.ShadowSince, prev.ShadowUntil
 			}
 		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if prev, err := t.deps.Store.GetRecommendation(ctx, c.Name); err == nil && prev.Status == string(StatusRejected) {
-			var old Recommendation
-			if json.Unmarshal(prev.Body, &old) == nil && old.Proposed != nil && *old.Proposed == *rec.Proposed && *old.Current == *rec.Current {
-				rec.Status = StatusRejected
-				rec.Reasons = append(rec.Reasons, "not proposed again: the same proposal was rejected before (change the class or its bounds to tune it again)")
-				sr.Status = string(StatusRejected)
-			}
-		}
 		if rec.Status == StatusProposed {
 			event = store.OpTrafficClassRecommended
 		}
 	}
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return fmt.Errorf("encode recommendation: %w", err)
+		return err
 	}
 	sr.Body = body
 	return t.deps.Store.SaveRecommendation(ctx, sr, event, eventData(rec))
@@ -548,9 +602,9 @@ func Get(ctx context.Context, st Store, class string) (Recommendation, error) {
 	if err != nil {
 		return Recommendation{}, err
 	}
-	var rec Recommendation
-	if err := json.Unmarshal(r.Body, &rec); err != nil {
-		return Recommendation{}, fmt.Errorf("decode recommendation: %w", err)
+	rec, err := decodeRecommendation(r.Body)
+	if err != nil {
+		return Recommendation{}, err
 	}
 	rec.Status, rec.Mode = Status(r.Status), c.AutoTune
 	return rec, nil
@@ -576,6 +630,7 @@ func Reject(ctx context.Context, st Store, class string) (Recommendation, error)
 	was := rec.Status
 	rec.Status = StatusRejected
 	rec.Reasons = append(rec.Reasons, "rejected by an admin")
+	rec.remember()
 	return rec, saveAs(ctx, st, rec, was, nil)
 }
 
@@ -583,13 +638,98 @@ func Reject(ctx context.Context, st Store, class string) (Recommendation, error)
 // stored recommendation of that status (store.ErrRecommendationChanged
 // otherwise).
 func saveAs(ctx context.Context, st Store, rec Recommendation, expect Status, data map[string]any) error {
-	body, err := json.Marshal(rec)
+	body, err := encodeRecommendation(rec)
 	if err != nil {
-		return fmt.Errorf("encode recommendation: %w", err)
+		return err
 	}
 	sr := store.Recommendation{Class: rec.Class, Status: string(rec.Status), Body: body, Expect: string(expect)}
 	if rec.Shadow != nil {
 		sr.ShadowSince, sr.ShadowUntil = &rec.Shadow.Since, &rec.Shadow.Until
 	}
 	return st.SaveRecommendation(ctx, sr, "", data)
+}
+
+// history reads what the class's past says about this pass's proposals:
+// the proposals rejected from the current config (carried into rec, so
+// that passes in between do not forget them) and the changes applied
+// within the last UndoPasses intervals.
+func (t *Tuner) history(ctx context.Context, c trafficclass.Class, rec *Recommendation) (History, error) {
+	var h History
+	prev, err := t.deps.Store.GetRecommendation(ctx, c.Name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return h, err
+	default:
+		old, err := decodeRecommendation(prev.Body)
+		if err != nil {
+			return h, err
+		}
+		if prev.Status == string(StatusRejected) {
+			old.remember()
+		}
+		rec.RejectedBefore = old.RejectedBefore
+	}
+	for _, r := range rec.RejectedBefore {
+		if breaker.Config(r.Current) == c.Breaker {
+			h.Rejected = append(h.Rejected, breaker.Config(r.Proposed))
+		}
+	}
+	tunings, err := t.deps.Store.ListTunings(ctx, c.Name, UndoPasses)
+	if err != nil {
+		return h, err
+	}
+	recent := t.deps.Now().Add(-UndoPasses * t.cfg.Interval)
+	for _, tu := range tunings {
+		var from, to ClassConfig
+		if tu.At.Before(recent) || json.Unmarshal(tu.OldConfig, &from) != nil || json.Unmarshal(tu.NewConfig, &to) != nil {
+			continue
+		}
+		h.Recent = append(h.Recent, Change{From: breaker.Config(from), To: breaker.Config(to)})
+	}
+	return h, nil
+}
+
+// maxRejections is how many rejected proposals a class remembers.
+const maxRejections = 20
+
+// remember adds rec's proposal, from its current config, to the proposals
+// rejected before.
+func (rec *Recommendation) remember() {
+	if rec.Proposed == nil || rec.Current == nil {
+		return
+	}
+	r := Rejection{Current: *rec.Current, Proposed: *rec.Proposed}
+	if slices.Contains(rec.RejectedBefore, r) {
+		return
+	}
+	rec.RejectedBefore = append(rec.RejectedBefore, r)
+	if n := len(rec.RejectedBefore); n > maxRejections {
+		rec.RejectedBefore = slices.Clone(rec.RejectedBefore[n-maxRejections:])
+	}
+}
+
+// storedRecommendation is a recommendation as stored: with the proposals
+// rejected before, which the API does not show.
+type storedRecommendation struct {
+	Recommendation
+	RejectedBefore []Rejection `json:"rejected_before,omitempty"`
+}
+
+func encodeRecommendation(rec Recommendation) ([]byte, error) {
+	body, err := json.Marshal(storedRecommendation{Recommendation: rec, RejectedBefore: rec.RejectedBefore})
+	if err != nil {
+		return nil, fmt.Errorf("encode recommendation: %w", err)
+	}
+	return body, nil
+}
+
+func decodeRecommendation(body []byte) (Recommendation, error) {
+	var s storedRecommendation
+	if err := json.Unmarshal(body, &s); err != nil {
+		return Recommendation{}, fmt.Errorf("decode recommendation: %w", err)
+	}
+	rec := s.Recommendation
+	rec.RejectedBefore = s.RejectedBefore
+	return rec, nil
 }

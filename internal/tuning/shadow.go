@@ -9,7 +9,7 @@ import (
 // DetectTolerance is how much slower than the live breaker a shadow may
 // open on an incident and still count as no slower: the live breaker
 // decides on its flush against the database clock, the shadow at each
-// logged attempt's start.
+// logged attempt's end.
 const DetectTolerance = time.Second
 
 // openAt is an open of an endpoint's breaker at a time.

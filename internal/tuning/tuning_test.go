@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,11 +172,11 @@ func TestPassReadsEachLogAsTheSweepDoes(t *testing.T) {
 	}
 }
 
-// TestPassRecommendsWhatTheSweepRanksFirst: over the three acceptance
+// TestPassRecommendsFromTheSweepsRanking: over the three acceptance
 // shapes in one class, the pass finds the outage (and nothing in the noisy
-// or the quiet endpoint), and what it recommends is what the sweep's
-// ranking puts first over the same ranges and grid.
-func TestPassRecommendsWhatTheSweepRanksFirst(t *testing.T) {
+// or the quiet endpoint), and what it recommends is what Decide picks from
+// the sweep's ranking over the same ranges and grid.
+func TestPassRecommendsFromTheSweepsRanking(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tuning.Config{})
 	ctx := context.Background()
@@ -198,13 +199,13 @@ func TestPassRecommendsWhatTheSweepRanksFirst(t *testing.T) {
 	}
 	t.Logf("status %s, %d configs, reasons %v", rec.Status, len(configs), rec.Reasons)
 	ranked := sweepOver(t, b.st, configs, segments)
-	want := ranked[0].Config
+	want := tuning.Decide(breaker.DefaultConfig(), ranked)
+	require.Equal(t, want.Status, rec.Status, rec.Reasons)
 	switch rec.Status {
 	case tuning.StatusProposed:
-		require.Equal(t, want, breaker.Config(*rec.Proposed))
-		require.Equal(t, ranked[0].Figures.OpensQuiet, rec.Figures.Proposed.OpensQuiet)
+		require.Equal(t, *want.Proposed, breaker.Config(*rec.Proposed))
+		require.Equal(t, want.Best.OpensQuiet, rec.Figures.Proposed.OpensQuiet)
 	case tuning.StatusKept:
-		require.Equal(t, want, breaker.DefaultConfig(), rec.Reasons)
 	default:
 		t.Fatalf("status %s", rec.Status)
 	}
@@ -479,8 +480,8 @@ func TestRejectDropsAProposal(t *testing.T) {
 }
 
 // TestPassesComeOnePerIntervalPerClass: a class never passed gets its first
-// pass an interval after leading began (a restart starts none), and the
-// next an interval after that; a class off never does.
+// pass at once, and the next an interval after the last stored one, however
+// many leaders come between; a class off never does.
 func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tuning.Config{Interval: time.Hour, Window: span})
@@ -492,18 +493,199 @@ func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 		require.NoError(t, err)
 		return rec.RanAt
 	}
-	leading := start
+	b.now = start
+	b.tuner.PassDue(ctx)
+	require.Equal(t, start, *ranAt("hourly"), "never passed: due at once")
 	b.now = start.Add(59 * time.Minute)
-	b.tuner.PassDue(ctx, leading)
-	require.Nil(t, ranAt("hourly"), "not an interval since leading began")
+	restarted := tuning.New(tuning.Config{Interval: time.Hour, Window: span}, tuning.Deps{Store: b.st, Now: func() time.Time { return b.now }})
+	restarted.PassDue(ctx)
+	require.Equal(t, start, *ranAt("hourly"), "a new leader starts no pass that is not due")
 	b.now = start.Add(time.Hour)
-	b.tuner.PassDue(ctx, leading)
+	restarted.PassDue(ctx)
 	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"))
 	b.now = start.Add(90 * time.Minute)
-	b.tuner.PassDue(ctx, leading)
+	b.tuner.PassDue(ctx)
 	require.Equal(t, start.Add(time.Hour), *ranAt("hourly"), "not due again yet")
 	b.now = start.Add(2 * time.Hour)
-	b.tuner.PassDue(ctx, leading)
+	b.tuner.PassDue(ctx)
 	require.Equal(t, start.Add(2*time.Hour), *ranAt("hourly"))
 	require.Nil(t, ranAt("never"))
+}
+
+// TestShadowIsJudgedBeforeTheNextPass: with a shadow as long as the
+// interval, the leader's polls (passes due, then shadows) judge the shadow
+// before a pass of its class runs, and a disabled endpoint whose breaker
+// stays open (it takes no traffic) does not hold the apply back.
+func TestShadowIsJudgedBeforeTheNextPass(t *testing.T) {
+	t.Parallel()
+	interval, lag := 2*time.Hour, 30*time.Second
+	b := setup(t, tuning.Config{Interval: interval, Shadow: interval, Lag: lag, Window: span})
+	ctx := context.Background()
+	current := breaker.DefaultConfig()
+	calmer := current
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "judged", current, calmer, trafficclass.AutoTuneApply)
+	b.log(t, id, start, synth(t, 2, 7, phase("fine", interval+time.Hour, 0.01)))
+	idle := b.endpoint(t, "judged")
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO breaker_states (endpoint_id, state, open_until) VALUES ($1, 'open', now() + interval '1 day')
+		ON CONFLICT (endpoint_id) DO UPDATE SET state = 'open', open_until = now() + interval '1 day'`, idle)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE endpoints SET status = 'disabled', disabled_reason = 'auth_failures' WHERE id = $1`, idle)
+	require.NoError(t, err)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	for poll := time.Duration(0); poll <= interval+10*time.Minute; poll += 5 * time.Minute {
+		b.now = start.Add(poll)
+		b.tuner.PassDue(ctx)
+		require.NoError(t, b.tuner.Advance(ctx))
+		rec, err := tuning.Get(ctx, b.st, "judged")
+		require.NoError(t, err)
+		if rec.Status == tuning.StatusApplied {
+			break
+		}
+		require.Equal(t, tuning.StatusShadowing, rec.Status, "at +%s: %v", poll, rec.Reasons)
+	}
+	rec, err := tuning.Get(ctx, b.st, "judged")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusApplied, rec.Status, rec.Reasons)
+	cl, err := b.st.GetClass(ctx, "judged")
+	require.NoError(t, err)
+	require.Equal(t, calmer, cl.Breaker)
+}
+
+// TestShadowFeedsOutcomesWhenTheyEnded: the live breaker counts an attempt
+// when it ends, so the shadow does too: a slow failure that ends after
+// three quicker ones makes three failures in a row, and a consecutive-3
+// shadow opens, at the slow attempt's end.
+func TestShadowFeedsOutcomesWhenTheyEnded(t *testing.T) {
+	t.Parallel()
+	shadow, lag := 10*time.Minute, 30*time.Second
+	b := setup(t, tuning.Config{Shadow: shadow, Lag: lag})
+	ctx := context.Background()
+	touchy := breaker.DefaultConfig()
+	touchy.Trip, touchy.ConsecutiveFailures = breaker.TripConsecutive, 3
+	id := shadowCase(t, b, "ends", breaker.DefaultConfig(), touchy, trafficclass.AutoTuneApply)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	// Started in the order failure, success, failure, failure; ended in
+	// the order success, failure, failure, failure.
+	at := start.Add(time.Minute)
+	for _, a := range []struct {
+		off, took time.Duration
+		outcome   string
+	}{
+		{0, 20 * time.Second, "failure"},
+		{time.Second, 10 * time.Millisecond, "success"},
+		{2 * time.Second, 10 * time.Millisecond, "failure"},
+		{3 * time.Second, 10 * time.Millisecond, "failure"},
+	} {
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, classification)
+			VALUES ('dlv_ends', 'msg_ends', $1, 1, $2, $3, $4)`, id, at.Add(a.off), float64(a.took.Milliseconds()), a.outcome)
+		require.NoError(t, err)
+	}
+	b.now = start.Add(5 * time.Minute)
+	require.NoError(t, b.tuner.Advance(ctx))
+	rec, err := tuning.Get(ctx, b.st, "ends")
+	require.NoError(t, err)
+	require.Equal(t, 4, rec.Shadow.Attempts)
+	require.Len(t, rec.Shadow.Opens, 1, "three failures in a row by their ends")
+	require.Equal(t, at.Add(20*time.Second), rec.Shadow.Opens[0].At)
+}
+
+// countingStore counts the saves of recommendations.
+type countingStore struct {
+	*store.Store
+	saves atomic.Int64
+}
+
+func (c *countingStore) SaveRecommendation(ctx context.Context, r store.Recommendation, event string, data map[string]any) error {
+	c.saves.Add(1)
+	return c.Store.SaveRecommendation(ctx, r, event, data)
+}
+
+// TestShadowProgressIsNotRewrittenEveryPoll: a shadow polled every 10 s
+// for 10 minutes without a would-be open stores its progress about ten
+// times, not at every poll.
+func TestShadowProgressIsNotRewrittenEveryPoll(t *testing.T) {
+	t.Parallel()
+	shadow, lag := 10*time.Minute, 30*time.Second
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	current := breaker.DefaultConfig()
+	calmer := current
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "steady", current, calmer, trafficclass.AutoTuneApply)
+	b.log(t, id, start, synth(t, 5, 8, phase("fine", shadow+time.Minute, 0.01)))
+	counting := &countingStore{Store: b.st}
+	tu := tuning.New(tuning.Config{Shadow: shadow, Lag: lag, Actor: "tuning-test"},
+		tuning.Deps{Store: counting, Now: func() time.Time { return b.now }})
+	polls := 0
+	for poll := time.Duration(0); poll <= shadow+lag+10*time.Second; poll += 10 * time.Second {
+		b.now = start.Add(poll)
+		require.NoError(t, tu.Advance(ctx))
+		polls++
+	}
+	rec, err := tuning.Get(ctx, b.st, "steady")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusApplied, rec.Status, rec.Reasons)
+	require.LessOrEqual(t, counting.saves.Load(), int64(13), "%d saves in %d polls", counting.saves.Load(), polls)
+}
+
+// TestShadowReadsBehindTheLongestTimeout: an endpoint whose own timeout
+// exceeds the request timeout moves the shadow's reading back by the
+// difference, so that its slow attempts are logged before it reads them.
+func TestShadowReadsBehindTheLongestTimeout(t *testing.T) {
+	t.Parallel()
+	lag := 30 * time.Second
+	b := setup(t, tuning.Config{Shadow: 10 * time.Minute, Lag: lag, Timeout: 10 * time.Second})
+	ctx := context.Background()
+	calmer := breaker.DefaultConfig()
+	calmer.FailureRateThreshold = 0.7
+	id := shadowCase(t, b, "slow", breaker.DefaultConfig(), calmer, trafficclass.AutoTuneApply)
+	_, err := b.db.Pool.Exec(ctx, `UPDATE endpoints SET timeout_ms = 60000 WHERE id = $1`, id)
+	require.NoError(t, err)
+	b.now = start
+	require.NoError(t, b.tuner.Advance(ctx))
+	b.now = start.Add(5 * time.Minute)
+	require.NoError(t, b.tuner.Advance(ctx))
+	rec, err := tuning.Get(ctx, b.st, "slow")
+	require.NoError(t, err)
+	require.Equal(t, b.now.Add(-lag-50*time.Second), rec.Shadow.ReadUntil)
+}
+
+// TestQueuedPassesRunOnTheLeader: passes requested through the store
+// (POST .../tune queues them) run on the leader, one at a time, oldest
+// first, each over its own range, and end done.
+func TestQueuedPassesRunOnTheLeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{})
+	ctx := context.Background()
+	c := breaker.DefaultConfig()
+	c.Trip, c.ConsecutiveFailures = breaker.TripConsecutive, 3
+	b.class(t, "noisy", c, trafficclass.AutoTuneRecommend)
+	b.class(t, "quiet", breaker.DefaultConfig(), trafficclass.AutoTuneOff)
+	b.log(t, b.endpoint(t, "noisy"), start, noisyShape(t))
+	b.now = start.Add(span)
+	_, err := b.st.QueueTune(ctx, "noisy", start, start.Add(span))
+	require.NoError(t, err)
+	_, err = b.st.QueueTune(ctx, "quiet", start, start.Add(span))
+	require.NoError(t, err)
+	b.tuner.RunQueued(ctx)
+	for _, class := range []string{"noisy", "quiet"} {
+		r, err := b.st.LatestTune(ctx, class)
+		require.NoError(t, err)
+		require.Equal(t, store.TuneDone, r.Status, r.Error)
+		rec, err := tuning.Get(ctx, b.st, class)
+		require.NoError(t, err)
+		require.NotNil(t, rec.RanAt, class)
+		require.Equal(t, start, rec.Evidence.Since)
+	}
+	noisy, err := tuning.Get(ctx, b.st, "noisy")
+	require.NoError(t, err)
+	require.Equal(t, tuning.StatusProposed, noisy.Status, noisy.Reasons)
+	_, ok, err := b.st.ClaimTune(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing left queued")
 }

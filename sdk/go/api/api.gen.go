@@ -167,6 +167,30 @@ func (e ClassRecommendationStatus) Valid() bool {
 	}
 }
 
+// Defines values for ClassTuneStatusStatus.
+const (
+	ClassTuneStatusStatusDone    ClassTuneStatusStatus = "done"
+	ClassTuneStatusStatusFailed  ClassTuneStatusStatus = "failed"
+	ClassTuneStatusStatusQueued  ClassTuneStatusStatus = "queued"
+	ClassTuneStatusStatusRunning ClassTuneStatusStatus = "running"
+)
+
+// Valid indicates whether the value is a known member of the ClassTuneStatusStatus enum.
+func (e ClassTuneStatusStatus) Valid() bool {
+	switch e {
+	case ClassTuneStatusStatusDone:
+		return true
+	case ClassTuneStatusStatusFailed:
+		return true
+	case ClassTuneStatusStatusQueued:
+		return true
+	case ClassTuneStatusStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateTrafficClassRequestAutoTune.
 const (
 	CreateTrafficClassRequestAutoTuneApply     CreateTrafficClassRequestAutoTune = "apply"
@@ -879,6 +903,29 @@ type ClassRecommendationAutoTune string
 // ClassRecommendationStatus `none`: no pass has run; `kept`: the last pass kept the current config (`reasons` say why, such as too little evidence); `proposed`: a config beats it; `shadowing`: the proposal runs in shadow (class in `apply`); `applied`: it is the class's config now; `rejected`: an admin or a disagreeing shadow dropped it.
 type ClassRecommendationStatus string
 
+// ClassTuneStatus A tuning pass requested on demand and where it stands.
+type ClassTuneStatus struct {
+	// Class A traffic class name: 1-64 lower-case letters, digits, `_` and `-`, starting with a letter or digit, and not `auto`, which is reserved (the pattern spells that out).
+	//
+	// Examples: medium
+	Class ClassName `json:"class"`
+
+	// Error Why a failed pass failed; empty otherwise.
+	Error       string     `json:"error"`
+	FinishedAt  *time.Time `json:"finished_at"`
+	ID          int        `json:"id"`
+	RequestedAt time.Time  `json:"requested_at"`
+	Since       time.Time  `json:"since"`
+	StartedAt   *time.Time `json:"started_at"`
+
+	// Status `queued`: waiting for the fleet's tuning leader; `running`; `done`: the recommendation is stored; `failed`: see `error`.
+	Status ClassTuneStatusStatus `json:"status"`
+	Until  time.Time             `json:"until"`
+}
+
+// ClassTuneStatusStatus `queued`: waiting for the fleet's tuning leader; `running`; `done`: the recommendation is stored; `failed`: see `error`.
+type ClassTuneStatusStatus string
+
 // ClassTuning One tuned change of a class: who applied it, the configs before and after, the replayed (and shadow) figures, the evidence and the reasons.
 type ClassTuning struct {
 	Actor    string                 `json:"actor"`
@@ -1134,8 +1181,14 @@ type CreateTrafficClassRequest struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *CreateTrafficClassRequestTrip `json:"trip,omitempty"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling *float32 `json:"tune_failure_rate_ceiling,omitempty"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling *int `json:"tune_min_throughput_ceiling,omitempty"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`
@@ -2000,8 +2053,14 @@ type TrafficClassConfig struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip TrafficClassConfigTrip `json:"trip"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling float32 `json:"tune_failure_rate_ceiling"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor float32 `json:"tune_failure_rate_floor"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling int `json:"tune_min_throughput_ceiling"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor int `json:"tune_min_throughput_floor"`
@@ -2071,8 +2130,14 @@ type TrafficClassFields struct {
 	// Trip What opens the breaker: `rate`, the failure rate over `window` reaching `failure_rate_threshold` once the window holds `min_throughput` outcomes; `consecutive`, `consecutive_failures` failures in a row.
 	Trip *TrafficClassFieldsTrip `json:"trip,omitempty"`
 
-	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+	// TuneFailureRateCeiling The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+	TuneFailureRateCeiling *float32 `json:"tune_failure_rate_ceiling,omitempty"`
+
+	// TuneFailureRateFloor The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
 	TuneFailureRateFloor *float32 `json:"tune_failure_rate_floor,omitempty"`
+
+	// TuneMinThroughputCeiling The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+	TuneMinThroughputCeiling *int `json:"tune_min_throughput_ceiling,omitempty"`
 
 	// TuneMinThroughputFloor The lowest `min_throughput` automatic tuning may propose.
 	TuneMinThroughputFloor *int `json:"tune_min_throughput_floor,omitempty"`
@@ -2132,7 +2197,7 @@ type TuningConfig struct {
 // TuningConfigTrip defines model for TuningConfig.Trip.
 type TuningConfigTrip string
 
-// TuningEvidence What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found, the median of the endpoints' quiet-time volumes (requests/s), the highest healthy error rate, the median recovery time, the quiet time replayed, and each endpoint's figures.
+// TuningEvidence What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures.
 type TuningEvidence struct {
 	Attempts         int     `json:"attempts"`
 	Endpoints        int     `json:"endpoints"`
@@ -3404,18 +3469,25 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
 	RejectClassRecommendation(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// TuneClassWithBody Run a tuning pass of a traffic class now
+	// GetClassTune Get where a traffic class's requested tuning pass stands
 	//
-	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	// The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/tune (the `GetClassTune` operationId).
+	GetClassTune(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TuneClassWithBody Queue a tuning pass of a traffic class
+	//
+	// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
 	TuneClassWithBody(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// TuneClass Run a tuning pass of a traffic class now
+	// TuneClass Queue a tuning pass of a traffic class
 	//
-	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4664,9 +4736,26 @@ func (c *Client) RejectClassRecommendation(ctx context.Context, name ClassNamePa
 	return c.Client.Do(req)
 }
 
-// TuneClassWithBody Run a tuning pass of a traffic class now
+// GetClassTune Get where a traffic class's requested tuning pass stands
 //
-// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+// The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+//
+// Corresponds with GET /v1/traffic-classes/{name}/tune (the `GetClassTune` operationId).
+func (c *Client) GetClassTune(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetClassTuneRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TuneClassWithBody Queue a tuning pass of a traffic class
+//
+// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4683,9 +4772,9 @@ func (c *Client) TuneClassWithBody(ctx context.Context, name ClassNamePath, cont
 	return c.Client.Do(req)
 }
 
-// TuneClass Run a tuning pass of a traffic class now
+// TuneClass Queue a tuning pass of a traffic class
 //
-// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7355,6 +7444,40 @@ func NewRejectClassRecommendationRequest(server string, name ClassNamePath) (*ht
 	return req, nil
 }
 
+// NewGetClassTuneRequest constructs an http.Request for the GetClassTune method
+func NewGetClassTuneRequest(server string, name ClassNamePath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/traffic-classes/%s/tune", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewTuneClassRequest calls the generic TuneClass builder with application/json body
 func NewTuneClassRequest(server string, name ClassNamePath, body TuneClassJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -8074,18 +8197,27 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/traffic-classes/{name}/recommendation/reject (the `RejectClassRecommendation` operationId).
 	RejectClassRecommendationWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*RejectClassRecommendationResponse, error)
 
-	// TuneClassWithBodyWithResponse Run a tuning pass of a traffic class now
+	// GetClassTuneWithResponse Get where a traffic class's requested tuning pass stands
 	//
-	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	// The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/traffic-classes/{name}/tune (the `GetClassTune` operationId).
+	GetClassTuneWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*GetClassTuneResponse, error)
+
+	// TuneClassWithBodyWithResponse Queue a tuning pass of a traffic class
+	//
+	// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/traffic-classes/{name}/tune (the `TuneClass` operationId).
 	TuneClassWithBodyWithResponse(ctx context.Context, name ClassNamePath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TuneClassResponse, error)
 
-	// TuneClassWithResponse Run a tuning pass of a traffic class now
+	// TuneClassWithResponse Queue a tuning pass of a traffic class
 	//
-	// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+	// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13318,6 +13450,101 @@ func (r RejectClassRecommendationResponse) ContentType() string {
 	return ""
 }
 
+// GetClassTuneResponse401Headers the declared response headers of an HTTP 401 response for GetClassTune
+type GetClassTuneResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetClassTuneResponse503Headers the declared response headers of an HTTP 503 response for GetClassTune
+type GetClassTuneResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetClassTuneResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ClassTuneStatus
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetClassTuneResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetClassTuneResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetClassTuneResponse) GetJSON200() *ClassTuneStatus {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetClassTuneResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetClassTuneResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetClassTuneResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetClassTuneResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetClassTuneResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetClassTuneResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetClassTuneResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetClassTuneResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetClassTuneResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TuneClassResponse202Headers the declared response headers of an HTTP 202 response for TuneClass
+type TuneClassResponse202Headers struct {
+	Location *string
+}
+
 // TuneClassResponse401Headers the declared response headers of an HTTP 401 response for TuneClass
 type TuneClassResponse401Headers struct {
 	WWWAuthenticate string
@@ -13331,8 +13558,8 @@ type TuneClassResponse503Headers struct {
 type TuneClassResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *ClassRecommendation
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ClassTuneStatus
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -13351,15 +13578,17 @@ type TuneClassResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *TuneClassResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *TuneClassResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *TuneClassResponse503Headers
 }
 
-// GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r TuneClassResponse) GetJSON200() *ClassRecommendation {
-	return r.JSON200
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r TuneClassResponse) GetJSON202() *ClassTuneStatus {
+	return r.JSON202
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -14552,9 +14781,24 @@ func (c *ClientWithResponses) RejectClassRecommendationWithResponse(ctx context.
 	return ParseRejectClassRecommendationResponse(rsp)
 }
 
-// TuneClassWithBodyWithResponse Run a tuning pass of a traffic class now
+// GetClassTuneWithResponse Get where a traffic class's requested tuning pass stands
 //
-// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+// The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/traffic-classes/{name}/tune (the `GetClassTune` operationId).
+func (c *ClientWithResponses) GetClassTuneWithResponse(ctx context.Context, name ClassNamePath, reqEditors ...RequestEditorFn) (*GetClassTuneResponse, error) {
+	rsp, err := c.GetClassTune(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetClassTuneResponse(rsp)
+}
+
+// TuneClassWithBodyWithResponse Queue a tuning pass of a traffic class
+//
+// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14567,9 +14811,9 @@ func (c *ClientWithResponses) TuneClassWithBodyWithResponse(ctx context.Context,
 	return ParseTuneClassResponse(rsp)
 }
 
-// TuneClassWithResponse Run a tuning pass of a traffic class now
+// TuneClassWithResponse Queue a tuning pass of a traffic class
 //
-// What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+// What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19501,6 +19745,90 @@ func ParseRejectClassRecommendationResponse(rsp *http.Response) (*RejectClassRec
 	return response, nil
 }
 
+// ParseGetClassTuneResponse parses an HTTP response from a GetClassTuneWithResponse call
+func ParseGetClassTuneResponse(rsp *http.Response) (*GetClassTuneResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetClassTuneResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ClassTuneStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetClassTuneResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetClassTuneResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseTuneClassResponse parses an HTTP response from a TuneClassWithResponse call
 func ParseTuneClassResponse(rsp *http.Response) (*TuneClassResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -19515,12 +19843,12 @@ func ParseTuneClassResponse(rsp *http.Response) (*TuneClassResponse, error) {
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest ClassRecommendation
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ClassTuneStatus
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON200 = &dest
+		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest
@@ -19588,6 +19916,16 @@ func ParseTuneClassResponse(rsp *http.Response) (*TuneClassResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers TuneClassResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers TuneClassResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {

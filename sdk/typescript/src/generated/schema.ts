@@ -851,11 +851,15 @@ export interface paths {
             };
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Get where a traffic class's requested tuning pass stands
+         * @description The class's latest tuning pass requested with `POST` on this path: `queued` (waiting for the tuning leader), `running`, `done` (its recommendation is stored: `GET .../recommendation`) or `failed` (with the pass's `error`). 404 when none was requested.
+         */
+        get: operations["getClassTune"];
         put?: never;
         /**
-         * Run a tuning pass of a traffic class now
-         * @description What the dispatcher's periodic pass does, for one class, now, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. A proposal of a class in `apply` then shadows as a periodic one does. The body is optional.
+         * Queue a tuning pass of a traffic class
+         * @description What the dispatcher's periodic pass does, for one class, over the given range of the log (by default the last 7 days): measures the evidence, ranks a grid of configs by replay, and stores the recommendation. The api never runs the pass: it queues it for the fleet's tuning leader (a dispatcher), which runs queued passes one at a time, paced as periodic ones, and answers at once with the request; `GET` on the same path gives where it stands, and `GET .../recommendation` the result once it is `done`. With no dispatcher running, a request stays `queued`. A proposal of a class in `apply` then shadows as a periodic one does. 409 while a pass of the class is queued or running. The body is optional.
          */
         post: operations["tuneClass"];
         delete?: never;
@@ -1429,10 +1433,20 @@ export interface components {
              */
             tune_min_throughput_floor?: number;
             /**
-             * @description The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1].
+             * @description The highest `min_throughput` automatic tuning may propose, at least `tune_min_throughput_floor`. Tuning never proposes more than 10000 whatever it says.
+             * @default 10000
+             */
+            tune_min_throughput_ceiling?: number;
+            /**
+             * @description The lowest `failure_rate_threshold` automatic tuning may propose, in [0, 1]. Tuning never proposes less than 0.5 whatever it says.
              * @default 0
              */
             tune_failure_rate_floor?: number;
+            /**
+             * @description The highest `failure_rate_threshold` automatic tuning may propose, in [0, 1], at least `tune_failure_rate_floor`. Tuning never proposes more than 0.9 whatever it says.
+             * @default 1
+             */
+            tune_failure_rate_ceiling?: number;
             /**
              * @description Whether a tenant (a tenant token or a portal session) may put its endpoints in this class through `traffic_class`. A class decides how leniently the breaker and the auth rule treat an endpoint, so a tenant naming a class that is not selectable is refused with 403 naming `traffic_class`; admins may name any class.
              * @default false
@@ -1446,7 +1460,7 @@ export interface components {
         /** @description The whole class: every omitted member takes its default. `name`, if given, must be the name in the path. */
         PutTrafficClassRequest: components["schemas"]["TrafficClassFields"];
         /** @description A traffic class, every member present. */
-        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin" | "auto_tune" | "tune_min_throughput_floor" | "tune_failure_rate_floor">;
+        TrafficClassConfig: WithRequired<components["schemas"]["TrafficClassFields"], "name" | "trip" | "failure_rate_threshold" | "window" | "min_throughput" | "consecutive_failures" | "open_duration" | "open_jitter" | "open_backoff" | "max_open_duration" | "half_open_trials" | "half_open_concurrency" | "enforce" | "auth_disable_after" | "auth_disable_min_duration" | "tenant_selectable" | "builtin" | "auto_tune" | "tune_min_throughput_floor" | "tune_min_throughput_ceiling" | "tune_failure_rate_floor" | "tune_failure_rate_ceiling">;
         TrafficClassList: {
             /** @description Every class, by name. */
             data: components["schemas"]["TrafficClassConfig"][];
@@ -2020,7 +2034,7 @@ export interface components {
             detect_s_median: number | null;
             detect_s_max: number | null;
         };
-        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found, the median of the endpoints' quiet-time volumes (requests/s), the highest healthy error rate, the median recovery time, the quiet time replayed, and each endpoint's figures. */
+        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures. */
         TuningEvidence: {
             /** Format: date-time */
             since: string;
@@ -2097,6 +2111,28 @@ export interface components {
             since?: string;
             /** Format: date-time */
             until?: string;
+        };
+        /** @description A tuning pass requested on demand and where it stands. */
+        ClassTuneStatus: {
+            id: number;
+            class: components["schemas"]["ClassName"];
+            /**
+             * @description `queued`: waiting for the fleet's tuning leader; `running`; `done`: the recommendation is stored; `failed`: see `error`.
+             * @enum {string}
+             */
+            status: "queued" | "running" | "done" | "failed";
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            /** Format: date-time */
+            requested_at: string;
+            /** Format: date-time */
+            started_at: string | null;
+            /** Format: date-time */
+            finished_at: string | null;
+            /** @description Why a failed pass failed; empty otherwise. */
+            error: string;
         };
         /** @description One tuned change of a class: who applied it, the configs before and after, the replayed (and shadow) figures, the evidence and the reasons. */
         ClassTuning: {
@@ -4044,6 +4080,34 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getClassTune: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The traffic class name. */
+                name: components["parameters"]["ClassNamePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The latest request. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassTuneStatus"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     tuneClass: {
         parameters: {
             query?: never;
@@ -4061,13 +4125,15 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The pass's recommendation. */
-            200: {
+            /** @description The pass is queued for the tuning leader. */
+            202: {
                 headers: {
+                    /** @description Where to poll the request: `/v1/traffic-classes/{name}/tune`. */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ClassRecommendation"];
+                    "application/json": components["schemas"]["ClassTuneStatus"];
                 };
             };
             400: components["responses"]["BadRequest"];
