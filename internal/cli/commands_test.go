@@ -129,8 +129,14 @@ func TestCommands(t *testing.T) {
 	rec := okJSON[hookd.ClassRecommendation](t, "classes", "recommendation", "trickle")
 	require.Equal(t, "trickle", rec.Class)
 	tableHeader(t, ok(t, "classes", "recommendation", "trickle", "-o", "table").stdout, "CLASS", "STATUS")
-	tuned := okJSON[hookd.ClassRecommendation](t, "classes", "tune", "trickle", "--since", "1h")
-	require.Equal(t, "trickle", tuned.Class)
+	// Queued, and followed until the fleet's tuning leader (the
+	// devserver's dispatcher) has run it.
+	done := okJSON[hookd.ClassTuneStatus](t, "classes", "tune", "trickle", "--since", "1h", "--wait", "3m")
+	require.Equal(t, "trickle", done.Class)
+	require.Equal(t, api.ClassTuneStatusStatusDone, done.Status, done.Error)
+	status := okJSON[hookd.ClassTuneStatus](t, "classes", "tune-status", "trickle")
+	require.Equal(t, done.ID, status.ID)
+	tuned := okJSON[hookd.ClassRecommendation](t, "classes", "recommendation", "trickle")
 	require.NotNil(t, tuned.RanAt)
 	// A proposal is applied once; with none to act on, apply and reject
 	// are the API's 409.

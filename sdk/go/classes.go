@@ -15,6 +15,8 @@ type (
 	ClassRecommendation = api.ClassRecommendation
 	// TuneRequest bounds the window of history a tuning pass reads.
 	TuneRequest = api.TuneRequest
+	// ClassTuneStatus is where a queued tuning pass stands.
+	ClassTuneStatus = api.ClassTuneStatus
 )
 
 // TrafficClassesService reads traffic classes and acts on the tuner's
@@ -52,9 +54,20 @@ func (s *TrafficClassesService) Recommendation(ctx context.Context, name string)
 	return result(r.JSON200, r.HTTPResponse, r.Body)
 }
 
-// Tune runs a tuning pass of the class now, over req's window.
-func (s *TrafficClassesService) Tune(ctx context.Context, name string, req TuneRequest) (*ClassRecommendation, error) {
+// Tune queues a tuning pass of the class over req's window for the fleet's
+// tuning leader; TuneStatus follows it, and Recommendation reads its
+// result once it is done.
+func (s *TrafficClassesService) Tune(ctx context.Context, name string, req TuneRequest) (*ClassTuneStatus, error) {
 	r, err := s.c.raw.TuneClassWithResponse(ctx, name, req)
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON202, r.HTTPResponse, r.Body)
+}
+
+// TuneStatus reads where the class's latest queued tuning pass stands.
+func (s *TrafficClassesService) TuneStatus(ctx context.Context, name string) (*ClassTuneStatus, error) {
+	r, err := s.c.raw.GetClassTuneWithResponse(ctx, name)
 	if err != nil {
 		return nil, err
 	}
