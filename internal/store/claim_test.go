@@ -52,20 +52,33 @@ func TestClaimFencesTheRunItReplaced(t *testing.T) {
 		require.NoError(t, err)
 		return d.Status
 	}
-	// The stale run's record and hand-off change nothing.
-	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+	attemptRows := func(id string) int {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, id).Scan(&n))
+		return n
+	}
+	attempt := func(id string, status int) []store.Attempt {
+		return []store.Attempt{{DeliveryID: id, MessageID: m.ID, EndpointID: m.Deliveries[0].EndpointID, AttemptNumber: 1,
+			AttemptedAt: at, StatusCode: &status, Classification: "success"}}
+	}
+	// The stale run's record and hand-off change nothing: neither the
+	// status nor the attempt log (its attempt would log a second attempt
+	// 1 beside the claiming run's).
+	require.NoError(t, s.RecordLedger(ctx, attempt(ids[0], 500), []store.StatusUpdate{
 		{DeliveryID: ids[0], Series: 1, Status: store.DeliveryFailed, AttemptCount: 1, LastAttemptAt: &at, Claim: stale},
 	}))
 	require.Equal(t, store.DeliveryPending, status(ids[0]))
+	require.Zero(t, attemptRows(ids[0]), "the stale run's attempt is not logged")
 	n, err := s.HandOff(ctx, stale, []store.HandOff{{DeliveryID: ids[1], At: at}}, &queueRecorder{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 
 	// The claiming run's do.
-	require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{
+	require.NoError(t, s.RecordLedger(ctx, attempt(ids[0], 200), []store.StatusUpdate{
 		{DeliveryID: ids[0], Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at, Claim: fresh},
 	}))
 	require.Equal(t, store.DeliveryDelivered, status(ids[0]))
+	require.Equal(t, 1, attemptRows(ids[0]))
 	n, err = s.HandOff(ctx, fresh, []store.HandOff{{DeliveryID: ids[1], At: at}}, &queueRecorder{})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

@@ -105,6 +105,10 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 	}
 	err := s.inTxKnown(ctx, pool, func(tx pgx.Tx) error {
 		res = LedgerResult{}
+		attempts, err := dropSuperseded(ctx, tx, attempts, updates)
+		if err != nil {
+			return err
+		}
 		if len(attempts) > 0 {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
 				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
@@ -128,7 +132,6 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				return fmt.Errorf("copy attempts: %w", err)
 			}
 		}
-		var err error
 		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules); err != nil {
 			return err
 		}
@@ -277,6 +280,64 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 		return LedgerResult{}, err
 	}
 	return res, nil
+}
+
+// dropSuperseded returns attempts without those whose run lost its
+// delivery: a later run of the same job claimed it (ClaimDeliveries), as
+// the run of a job rescued from a dispatcher that was frozen or cut off
+// does. The lost run's status update is refused by the ledger's UPDATE;
+// its attempt row would log a second attempt of the same number beside the
+// new run's. A run names its claim on its status update (StatusUpdate.Claim);
+// only deliveries some rerun ever claimed come back from the read, so a
+// batch without them costs one index probe per delivery.
+func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates []StatusUpdate) ([]Attempt, error) {
+	if len(attempts) == 0 {
+		return attempts, nil
+	}
+	claims := make(map[string]Claim, len(updates))
+	for _, u := range updates {
+		if u.Claim.JobID != 0 && u.LastAttemptAt != nil {
+			claims[u.DeliveryID] = u.Claim
+		}
+	}
+	if len(claims) == 0 {
+		return attempts, nil
+	}
+	ids := make([]string, 0, len(claims))
+	for id := range claims {
+		ids = append(ids, id)
+	}
+	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) AND claim_job IS NOT NULL`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read delivery claims: %w", err)
+	}
+	lost := map[string]bool{}
+	for rows.Next() {
+		var id string
+		var c Claim
+		var attempt int32
+		if err := rows.Scan(&id, &c.JobID, &attempt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read delivery claims: %w", err)
+		}
+		if mine := claims[id]; mine.JobID == c.JobID && int(attempt) > mine.Attempt {
+			lost[id] = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read delivery claims: %w", err)
+	}
+	if len(lost) == 0 {
+		return attempts, nil
+	}
+	kept := make([]Attempt, 0, len(attempts))
+	for _, a := range attempts {
+		if !lost[a.DeliveryID] {
+			kept = append(kept, a)
+		}
+	}
+	return kept, nil
 }
 
 // deliveryFailedEvent is the delivery.failed event of a delivery that
