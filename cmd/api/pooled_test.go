@@ -12,12 +12,12 @@ import (
 	"github.com/hookd/hookd/internal/config"
 )
 
-// TestPooledNeedsADirectURLToMigrate: behind a pooler (--db-pooled) the
-// api needs --direct-database-url only to migrate (migrations hold a
-// session lock); a direct URL without a pooler, or the pooled URL given
+// TestPooledNeedsADirectURL: behind a pooler (--db-pooled) the api needs
+// --direct-database-url for migrations and tuning passes (they hold
+// session locks); a direct URL without a pooler, or the pooled URL given
 // as the direct one, is refused. Each refusal names the flag before any
 // connection is made.
-func TestPooledNeedsADirectURLToMigrate(t *testing.T) {
+func TestPooledNeedsADirectURL(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -28,15 +28,15 @@ func TestPooledNeedsADirectURLToMigrate(t *testing.T) {
 		want string
 	}{
 		{env: map[string]string{"DB_POOLED": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
-			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
+			"migrations and tuning passes need a session of their own, which a pooler in transaction mode does not keep"},
+		{env: map[string]string{"DB_POOLED": "true", "NO_MIGRATE": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
+			"migrations and tuning passes need a session of their own, which a pooler in transaction mode does not keep"},
 		{args: []string{"migrate", "--db-pooled"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
 			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
 		{env: map[string]string{"DIRECT_DATABASE_URL": "postgres://postgres@127.0.0.1:2/hookd"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is used only with --db-pooled (DB_POOLED): " +
 			"without a pooler every connection goes to --database-url"},
 		{env: map[string]string{"DB_POOLED": "true", "DIRECT_DATABASE_URL": pooled},
 			want: "--direct-database-url (DIRECT_DATABASE_URL): is --database-url itself: with --db-pooled it must reach PostgreSQL without the pooler"},
-		// Without migrations nothing of the api's needs a session.
-		{env: map[string]string{"DB_POOLED": "true", "NO_MIGRATE": "true"}},
 		{env: map[string]string{"DB_POOLED": "true", "DIRECT_DATABASE_URL": "postgres://postgres@127.0.0.1:2/hookd?sslmode=disable&connect_timeout=2"}},
 	} {
 		env := map[string]string{"API_TOKEN": "t", "DATABASE_URL": pooled}
