@@ -54,7 +54,8 @@ func (s *sickReceiver) respond(r *deliverytest.Request) deliverytest.Response {
 // message is delivered once to each endpoint; an endpoint that fails
 // opens its breaker, which both dispatchers see, its deliveries are
 // parked and nothing reaches it while open; once it recovers the breaker
-// goes half-open and closes. No process logs a prepared statement or
+// goes half-open and closes. Session advisory locks (tuning) live on
+// direct connections only. No process logs a prepared statement or
 // startup parameter error, nor the missing role settings.
 func TestFleetBehindPgBouncer(t *testing.T) {
 	t.Parallel()
@@ -227,6 +228,22 @@ func TestFleetBehindPgBouncer(t *testing.T) {
 		rejected += metricValue(t, d.MetricsURL, `breaker_rejected_total{endpoint="`+sick.ID+`"}`)
 	}
 	require.Positive(t, rejected, "the open breaker refused deliveries")
+
+	// Session advisory locks live on direct connections: tuning passes
+	// asked of the api each take and release their class's lock, and
+	// every advisory lock held (the dispatchers' tuning leader's among
+	// them) is held by a session of the locks' or trials' own pools,
+	// never by a server connection of the pooler's.
+	for range 3 {
+		code, err := api.Do(ctx, "POST", "/v1/traffic-classes/pooled/tune", map[string]any{}, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code, "a tuning pass finds its class's lock free")
+	}
+	require.Zero(t, count(`SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND a.application_name NOT LIKE 'hookd-locks/%' AND a.application_name NOT LIKE 'hookd-trials/%'`),
+		"no advisory lock on a pooled connection")
+	require.Positive(t, count(`SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND a.application_name LIKE 'hookd-locks/%'`), "the tuning leader's lock is held on a direct session")
 
 	// Behind the pooler a dispatcher registers only its direct
 	// connections against max_connections.
