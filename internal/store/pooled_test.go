@@ -55,10 +55,41 @@ func TestPooledPoolKeepsNoSessionState(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, open(), "the database's settings give both")
+	// A longer idle-in-transaction timeout than hookd's is not enough.
+	_, err = db.Pool.Exec(ctx, `ALTER DATABASE `+db.Name+` SET idle_in_transaction_session_timeout = '1min'`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ALTER ROLE CURRENT_USER SET idle_in_transaction_session_timeout = '15s'"}, open())
 
 	// A URL that chooses another mode without named statements keeps it.
 	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: db.URL + "&default_query_exec_mode=exec", MaxConns: 1, Pooled: true})
 	require.NoError(t, err)
 	defer pool.Close()
 	require.Equal(t, pgx.QueryExecModeExec, pool.Config().ConnConfig.DefaultQueryExecMode)
+}
+
+// TestCheckPooledURL: a pooled connection string, URL or key=value, may
+// set only the startup parameters PgBouncer passes on, and no exec mode
+// with named prepared statements; the error names the setting, never the
+// password.
+func TestCheckPooledURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url, wantErr string
+	}{
+		{url: "postgres://hookd:pw@pgbouncer:6432/hookd?sslmode=disable&application_name=x&connect_timeout=5"},
+		{url: "postgres://hookd:pw@pgbouncer:6432/hookd?default_query_exec_mode=describe_exec"},
+		{url: "host=pgbouncer port=6432 dbname=hookd user=hookd password=pw TimeZone=UTC"},
+		{url: "host=pgbouncer port=6432 dbname=hookd password=pw statement_timeout=5000", wantErr: "sets statement_timeout, which a pooler"},
+		{url: "postgres://hookd:pw@pgbouncer:6432/hookd?options=-c%20jit%3Doff", wantErr: "sets options, which a pooler"},
+		{url: "host=pgbouncer dbname=hookd password=pw default_query_exec_mode=cache_statement", wantErr: "sets default_query_exec_mode=cache_statement"},
+		{url: "postgres://hookd:pw@pgbouncer:6432/hookd?default_query_exec_mode=cache_statement", wantErr: "sets default_query_exec_mode=cache_statement"},
+	} {
+		err := store.CheckPooledURL(tc.url)
+		if tc.wantErr == "" {
+			require.NoError(t, err, tc.url)
+			continue
+		}
+		require.ErrorContains(t, err, tc.wantErr, tc.url)
+		require.NotContains(t, err.Error(), "pw", tc.url)
+	}
 }
