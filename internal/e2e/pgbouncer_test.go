@@ -250,9 +250,13 @@ func TestFleetBehindPgBouncer(t *testing.T) {
 	want := dispatcher.LedgerConns + 1 + store.SessionPoolConns + dispatcher.DefaultConfig().TrialPoolSize
 	require.Equal(t, 2, count(`SELECT count(*) FROM hookd_dispatchers WHERE db_connections = $1`, want))
 
-	// Nothing failed for want of a session, a statement or a parameter.
+	// Nothing failed for want of a session, a statement or a parameter,
+	// nor waited past the pooler's patience: prepared statements that do
+	// not exist (26000) or already do (42P05), a protocol violation
+	// (08P01), a refused startup parameter, missing role settings.
 	for _, p := range []*Proc{api.Proc, ds[0].Proc, ds[1].Proc, bouncer.Proc} {
-		for _, bad := range []string{"prepared statement", "unsupported startup parameter", "msg=role_settings", "level=ERROR"} {
+		for _, bad := range []string{"prepared statement", "SQLSTATE 26000", "SQLSTATE 42P05", "SQLSTATE 08P01", "unsupported startup parameter",
+			"query_wait_timeout", "pooler error", "msg=role_settings"} {
 			require.Empty(t, p.Lines(bad), "%s logged %q", p.Name, bad)
 		}
 	}
