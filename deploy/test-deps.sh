@@ -2,7 +2,7 @@
 # Installs what the test suite needs when it is missing, so `make test`
 # passes on a fresh machine: PostgreSQL's server programs (initdb, pg_ctl,
 # postgres; the tests run their own private clusters with them, never a
-# server already on this machine), Debian's Chromium for the dashboard's
+# server already on this machine), PgBouncer, Debian's Chromium for the dashboard's
 # browser test, jq for the README's tour, promtool for the alert rules and
 # Node.js 20 or later with npm for the TypeScript client's tests.
 # It says what it installs before it does; where everything is in place it
@@ -16,6 +16,7 @@ log() { echo "test-deps: $*"; }
 # against stand-ins.
 pg_initdb_glob=${TEST_DEPS_PG_GLOB:-/usr/lib/postgresql/*/bin/initdb}
 policy_rc_d=${TEST_DEPS_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+pgbouncer_bin=${TEST_DEPS_PGBOUNCER:-/usr/sbin/pgbouncer}
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -68,6 +69,13 @@ fi
 # (and fails without it): Debian's prometheus package ships it.
 if ! command -v promtool >/dev/null; then
 	need "installing promtool (Debian's prometheus package; its service is not started)" prometheus
+fi
+
+# internal/e2e runs a fleet behind PgBouncer in transaction mode, the
+# pooler hookd documents (docs/scaling.md): Debian's pgbouncer package,
+# whose own service is not started (the test starts a private one).
+if ! command -v pgbouncer >/dev/null && [[ ! -x ${pgbouncer_bin} ]]; then
+	need "installing PgBouncer (Debian's pgbouncer package; its service is not started) for the test of a fleet behind a pooler" pgbouncer
 fi
 
 # sdk/typescript's tests (make sdk-test) run on Node.js 20 or later with

@@ -34,7 +34,9 @@ func runSecrets(ctx context.Context, args []string, getenv func(string) string, 
 	default:
 		return &config.UsageError{Msg: fmt.Sprintf("secrets: unknown subcommand %q: want rotate-key", sub)}
 	}
-	databaseURL := fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL")
+	// The api's database flags, so the api's environment serves it behind
+	// a pooler too; nothing of it needs a session.
+	database := config.BindDatabase(fs, "", "the api's migrations (this command needs none)")
 	keys := config.BindSecretKeys(fs)
 	batch := fs.Int("batch", "", 500, "endpoints resealed per transaction (1-10000)")
 	if err := fs.Parse(args); err != nil {
@@ -53,7 +55,10 @@ func runSecrets(ctx context.Context, args []string, getenv func(string) string, 
 	if *batch < 1 || *batch > 10000 {
 		return &config.UsageError{Msg: "secrets rotate-key: --batch must be from 1 to 10000"}
 	}
-	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: *databaseURL, MaxConns: 2, ApplicationName: "hookd-api-secrets"})
+	if err := database.Check(""); err != nil {
+		return err
+	}
+	pool, err := store.OpenPool(ctx, database.PoolConfig(2, "hookd-api-secrets"))
 	if err != nil {
 		return err
 	}

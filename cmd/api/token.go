@@ -46,7 +46,9 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	sub, args := args[0], args[1:]
 	fs := config.New("api token", tokenSynopsis, getenv, stdout)
-	databaseURL := fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL")
+	// The api's database flags, so the api's environment serves it behind
+	// a pooler too; nothing of it needs a session.
+	database := config.BindDatabase(fs, "", "the api's migrations (this command needs none)")
 	var name, id, tenant, expires *string
 	var readOnly *bool
 	switch sub {
@@ -105,7 +107,10 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 
-	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: *databaseURL, MaxConns: 2, ApplicationName: "hookd-api-token"})
+	if err := database.Check(""); err != nil {
+		return err
+	}
+	pool, err := store.OpenPool(ctx, database.PoolConfig(2, "hookd-api-token"))
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,22 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 		{args: []string{"--ledger-write-timeout", "500ms"}, want: "--ledger-write-timeout (LEDGER_WRITE_TIMEOUT): must be at least 1s"},
 		{args: []string{"--operational-webhook-url", "https://ops.example/"}, want: "--operational-webhook-secret (OPERATIONAL_WEBHOOK_SECRET): parse secret: missing \"whsec_\" prefix (required with the operational webhook URL)"},
 		{args: []string{"migrate", "--db-max-conns", "3"}, want: "--db-max-conns (DB_MAX_CONNS): must be 0 (from the cores) or at least 4"},
+		// Behind a pooler: what needs a session has a direct URL, and the
+		// pooled URL asks for nothing a pooler in transaction mode loses.
+		{env: map[string]string{"DB_POOLED": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
+			"the LISTEN connection, the session locks, the trial pool and the ledger need a session of their own, which a pooler in transaction mode does not keep"},
+		{args: []string{"migrate", "--db-pooled"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
+			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
+		{env: map[string]string{"DIRECT_DATABASE_URL": "postgres://hookd@db:5432/hookd"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is used only with --db-pooled (DB_POOLED): " +
+			"without a pooler every connection goes to --database-url"},
+		{args: []string{"--db-pooled", "--database-url", "postgres://hookd@pgbouncer:6432/hookd", "--direct-database-url", "postgres://hookd@pgbouncer:6432/hookd"},
+			want: "--direct-database-url (DIRECT_DATABASE_URL): is --database-url itself: with --db-pooled it must reach PostgreSQL without the pooler"},
+		{args: []string{"--db-pooled", "--database-url", "postgres://hookd:secret@pgbouncer:6432/hookd?jit=off&search_path=hookd", "--direct-database-url", "postgres://hookd@db:5432/hookd"},
+			want: "--database-url (DATABASE_URL): with --db-pooled (DB_POOLED): sets jit, search_path, which a pooler in transaction mode refuses as a startup parameter " +
+				"(or drops, with ignore_startup_parameters): set it for hookd's role instead (ALTER ROLE ... SET)"},
+		{env: map[string]string{"DB_POOLED": "1", "DATABASE_URL": "postgres://hookd@pgbouncer:6432/hookd?default_query_exec_mode=cache_statement", "DIRECT_DATABASE_URL": "postgres://hookd@db:5432/hookd"},
+			want: "--database-url (DATABASE_URL): with --db-pooled (DB_POOLED): sets default_query_exec_mode=cache_statement, whose named prepared statements a pooler in transaction mode " +
+				"loses between transactions: leave it out (hookd then uses cache_describe) or choose describe_exec, exec or simple_protocol"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -39,7 +39,7 @@ const synopsis = `usage: dispatcher [run|migrate] [flags]
 
 // settings are the dispatcher's flags, each with an environment twin.
 type settings struct {
-	databaseURL       *string
+	database          *config.Database
 	metricsAddr       *string
 	workers           *int
 	requestTimeout    *time.Duration
@@ -84,7 +84,8 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 	fs := config.New("dispatcher", synopsis, getenv, out)
 	def := dispatcher.DefaultConfig()
 	return fs, &settings{
-		databaseURL:       fs.String("database-url", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres connection URL"),
+		database: config.BindDatabase(fs, "; River polls for jobs every --fetch-poll-interval instead of LISTENing",
+			"migrations, the LISTEN connection, the tuning and partition maintenance locks and the ledger's connections (required with --db-pooled)"),
 		metricsAddr:       fs.String("metrics-addr", "METRICS_ADDR", def.MetricsAddr, "address serving /metrics, /healthz and /readyz"),
 		workers:           fs.Int("workers", "WORKERS", def.Workers, "requests in flight at once in this process (and River's delivery jobs at once)"),
 		requestTimeout:    fs.Duration("request-timeout", "REQUEST_TIMEOUT", def.RequestTimeout, "timeout of one delivery attempt"),
@@ -157,6 +158,7 @@ func (s *settings) config() dispatcher.Config {
 		PayloadRetention:         *s.payloadRetention,
 		HistoryRetention:         *s.historyRetention,
 		Pprof:                    *s.pprof,
+		PollOnly:                 s.database.Pooled(),
 	}
 }
 
@@ -194,6 +196,7 @@ var flagOf = map[string]string{
 	"PayloadRetention":         "payload-retention",
 	"HistoryRetention":         "history-retention",
 	"Pprof":                    "pprof",
+	"PollOnly":                 "db-pooled",
 }
 
 // asFlagError reports a *dispatcher.ConfigError as a usage error naming the
@@ -237,6 +240,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if *set.dbMaxConns != 0 && *set.dbMaxConns < 4 {
 		return config.Invalid("db-max-conns", "DB_MAX_CONNS", "must be 0 (from the cores) or at least 4")
 	}
+	needsDirect := "the LISTEN connection, the session locks and the ledger"
+	if cmd == "migrate" {
+		needsDirect = "migrations"
+	}
+	if err := set.database.Check(needsDirect); err != nil {
+		return err
+	}
 	keyring, err := set.secretKeys.Keyring()
 	if err != nil {
 		return err
@@ -251,7 +261,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			slog.String("reason", "half-open trials hold leases in PostgreSQL and no connections of their own; the setting is ignored"))
 	}
 
-	pool, err := store.OpenMigrated(ctx, store.PoolConfig{URL: *set.databaseURL, MaxConns: int32(config.DispatcherPoolSize(*set.dbMaxConns)), ApplicationName: "hookd-dispatcher"},
+	pool, err := store.OpenMigrated(ctx, set.database.PoolConfig(config.DispatcherPoolSize(*set.dbMaxConns), "hookd-dispatcher"),
 		cmd == "migrate" || !*set.noMigrate, logger)
 	if err != nil {
 		return err
@@ -261,6 +271,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprintln(stdout, "migrations are current")
 		return nil
 	}
+	if set.database.Pooled() {
+		store.WarnRoleSettings(ctx, pool, logger)
+	}
 	tracing, err := telemetry.NewTracing(ctx, getenv, "hookd-dispatcher")
 	if err != nil {
 		return err
@@ -269,7 +282,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := store.New(pool, logger, store.WithKeyring(keyring)).CheckSecretsAtStart(ctx); err != nil {
 		return err
 	}
-	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, Logger: logger, Stdout: stdout, Keyring: keyring, Tracing: tracing})
+	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, DirectURL: set.database.DirectURL(), Logger: logger, Stdout: stdout, Keyring: keyring, Tracing: tracing})
 	if err != nil {
 		return asFlagError(fs, err)
 	}

@@ -104,6 +104,11 @@ type Config struct {
 	HistoryRetention time.Duration
 	// Pprof also serves Go's runtime profiles on the metrics listener.
 	Pprof bool
+	// PollOnly is for a pool behind a connection pooler in transaction
+	// mode: River polls for jobs every FetchPollInterval instead of
+	// LISTENing, and the session advisory locks get connections of their
+	// own to Deps.DirectURL, which is then required.
+	PollOnly bool
 }
 
 // DefaultConfig returns the defaults the dispatcher's flags document.

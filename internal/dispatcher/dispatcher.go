@@ -9,6 +9,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -43,9 +44,14 @@ import (
 // Deps are the dispatcher's collaborators.
 type Deps struct {
 	// Pool is the dispatcher's connection pool, migrated; required. The
-	// caller closes it after Run returns. The LISTEN connection opens a
-	// connection of its own with its connection string.
+	// caller closes it after Run returns.
 	Pool *pgxpool.Pool
+	// DirectURL is where what needs a session of its own connects: the
+	// LISTEN connection, the session advisory locks (tuning and partition
+	// maintenance) and the ledger's connections. Empty:
+	// Pool's own connection string. Behind a pooler in transaction mode
+	// (Config.PollOnly) it must reach PostgreSQL itself.
+	DirectURL string
 	// Logger receives the dispatcher's logs; nil discards.
 	Logger *slog.Logger
 	// Stdout gets one line naming the metrics URL once it listens
@@ -81,7 +87,7 @@ const (
 type Dispatcher struct {
 	cfg     Config
 	r       resolved
-	url     string
+	url     string // where sessions connect (Deps.DirectURL)
 	logger  *slog.Logger
 	stdout  io.Writer
 	tracing *telemetry.Tracing
@@ -127,6 +133,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if deps.Pool == nil {
 		return nil, errors.New("dispatcher: Deps.Pool is required")
 	}
+	if cfg.PollOnly && deps.DirectURL == "" {
+		return nil, errors.New("dispatcher: Config.PollOnly (a pool behind a pooler) needs Deps.DirectURL for what needs a session")
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -141,7 +150,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg:     cfg,
 		r:       r,
-		url:     deps.Pool.Config().ConnString(),
+		url:     cmp.Or(deps.DirectURL, deps.Pool.Config().ConnString()),
 		logger:  deps.Logger,
 		stdout:  deps.Stdout,
 		tracing: deps.Tracing,
@@ -183,9 +192,15 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// through (a FIFO queue's one at a time), and releases an enabled
 	// endpoint's held deliveries.
 	d.unparker = delivery.NewUnparker(d.store, d.enq, unparkInterval, d.logger, d.metrics.Delivery)
-	// The most connections this process opens: its pool, the ledger's
-	// and the listener's.
+	// The most connections this process opens to the server: its pool,
+	// the ledger's and the listener's.
+	// Behind a pooler the pool's connections go to the pooler, whose own
+	// server connections the operator budgets (docs/scaling.md), and the
+	// session locks have connections of their own.
 	conns := int(deps.Pool.Config().MaxConns) + LedgerConns + 1
+	if cfg.PollOnly {
+		conns = LedgerConns + 1 + store.SessionPoolConns
+	}
 	// The fleet ID is also the River client's, so the heartbeat that
 	// finds this process gone knows its running jobs (attempted_by).
 	d.fleetID = cfg.Actor + "/" + randomSuffix()
@@ -259,6 +274,18 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	defer ledgerPool.Close()
 	d.store.UseLedgerPool(ledgerPool)
 	defer d.store.UseLedgerPool(nil)
+	if d.cfg.PollOnly {
+		// Behind a pooler the session advisory locks need sessions that
+		// last: connections of their own, opened as a lock is taken.
+		sessions, err := store.OpenPool(ctx, store.PoolConfig{URL: d.url, MaxConns: store.SessionPoolConns,
+			ApplicationName: "hookd-locks/" + d.cfg.Actor})
+		if err != nil {
+			return fmt.Errorf("open the session locks' connections: %w", err)
+		}
+		defer sessions.Close()
+		d.store.UseSessionPool(sessions)
+		defer d.store.UseSessionPool(nil)
+	}
 	ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics: %w", err)
@@ -444,6 +471,10 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		JobTimeout:                  d.r.jobTimeout,
 		RescueStuckJobsAfter:        d.r.rescueAfter,
 		SoftStopTimeout:             d.cfg.ShutdownGrace,
+		// Behind a pooler in transaction mode a LISTEN would stay on a
+		// server connection serving others: River polls for jobs every
+		// FetchPollInterval instead.
+		PollOnly: d.cfg.PollOnly,
 		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(d.cfg.ReclassifyInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return delivery.ReclassifyArgs{}, nil }, nil)},
 	})

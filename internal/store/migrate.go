@@ -223,19 +223,38 @@ func RiverReindexIndexes() []string {
 }
 
 // OpenMigrated opens a pool as OpenPool does and, when migrate is true,
-// brings the schema up to date before returning it.
+// brings the schema up to date before returning it. Behind a pooler
+// (cfg.Pooled) the migrations run through connections of their own to
+// cfg.DirectURL, closed once done: they hold a session lock.
 func OpenMigrated(ctx context.Context, cfg PoolConfig, migrate bool, logger *slog.Logger) (*pgxpool.Pool, error) {
 	pool, err := OpenPool(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if migrate {
-		if err := Migrate(ctx, pool, logger); err != nil {
+		if err := migrateOn(ctx, pool, cfg, logger); err != nil {
 			pool.Close()
 			return nil, err
 		}
 	}
 	return pool, nil
+}
+
+// migrateOn migrates through pool, or behind a pooler through a direct
+// pool of its own.
+func migrateOn(ctx context.Context, pool *pgxpool.Pool, cfg PoolConfig, logger *slog.Logger) error {
+	if !cfg.Pooled {
+		return Migrate(ctx, pool, logger)
+	}
+	if cfg.DirectURL == "" {
+		return errors.New("migrate: behind a pooler migrations need the direct URL")
+	}
+	direct, err := OpenPool(ctx, PoolConfig{URL: cfg.DirectURL, MaxConns: 2, ApplicationName: cfg.ApplicationName + "/migrate"})
+	if err != nil {
+		return fmt.Errorf("migrate through the direct url: %w", err)
+	}
+	defer direct.Close()
+	return Migrate(ctx, direct, logger)
 }
 
 // Migrate brings River's schema and then hookd's up to date under a

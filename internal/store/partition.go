@@ -992,7 +992,7 @@ const MaintenanceLockKey = 0x686f6f6b646d // "hookdm"
 // lock, and reports false without running it when another process holds
 // it. The lock is a session lock on a connection held for fn's duration.
 func (s *Store) WithMaintenanceLock(ctx context.Context, fn func(context.Context) error) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.lockPool().Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("acquire connection: %w", err)
 	}

@@ -47,6 +47,9 @@ type Store struct {
 	filters filterCache
 	// ledgerPool, when set, is where RecordBatch writes (UseLedgerPool).
 	ledgerPool atomic.Pointer[pgxpool.Pool]
+	// sessionPool, when set, is where session advisory locks are taken
+	// (UseSessionPool).
+	sessionPool atomic.Pointer[pgxpool.Pool]
 }
 
 // UseLedgerPool has RecordBatch write through pool, connections of the
@@ -90,6 +93,12 @@ type PoolConfig struct {
 	MinConns int32
 	// ApplicationName is reported in pg_stat_activity.
 	ApplicationName string
+	// Pooled says URL goes through a connection pooler in transaction
+	// mode (PgBouncer): see pooled.go for what changes.
+	Pooled bool
+	// DirectURL reaches the same database without the pooler; with Pooled,
+	// OpenMigrated migrates through it (migrations hold a session lock).
+	DirectURL string
 }
 
 // IdleInTransactionTimeout is how long a session of hookd's pools may sit
@@ -109,7 +118,15 @@ func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
 	}
-	if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
+	if cfg.Pooled {
+		// Startup parameters other than application_name are refused by
+		// the pooler, and a session setting would stay on whichever server
+		// connection ran it: the role's settings carry them instead
+		// (RoleSettings).
+		if err := forPooler(pc, cfg.URL); err != nil {
+			return nil, err
+		}
+	} else if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
 		// JIT compiles a plan whose estimate passes jit_above_cost, and
 		// optimizes it past jit_optimize_above_cost: for a short query with
 		// a pessimistic estimate (the unparker's, before a fresh table is
@@ -118,7 +135,7 @@ func OpenPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		// that sets jit keeps its own.
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
-	if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+	if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set && !cfg.Pooled {
 		// A process frozen inside a transaction (a stopped VM, a debugger)
 		// holds its locks for as long as it is frozen, and every writer
 		// queued behind them, fleet-wide, waits as long: a partition

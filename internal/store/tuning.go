@@ -40,7 +40,7 @@ const tuningLockKey = 0x686f6f6b // "hook"
 // context ends if that connection stops answering (checked every
 // tuningLockCheck), since the lock went with its session.
 func (s *Store) WithTuningLock(ctx context.Context, class string, fn func(context.Context) error) error {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.lockPool().Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire connection: %w", err)
 	}
