@@ -124,7 +124,7 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 		clientOf[nw.Hosts[i].Addr] = d.RiverClient
 	}
 
-	// The load: 12 messages a second to a random tenant's five endpoints,
+	// The load: 12 messages a second, to each tenant's five endpoints in turn,
 	// until stopLoad.
 	var messages atomic.Int64
 	stopLoad := make(chan struct{})
