@@ -2,8 +2,9 @@
 # Installs what the test suite needs when it is missing, so `make test`
 # passes on a fresh machine: PostgreSQL's server programs (initdb, pg_ctl,
 # postgres; the tests run their own private clusters with them, never a
-# server already on this machine), PgBouncer, Debian's Chromium for the dashboard's
-# browser test, jq for the README's tour, promtool for the alert rules and
+# server already on this machine), PgBouncer, Debian's Chromium for the
+# dashboard's browser test, jq for the README's tour, iproute2's ip for the
+# network namespaces of one end-to-end test, promtool for the alert rules and
 # Node.js 20 or later with npm for the TypeScript client's tests.
 # It says what it installs before it does; where everything is in place it
 # only checks. It starts, stops and reconfigures no server.
@@ -63,6 +64,12 @@ fi
 # The README's tour (internal/tour) reads the API's answers with jq.
 if ! command -v jq >/dev/null; then
 	need "installing jq for the README's tour test" jq
+fi
+
+# internal/e2e's test of dispatchers on hosts of their own creates network
+# namespaces and veth pairs with iproute2's ip (as root, as CI runs).
+if ! command -v ip >/dev/null; then
+	need "installing iproute2 for the end-to-end test of dispatchers in network namespaces" iproute2
 fi
 
 # cmd/dispatcher/observability_test.go runs promtool on the alert rules

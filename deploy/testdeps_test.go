@@ -12,7 +12,7 @@ import (
 
 // TestTestDepsInstallsOnlyWhatIsMissing runs deploy/test-deps.sh (run by
 // .ci/run and make test) against stand-ins: an apt-get that records its
-// calls, and PostgreSQL's initdb, Chromium, jq, promtool, PgBouncer, Node.js and npm
+// calls, and PostgreSQL's initdb, Chromium, jq, ip, promtool, PgBouncer, Node.js and npm
 // present or absent. With everything present it installs nothing and says
 // nothing; with everything absent it says why for each, then installs them
 // all in one apt transaction, with the packages' services kept from
@@ -29,7 +29,7 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 	}{
 		{
 			name:    "everything installed",
-			present: []string{"initdb", "chromium", "jq", "promtool", "pgbouncer", "node", "npm"},
+			present: []string{"initdb", "chromium", "jq", "ip", "promtool", "pgbouncer", "node", "npm"},
 		},
 		{
 			name: "fresh machine",
@@ -37,16 +37,17 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 				"say installing PostgreSQL's server programs",
 				"say installing Chromium",
 				"say installing jq",
+				"say installing iproute2",
 				"say installing promtool",
 				"say installing PgBouncer",
 				"say installing Node.js and npm",
 				"apt-get update -qq",
-				"apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib chromium fonts-liberation jq prometheus pgbouncer nodejs npm (services blocked)",
+				"apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib chromium fonts-liberation jq iproute2 prometheus pgbouncer nodejs npm (services blocked)",
 			},
 		},
 		{
 			name:    "only Chromium missing",
-			present: []string{"initdb", "jq", "promtool", "pgbouncer", "node", "npm"},
+			present: []string{"initdb", "jq", "ip", "promtool", "pgbouncer", "node", "npm"},
 			want: []string{
 				"say installing Chromium",
 				"apt-get update -qq",
@@ -55,7 +56,7 @@ func TestTestDepsInstallsOnlyWhatIsMissing(t *testing.T) {
 		},
 		{
 			name:    "Node.js too old",
-			present: []string{"initdb", "chromium", "jq", "promtool", "pgbouncer", "node", "npm"},
+			present: []string{"initdb", "chromium", "jq", "ip", "promtool", "pgbouncer", "node", "npm"},
 			node:    "18",
 			want:    []string{"say Node.js v18 is too old"},
 			fails:   true,

@@ -83,7 +83,16 @@ type Proc struct {
 // returns once the process printed a line matching ready.
 func Start(t testing.TB, name, binary string, env map[string]string, ready *regexp.Regexp, args ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return StartUnder(t, nil, name, binary, env, ready, args...)
+}
+
+// StartUnder is Start with the command run by wrap, a command that runs
+// another in place (exec), such as `ip netns exec NAME` (Host.Exec); an
+// empty wrap runs it directly.
+func StartUnder(t testing.TB, wrap []string, name, binary string, env map[string]string, ready *regexp.Regexp, args ...string) *Proc {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), binary), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -251,6 +260,9 @@ var metricsRE = regexp.MustCompile(`dispatcher metrics on (http://\S+)/metrics`)
 type Dispatcher struct {
 	*Proc
 	MetricsURL string
+	// RiverClient is its River client's ID, which River records in a
+	// running job's attempted_by, and its fleet ID.
+	RiverClient string
 }
 
 // StartDispatcher starts a dispatcher against databaseURL; it is ready once
@@ -261,11 +273,31 @@ func StartDispatcher(t testing.TB, name, databaseURL string, env map[string]stri
 	return StartDispatchers(t, databaseURL, env, name)[0]
 }
 
-var dispatcherReadyRE = regexp.MustCompile(`msg=dispatcher_started`)
+var (
+	dispatcherReadyRE = regexp.MustCompile(`msg=dispatcher_started`)
+	startedClientRE   = regexp.MustCompile(`msg=dispatcher_started .*river_client=(\S+)`)
+)
 
 // StartDispatchers starts one dispatcher of each name at once, as
 // StartDispatcher does, and returns once every one is ready.
 func StartDispatchers(t testing.TB, databaseURL string, env map[string]string, names ...string) []*Dispatcher {
+	t.Helper()
+	return startDispatchers(t, databaseURL, env, names, make([][]string, len(names)))
+}
+
+// StartDispatchersOn starts one dispatcher on each host, named
+// "dispatcher@" and the host's address, as StartDispatchers does; its
+// metrics listen on the host's own loopback.
+func StartDispatchersOn(t testing.TB, databaseURL string, env map[string]string, hosts ...*Host) []*Dispatcher {
+	t.Helper()
+	names, wraps := make([]string, len(hosts)), make([][]string, len(hosts))
+	for i, h := range hosts {
+		names[i], wraps[i] = "dispatcher@"+h.Addr.String(), h.Exec()
+	}
+	return startDispatchers(t, databaseURL, env, names, wraps)
+}
+
+func startDispatchers(t testing.TB, databaseURL string, env map[string]string, names []string, wraps [][]string) []*Dispatcher {
 	t.Helper()
 	_, bin := Binaries(t)
 	e := map[string]string{"DATABASE_URL": databaseURL, "METRICS_ADDR": "127.0.0.1:0", "DB_MAX_CONNS": "10", "NO_MIGRATE": "true",
@@ -275,12 +307,15 @@ func StartDispatchers(t testing.TB, databaseURL string, env map[string]string, n
 	}
 	procs := make([]*Proc, len(names))
 	for i, name := range names {
-		procs[i] = Start(t, name, bin, e, nil)
+		procs[i] = StartUnder(t, wraps[i], name, bin, e, nil)
 	}
 	out := make([]*Dispatcher, len(procs))
 	for i, p := range procs {
 		p.waitReady(t, dispatcherReadyRE)
 		out[i] = &Dispatcher{Proc: p, MetricsURL: metricsRE.FindStringSubmatch(p.Output())[1]}
+		if m := startedClientRE.FindStringSubmatch(p.Output()); m != nil {
+			out[i].RiverClient = m[1]
+		}
 	}
 	return out
 }

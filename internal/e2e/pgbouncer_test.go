@@ -93,7 +93,7 @@ func TestFleetBehindPgBouncer(t *testing.T) {
 	env := map[string]string{
 		"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "BREAKER_FLEET_SUSPECT_SHARE": "0",
 		// The tuning leader looks for queued passes every 3 s.
-		"TUNE_SHADOW": "30s",
+		"TUNE_SHADOW":    "30s",
 		"RETRY_SCHEDULE": "0s,500ms,1s,2s,2s,2s,2s,2s,2s,2s,2s,2s,2s,2s,2s,2s",
 	}
 	for k, v := range pooled {

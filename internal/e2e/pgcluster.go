@@ -2,6 +2,11 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +43,40 @@ func StartCluster(t testing.TB, settings ...string) *Cluster {
 		}
 	})
 	return &Cluster{c}
+}
+
+// StartClusterOn starts a private cluster, as StartCluster does, that
+// also listens on nw's bridge and lets its hosts in (trust, like
+// loopback's clients).
+func StartClusterOn(t testing.TB, nw *Net, settings ...string) *Cluster {
+	t.Helper()
+	c := StartCluster(t, append([]string{fmt.Sprintf("listen_addresses = '127.0.0.1,%s'", nw.Addr)}, settings...)...)
+	hba := fmt.Sprintf("\n# Added by internal/e2e: the hosts of a test network.\nhost all all %s trust\n", nw.Prefix)
+	f, err := os.OpenFile(filepath.Join(c.DataDir(), "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(hba)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatalf("e2e: write pg_hba.conf: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, c.AdminURL())
+	if err != nil {
+		t.Fatalf("e2e: connect to private cluster: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatalf("e2e: reload pg_hba.conf: %v", err)
+	}
+	return c
+}
+
+// URLOn is the URL of database name on the cluster at addr (one of its
+// listen_addresses), as postgres.
+func (c *Cluster) URLOn(addr netip.Addr, name string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", netip.AddrPortFrom(addr, uint16(c.Port())), name)
 }
 
 // AdminURL is the URL of the cluster's maintenance database.
