@@ -13,7 +13,7 @@ import (
 )
 
 // TestPooledNeedsADirectURL: behind a pooler (--db-pooled) the api needs
-// --direct-database-url for migrations and tuning passes (they hold
+// --direct-database-url for migrations (they hold
 // session locks); a direct URL without a pooler, or the pooled URL given
 // as the direct one, is refused. Each refusal names the flag before any
 // connection is made.
@@ -28,9 +28,9 @@ func TestPooledNeedsADirectURL(t *testing.T) {
 		want string
 	}{
 		{env: map[string]string{"DB_POOLED": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
-			"migrations and tuning passes need a session of their own, which a pooler in transaction mode does not keep"},
+			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
 		{env: map[string]string{"DB_POOLED": "true", "NO_MIGRATE": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
-			"migrations and tuning passes need a session of their own, which a pooler in transaction mode does not keep"},
+			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
 		{args: []string{"migrate", "--db-pooled"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
 			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
 		{env: map[string]string{"DIRECT_DATABASE_URL": "postgres://postgres@127.0.0.1:2/hookd"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is used only with --db-pooled (DB_POOLED): " +

@@ -66,7 +66,7 @@ type settings struct {
 func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *settings) {
 	fs := config.New("api", synopsis, getenv, out)
 	return fs, &settings{
-		database:        config.BindDatabase(fs, "", "migrations and the tuning passes asked of the api, which hold session locks (required with --db-pooled)"),
+		database:        config.BindDatabase(fs, "", "migrations, which hold a session lock (required with --db-pooled); the api runs no tuning pass, which the dispatchers' tuning leader does"),
 		apiToken:        fs.String("api-token", "API_TOKEN", "", "bootstrap admin bearer token for /v1 (audit name \"bootstrap\"); empty accepts stored tokens only (api token create)"),
 		sessionKey:      fs.String("session-key", "SESSION_KEY", "", "secret the keys of dashboard session cookies and of CSRF tokens (the dashboard's and the portal's) are derived from, at least 32 bytes; when empty they are derived from --secret-key, and with neither drawn at random per process (sessions then end on restart and are not shared between replicas)"),
 		replicas:        fs.Int("replicas", "REPLICAS", 1, "how many api processes serve this deployment (its replicas behind one address); above 1, --session-key or --secret-key is required, so that each replica verifies the session cookies and CSRF tokens the others issued"),
@@ -136,11 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return config.Invalid("retention", "RETENTION", "must be positive")
 	}
 	migrate := cmd == "migrate" || !*set.noMigrate
-	needsDirect := "migrations and tuning passes"
-	if cmd == "migrate" {
-		needsDirect = "migrations"
-	}
-	if err := set.database.Check(needsDirect); err != nil {
+	if err := set.database.Check("migrations"); err != nil {
 		return err
 	}
 	trusted, err := api.ParseTrustedProxies(*set.trustedProxies)
@@ -199,16 +195,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	st := store.New(pool, logger, store.WithKeyring(keyring), store.WithOperationalEvents(store.OperationalEventsConfig{Enqueuer: enq}))
 	if err := st.CheckSecretsAtStart(ctx); err != nil {
 		return err
-	}
-	if set.database.Pooled() {
-		// A tuning pass holds its class's session lock: behind a pooler
-		// it needs a session that lasts, on connections of its own.
-		sessions, err := store.OpenPool(ctx, store.PoolConfig{URL: set.database.DirectURL(), MaxConns: 2, ApplicationName: "hookd-api-locks"})
-		if err != nil {
-			return fmt.Errorf("open the session locks' connections: %w", err)
-		}
-		defer sessions.Close()
-		st.UseSessionPool(sessions)
 	}
 	// River's UI runs background queries until the servers stop.
 	uiCtx, stopUI := context.WithCancel(ctx)
