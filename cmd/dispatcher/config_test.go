@@ -55,7 +55,7 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 		// Behind a pooler: what needs a session has a direct URL, and the
 		// pooled URL asks for nothing a pooler in transaction mode loses.
 		{env: map[string]string{"DB_POOLED": "true"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
-			"the LISTEN connection, the session locks, the trial pool and the ledger need a session of their own, which a pooler in transaction mode does not keep"},
+			"the LISTEN connection, the session locks and the ledger need a session of their own, which a pooler in transaction mode does not keep"},
 		{args: []string{"migrate", "--db-pooled"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is required with --db-pooled (DB_POOLED): " +
 			"migrations need a session of their own, which a pooler in transaction mode does not keep"},
 		{env: map[string]string{"DIRECT_DATABASE_URL": "postgres://hookd@db:5432/hookd"}, want: "--direct-database-url (DIRECT_DATABASE_URL): is used only with --db-pooled (DB_POOLED): " +
