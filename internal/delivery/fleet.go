@@ -30,7 +30,7 @@ type Fleet struct {
 
 // FleetStore records heartbeats.
 type FleetStore interface {
-	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration) (store.FleetBeat, error)
+	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (store.FleetBeat, error)
 	LeaveFleet(ctx context.Context, id string) error
 	RescueJobsOf(ctx context.Context, clients []string) (int, error)
 }
@@ -116,8 +116,12 @@ func (f *Fleet) Holds() bool {
 // beat sends one heartbeat and, for the dispatchers it found gone, makes
 // their running jobs available again.
 func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
+	// Only while this process's own lease held (it was alive and
+	// connected) does it take the jobs of others gone silent: after an
+	// outage of the database they are all silent, and alive.
+	rescue := f.Holds()
 	sent := f.cfg.Now()
-	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale)
+	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale, rescue)
 	if err != nil {
 		return b, err
 	}

@@ -21,11 +21,13 @@ type fleetStore struct {
 	err     error
 	rescued [][]string
 	left    []string
+	rescue  []bool
 }
 
-func (f *fleetStore) Heartbeat(context.Context, string, int, time.Duration) (store.FleetBeat, error) {
+func (f *fleetStore) Heartbeat(_ context.Context, _ string, _ int, _ time.Duration, rescue bool) (store.FleetBeat, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.rescue = append(f.rescue, rescue)
 	if f.err != nil {
 		return store.FleetBeat{}, f.err
 	}
@@ -77,11 +79,16 @@ func TestFleetLeaseAndRescue(t *testing.T) {
 	require.NoError(t, f.Beat(context.Background()))
 	require.True(t, f.Holds(), "a heartbeat renews it")
 	require.Equal(t, [][]string{{"dispatcher-2/ab"}}, st.rescued, "the gone dispatcher's jobs")
+	require.Equal(t, []bool{false, false}, st.rescue, "no rescue from a first heartbeat, nor from one after the lease lapsed")
 
 	st.err = errors.New("connection refused")
 	require.Error(t, f.Beat(context.Background()))
 	now = now.Add(5 * time.Second)
 	require.False(t, f.Holds(), "failing heartbeats renew nothing")
+	st.err = nil
+	require.NoError(t, f.Beat(context.Background()))
+	require.NoError(t, f.Beat(context.Background()))
+	require.Equal(t, []bool{false, false, true, false, true}, st.rescue, "a heartbeat sent while the lease held may rescue, one after it lapsed not")
 
 	over := &fleetStore{beats: []store.FleetBeat{{Live: 5, Connections: 105, MaxConnections: 97}}}
 	g := delivery.NewFleet(delivery.FleetConfig{ID: "late", Connections: 21, Stale: 6 * time.Second}, over, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})

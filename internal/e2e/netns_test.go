@@ -35,10 +35,9 @@ const hostsRequestTimeout = 5 * time.Second
 // against one PostgreSQL, one api and one receiver. Under a load to 40
 // endpoints (a fifth of them slow), an endpoint fails until its breaker
 // opens; the dispatcher that sends its half-open trial has its link cut
-// while that trial and some of the load are in flight, for 20 s (past the
-// fleet's 6 s silence, and past the 15 s the cut host's trial session
-// lives on at the server, holding the endpoint's trial slot), then
-// restored. Then: nothing is lost; the receiver never has two trials in
+// while that trial and some of the load are in flight, for 30 s (past the
+// fleet's 6 s silence, and past the 20 s lease of the cut host's trial
+// slot, so the others' probe is over by the restore), then restored. Then: nothing is lost; the receiver never has two trials in
 // flight to the probed endpoint, nor does the attempt log; every delivery
 // of the cut host's jobs is delivered by the other hosts within 30 s of
 // the cut plus the attempt timeout; only requests in flight at the cut
@@ -265,7 +264,9 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 		}
 		return recovered > 0
 	}
-	cutFor := 20 * time.Second
+	// Past the trial's lease (its 5 s timeout + 15 s), so the probe
+	// the others make then is over by the restore.
+	cutFor := 30 * time.Second
 	if v := os.Getenv("HOOKD_NETNS_CUT"); v != "" {
 		cutFor, err = time.ParseDuration(v)
 		require.NoError(t, err, "HOOKD_NETNS_CUT")

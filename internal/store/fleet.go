@@ -25,21 +25,26 @@ type FleetBeat struct {
 // Heartbeat records that dispatcher id is alive, on the database's clock,
 // with the most connections it may open, forgets dispatchers silent for
 // longer than stale, and returns what it learns of the live fleet.
-func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale time.Duration) (FleetBeat, error) {
+//
+// Only a dispatcher that was itself alive and connected throughout (rescue)
+// forgets others: after an outage of the database every dispatcher's row
+// is silent, and the first back would otherwise take the jobs of the
+// others, alive and about to write their runs' outcomes.
+func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (FleetBeat, error) {
 	var b FleetBeat
 	err := s.pool.QueryRow(ctx, `
 		WITH me AS (
 			INSERT INTO hookd_dispatchers (id, db_connections) VALUES ($1, $3)
 			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), db_connections = $3
 		), gone AS (
-			DELETE FROM hookd_dispatchers WHERE id <> $1 AND heartbeat_at < now() - $2::interval
+			DELETE FROM hookd_dispatchers WHERE $4 AND id <> $1 AND heartbeat_at < now() - $2::interval
 			RETURNING id
 		)
 		SELECT 1 + count(*), $3 + coalesce(sum(db_connections), 0)::int,
 			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int,
 			coalesce((SELECT array_agg(id) FROM gone), '{}')
 		FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections).Scan(&b.Live, &b.Connections, &b.MaxConnections, &b.Gone)
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Connections, &b.MaxConnections, &b.Gone)
 	if err != nil {
 		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}

@@ -57,7 +57,7 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 
 	beat := func(id string, conns int) store.FleetBeat {
 		t.Helper()
-		b, err := s.Heartbeat(ctx, id, conns, stale)
+		b, err := s.Heartbeat(ctx, id, conns, stale, true)
 		require.NoError(t, err)
 		return b
 	}
@@ -86,6 +86,12 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 	require.Equal(t, 1, b.Live)
 	require.Equal(t, 15, b.Connections)
 	require.Equal(t, []string{"c"}, b.Gone, "the beat that forgot c says so")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO hookd_dispatchers (id, heartbeat_at, db_connections) VALUES ('d', now() - interval '2 minutes', 50)`)
+	require.NoError(t, err)
+	quiet, err := s.Heartbeat(ctx, "a", 15, stale, false)
+	require.NoError(t, err)
+	require.Empty(t, quiet.Gone, "a dispatcher whose own lease lapsed forgets nobody")
+	require.Equal(t, []string{"d"}, beat("a", 15).Gone)
 	require.Empty(t, beat("a", 15).Gone, "once")
 	var left int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM hookd_dispatchers WHERE id = 'c'`).Scan(&left))
