@@ -98,7 +98,7 @@ func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {
 		SELECT (SELECT count(*) FROM breaker_states), count(*),
 			count(*) FILTER (WHERE bucket_start < clock_timestamp() - interval '1 hour'),
 			count(DISTINCT endpoint_id) FILTER (WHERE bucket_start >= clock_timestamp() - interval '1 hour'),
-			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM `+bucketRows+`
+			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM `+bucketRows+` r
 				WHERE bucket_start >= clock_timestamp() - interval '1 hour' GROUP BY endpoint_id) per), 0)
 		FROM `+bucketRows+` b`).Scan(&c.states, &c.rows, &c.old, &c.endpointsWithBuckets, &c.maxPerEndpoint)
 	if err != nil {
