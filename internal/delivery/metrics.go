@@ -69,9 +69,12 @@ type Metrics struct {
 	// FleetRescued counts the jobs of gone dispatchers this one made
 	// available again.
 	FleetRescued prometheus.Counter
-	HeldTotal    prometheus.Counter
-	Parked       prometheus.Counter
-	Unparked     prometheus.Counter
+	// FleetOutcomesFenced counts job outcomes this process did not write
+	// because their run had lost its job (store.NewFencedDriver).
+	FleetOutcomesFenced prometheus.Counter
+	HeldTotal           prometheus.Counter
+	Parked              prometheus.Counter
+	Unparked            prometheus.Counter
 	// Expired counts deliveries made final as expired, by reason:
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
@@ -132,6 +135,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "dispatcher_fleet_jobs_rescued_total",
 			Help: "Running jobs of dispatchers whose heartbeats stopped (killed, or cut off from the database) that this dispatcher's heartbeat made available again, seconds after they went silent rather than after --rescue-stuck-after.",
 		}),
+		FleetOutcomesFenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fleet_outcomes_fenced_total",
+			Help: "Outcomes of job runs (completed, retry, wait) this dispatcher did not write because the job was no longer the run's: its lease lapsed, another dispatcher rescued the job and ran it again. Each is a run that came back after it was declared gone.",
+		}),
 		ServerConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_server_db_connections",
 			Help: "The database server's connections for clients like hookd: max_connections less superuser_reserved_connections, read at the last heartbeat.",
@@ -188,7 +195,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.Expired.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.FleetOutcomesFenced, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -459,8 +459,14 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	river.AddWorker(workers, &delivery.OperationalWorker{
 		URL: d.cfg.OperationalWebhookURL, Secret: d.r.opsSecret, Now: d.clock.Now, Sender: opsSender,
 	})
-	client, err := river.NewClient(riverpgxv5.New(d.store.Pool()), &river.Config{
+	// The fenced driver keeps a run that outlived its lease (the job
+	// rescued and run again elsewhere) from writing its outcome over the
+	// live run's.
+	fenced := d.metrics.Delivery.FleetOutcomesFenced
+	driver := store.NewFencedDriver(d.store.Pool(), func(n int) { fenced.Add(float64(n)) })
+	client, err := river.NewClient(driver, &river.Config{
 		ID:                          d.fleetID,
+		Middleware:                  []rivertype.Middleware{&store.RunFence{}},
 		Logger:                      slog.New(minLevel{Handler: d.logger.Handler(), min: slog.LevelWarn}),
 		Workers:                     workers,
 		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.cfg.Workers}, river.QueueDefault: {MaxWorkers: 10}},

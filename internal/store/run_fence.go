@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// River writes a run's outcome (completed, retryable, snoozed) on any row
+// still running, whatever run it is now: a run of a dispatcher declared
+// gone (its jobs rescued, store.RescueJobsOf) that comes back and returns
+// would overwrite the state of the run that took its job over, and a
+// delivery could be left pending behind a completed job. The fence makes
+// each run carry its fetch time (River sets attempted_at at every fetch)
+// in the outcome's metadata, and writes an outcome only while the row is
+// running the same fetch, under a row lock the rescue also takes.
+
+// runFenceKey is the metadata key carrying a run's fetch time.
+const runFenceKey = "hookd_run"
+
+// RunFence is River middleware that marks each run's outcome with the
+// run's fetch time, for the fenced driver (NewFencedDriver) to check.
+type RunFence struct {
+	river.MiddlewareDefaults
+}
+
+var _ rivertype.WorkerMiddleware = (*RunFence)(nil)
+
+// Work marks the run before working it: a panic's or a timeout's outcome
+// carries the mark too.
+func (f *RunFence) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if job.AttemptedAt != nil {
+		if err := river.MetadataSet(ctx, runFenceKey, job.AttemptedAt.UTC().Format(time.RFC3339Nano)); err != nil {
+			return fmt.Errorf("mark the run: %w", err)
+		}
+	}
+	return doInner(ctx)
+}
+
+// NewFencedDriver is River's pgx driver on pool whose outcome writes drop
+// the outcome of a run that no longer holds its job (stale counts them,
+// and may be nil).
+func NewFencedDriver(pool *pgxpool.Pool, stale func(n int)) riverdriver.Driver[pgx.Tx] {
+	d := riverpgxv5.New(pool)
+	return &fencedDriver{Driver: d, exec: &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: stale}}
+}
+
+type fencedDriver struct {
+	*riverpgxv5.Driver
+	exec *fencedExecutor
+}
+
+var _ riverdriver.Driver[pgx.Tx] = (*fencedDriver)(nil)
+
+func (d *fencedDriver) GetExecutor() riverdriver.Executor { return d.exec }
+
+type fencedExecutor struct {
+	riverdriver.Executor
+	driver *riverpgxv5.Driver
+	pool   *pgxpool.Pool
+	stale  func(n int)
+}
+
+// JobSetStateIfRunningMany writes the outcomes whose runs still hold
+// their jobs and leaves the others' rows as they are (returning them, as
+// River does for rows no longer running). Outcomes without a mark (jobs
+// of kinds the middleware did not see) are written as River would.
+func (e *fencedExecutor) JobSetStateIfRunningMany(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+	var ids []int64
+	var ats []time.Time
+	for i, id := range params.ID {
+		if at, ok := runMark(params.MetadataUpdates[i]); ok {
+			ids = append(ids, id)
+			ats = append(ats, at)
+		}
+	}
+	if len(ids) == 0 {
+		return e.Executor.JobSetStateIfRunningMany(ctx, params)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fence runs: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The lock keeps a rescue from taking a job between the check and
+	// the write; the rescue then finds the job no longer running.
+	rows, err := tx.Query(ctx, `
+		SELECT j.id FROM river_job j
+		JOIN unnest($1::bigint[], $2::timestamptz[]) AS run(id, attempted_at) ON j.id = run.id
+		WHERE j.state = 'running' AND j.attempted_at = run.attempted_at
+		ORDER BY j.id
+		FOR UPDATE OF j`, ids, ats)
+	if err != nil {
+		return nil, fmt.Errorf("fence runs: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("fence runs: %w", err)
+	}
+	holds := make(map[int64]bool, len(held))
+	for _, id := range held {
+		holds[id] = true
+	}
+	keep := &riverdriver.JobSetStateIfRunningManyParams{Now: params.Now, Schema: params.Schema}
+	var dropped []int64
+	for i, id := range params.ID {
+		if _, marked := runMark(params.MetadataUpdates[i]); marked && !holds[id] {
+			dropped = append(dropped, id)
+			continue
+		}
+		keep.ID = append(keep.ID, id)
+		keep.Attempt = append(keep.Attempt, params.Attempt[i])
+		keep.ErrData = append(keep.ErrData, params.ErrData[i])
+		keep.FinalizedAt = append(keep.FinalizedAt, params.FinalizedAt[i])
+		keep.MetadataDoMerge = append(keep.MetadataDoMerge, params.MetadataDoMerge[i])
+		keep.MetadataUpdates = append(keep.MetadataUpdates, params.MetadataUpdates[i])
+		keep.ScheduledAt = append(keep.ScheduledAt, params.ScheduledAt[i])
+		keep.State = append(keep.State, params.State[i])
+	}
+	exec := e.driver.UnwrapExecutor(tx)
+	var out []*rivertype.JobRow
+	if len(keep.ID) > 0 {
+		if out, err = exec.JobSetStateIfRunningMany(ctx, keep); err != nil {
+			return nil, err
+		}
+	}
+	if len(dropped) > 0 {
+		left, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: dropped, Schema: params.Schema})
+		if err != nil {
+			return nil, fmt.Errorf("fence runs: %w", err)
+		}
+		out = append(out, left...)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("fence runs: %w", err)
+	}
+	if len(dropped) > 0 && e.stale != nil {
+		e.stale(len(dropped))
+	}
+	return out, nil
+}
+
+// runMark is the fetch time an outcome's metadata carries, if any. Most
+// outcomes carry a small object, so the common case is one short decode.
+func runMark(metadata []byte) (time.Time, bool) {
+	if len(metadata) == 0 {
+		return time.Time{}, false
+	}
+	var m struct {
+		Run string `json:"hookd_run"`
+	}
+	if err := json.Unmarshal(metadata, &m); err != nil || m.Run == "" {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, m.Run)
+	return at, err == nil
+}
