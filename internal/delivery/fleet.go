@@ -23,6 +23,8 @@ type Fleet struct {
 	metrics FleetMetrics
 
 	live atomic.Int64
+	// share is the shard (high 32 bits) of the live dispatchers (low).
+	share atomic.Int64
 	// beatSent is when (cfg.Now, as UnixNano) the last heartbeat that
 	// succeeded was sent: the start of this process's lease.
 	beatSent atomic.Int64
@@ -79,8 +81,20 @@ func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics Fleet
 // Live returns the live dispatchers at the last heartbeat, this one included.
 func (f *Fleet) Live() int { return int(f.live.Load()) }
 
+// Share returns this dispatcher's share of the fleet-wide work at the
+// last heartbeat: shard of n (the live dispatchers). Between heartbeats
+// that saw the fleet change, two dispatchers may take one shard (the work
+// is safe to do twice) or none for a heartbeat.
+func (f *Fleet) Share() (shard, n int) {
+	v := f.share.Load()
+	return int(v >> 32), int(uint32(v))
+}
+
 func (f *Fleet) set(b store.FleetBeat) {
 	f.live.Store(int64(b.Live))
+	if b.Live >= 1 && b.Rank >= 0 && b.Rank < b.Live {
+		f.share.Store(int64(b.Rank)<<32 | int64(b.Live))
+	}
 	if f.metrics.Size != nil {
 		f.metrics.Size.Set(float64(b.Live))
 	}

@@ -13,6 +13,7 @@ import (
 // ParkedStore finds and releases parked deliveries.
 type ParkedStore interface {
 	ParkedEndpoints(ctx context.Context, ids []string) ([]store.ParkedEndpoint, error)
+	ParkedEndpointsOfShard(ctx context.Context, shard, n int) ([]store.ParkedEndpoint, error)
 	ReleaseParked(ctx context.Context, endpointID string, limit int, enq store.Enqueuer) (int, error)
 	EndHeldRelease(ctx context.Context, endpointID string, linger time.Duration) (bool, error)
 	AdvanceQueue(ctx context.Context, endpointID string, enq store.Enqueuer) error
@@ -28,9 +29,10 @@ var _ ParkedStore = (*store.Store)(nil)
 // flight) it releases the oldest one, which becomes the probe, so an
 // endpoint whose whole backlog is parked still gets probed without new
 // traffic. It runs a pass over every endpoint with parked deliveries every
-// interval, and a pass over one endpoint when Kick names it (the breaker
-// gate kicks on every transition and trial it sees). Concurrent unparkers
-// in other processes never release a delivery twice.
+// interval (over its shard of the endpoints, SetShare), and a pass over
+// one endpoint when Kick names it (the breaker gate kicks on every
+// transition and trial it sees). Concurrent unparkers in other processes
+// never release a delivery twice.
 type Unparker struct {
 	store    ParkedStore
 	enq      store.Enqueuer
@@ -39,6 +41,7 @@ type Unparker struct {
 	metrics  *Metrics
 	kick     chan string
 	pace     UnparkPace
+	share    func() (shard, n int)
 
 	// window holds, per endpoint whose closed breaker still has parked
 	// deliveries, how many of its deliveries may have a job due at once and
@@ -93,6 +96,14 @@ func (u *Unparker) SetPace(p UnparkPace) {
 	}
 	u.pace = p
 }
+
+// SetShare splits the periodic pass among the fleet: it covers only the
+// endpoints of this process's shard (share, read at every pass), so each
+// endpoint's backlog is paced by one dispatcher and the fleet lists the
+// parked deliveries once per interval, whatever its size. Kicks and the
+// paced passes of endpoints being released still cover the endpoints
+// they name. Call it before Run.
+func (u *Unparker) SetShare(share func() (shard, n int)) { u.share = share }
 
 // releaseBatch is how many deliveries one release transaction queues.
 const releaseBatch = 500
@@ -157,7 +168,13 @@ func (u *Unparker) Releasing() []string {
 
 // Pass releases what may go now, for the endpoints in ids (all when nil).
 func (u *Unparker) Pass(ctx context.Context, ids []string) {
-	list, err := u.store.ParkedEndpoints(ctx, ids)
+	var list []store.ParkedEndpoint
+	var err error
+	if shard, n := u.shareOf(); ids == nil && n > 1 {
+		list, err = u.store.ParkedEndpointsOfShard(ctx, shard, n)
+	} else {
+		list, err = u.store.ParkedEndpoints(ctx, ids)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			u.logger.Warn("unpark_pass", slog.String("error", err.Error()))
@@ -199,6 +216,15 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 			delete(u.window, id)
 		}
 	}
+}
+
+// shareOf is the process's shard of the periodic pass: all of it (0 of 1)
+// without a share.
+func (u *Unparker) shareOf() (shard, n int) {
+	if u.share == nil {
+		return 0, 1
+	}
+	return u.share()
 }
 
 // paced returns how many of a closed breaker's parked deliveries may be

@@ -185,3 +185,52 @@ func (e *recordingEnqueuer) deliveries() []string {
 	defer e.mu.Unlock()
 	return slices.Clone(e.ids)
 }
+
+// TestUnparkersSplitTheFleetsBacklogs: two dispatchers' unparkers, each
+// with its share of the fleet, pace disjoint sets of endpoints that
+// together are every endpoint with a backlog: no backlog is paced by two
+// windows at once, and none is left out.
+func TestUnparkersSplitTheFleetsBacklogs(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	enq := &countingEnqueuer{}
+	until := time.Now().Add(time.Minute)
+	endpoints := map[string]bool{}
+	for i := range 8 {
+		ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/" + string(rune('a'+i)), Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+		require.NoError(t, err)
+		endpoints[ep.ID] = true
+		var parks []store.StatusUpdate
+		for range 30 {
+			m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+			require.NoError(t, err)
+			for _, d := range m.Deliveries {
+				if d.EndpointID == ep.ID {
+					parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
+				}
+			}
+		}
+		require.NoError(t, st.RecordLedger(ctx, nil, parks))
+	}
+	// Every message went to every endpoint made so far: park the rest too.
+	_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'waiting', job_id = NULL WHERE status = 'pending'`)
+	require.NoError(t, err)
+
+	paced := map[string]int{}
+	for shard := range 2 {
+		u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
+		u.SetPace(delivery.UnparkPace{Start: 4, Max: 40, Interval: time.Second})
+		u.SetShare(func() (int, int) { return shard, 2 })
+		u.Pass(ctx, nil)
+		for _, id := range u.Releasing() {
+			paced[id]++
+		}
+	}
+	require.Len(t, paced, len(endpoints), "every backlog is paced")
+	for id, n := range paced {
+		require.True(t, endpoints[id])
+		require.Equal(t, 1, n, "%s is paced by one unparker", id)
+	}
+}

@@ -209,6 +209,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
 		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections,
 		Rescued: d.metrics.Delivery.FleetRescued})
+	// The periodic unpark pass is split among the fleet by endpoint.
+	d.unparker.SetShare(d.fleet.Share)
 	d.maintainer = retention.New(r.retention, retention.Deps{
 		Store: d.store, Now: d.clock.Now, Logger: d.logger,
 		Metrics: d.metrics.Retention,

@@ -11,6 +11,9 @@ type FleetBeat struct {
 	// Live is the live dispatchers, this one included: the fleet that
 	// shares each endpoint's rate limit.
 	Live int
+	// Rank is this dispatcher's place among the live ones ordered by id,
+	// from 0: with Live, the share of the fleet-wide work it takes.
+	Rank int
 	// Connections is the most connections the live dispatchers may open
 	// together, as each registered them, this one's included.
 	Connections int
@@ -40,11 +43,11 @@ func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale
 			DELETE FROM hookd_dispatchers WHERE $4 AND id <> $1 AND heartbeat_at < now() - $2::interval
 			RETURNING id
 		)
-		SELECT 1 + count(*), $3 + coalesce(sum(db_connections), 0)::int,
+		SELECT 1 + count(*), count(*) FILTER (WHERE id < $1)::int, $3 + coalesce(sum(db_connections), 0)::int,
 			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int,
 			coalesce((SELECT array_agg(id) FROM gone), '{}')
 		FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Connections, &b.MaxConnections, &b.Gone)
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Rank, &b.Connections, &b.MaxConnections, &b.Gone)
 	if err != nil {
 		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}

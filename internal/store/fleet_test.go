@@ -67,9 +67,12 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 	var usable int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int`).Scan(&usable))
 	require.Equal(t, usable, b.MaxConnections)
+	require.Zero(t, b.Rank)
 	b = beat("b", 20)
 	require.Equal(t, 2, b.Live)
 	require.Equal(t, 33, b.Connections)
+	require.Equal(t, 1, b.Rank, "its place among the live ones by id")
+	require.Zero(t, beat("a", 13).Rank)
 	b = beat("a", 15)
 	require.Equal(t, 2, b.Live, "a second beat is the same dispatcher")
 	require.Equal(t, 35, b.Connections, "with what it registers now")

@@ -208,16 +208,38 @@ const heldCounted = 1000
 // nil), with their breakers at the database's time and whether a trial is
 // in flight.
 func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndpoint, error) {
+	return s.parkedEndpoints(ctx, ids, 0, 1)
+}
+
+// ParkedEndpointsOfShard is ParkedEndpoints over every endpoint of one
+// shard of n (shard in [0, n)): the endpoints are split among the fleet's
+// dispatchers by a hash of their ids (EndpointShard), so each endpoint's
+// backlog is paced by one of them and the fleet lists the parked
+// deliveries once per pass, not once per dispatcher.
+func (s *Store) ParkedEndpointsOfShard(ctx context.Context, shard, n int) ([]ParkedEndpoint, error) {
+	if n < 1 || shard < 0 || shard >= n {
+		return nil, fmt.Errorf("list parked endpoints: shard %d of %d", shard, n)
+	}
+	return s.parkedEndpoints(ctx, nil, shard, n)
+}
+
+// endpointShardSQL is the predicate for an endpoint id column in shard $3
+// of $4.
+const endpointShardSQL = `(hashtext(%s) & 2147483647) %% $4 = $3`
+
+func (s *Store) parkedEndpoints(ctx context.Context, ids []string, shard, n int) ([]ParkedEndpoint, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH p AS (
 			SELECT endpoint_id, count(*) AS parked FROM deliveries
 			WHERE status = 'waiting' AND job_id IS NULL AND ($1::text[] IS NULL OR endpoint_id = ANY($1))
+				AND ($4 = 1 OR `+fmt.Sprintf(endpointShardSQL, "endpoint_id")+`)
 			GROUP BY endpoint_id
 		), h AS (
 			SELECT e.id AS endpoint_id, CASE WHEN e.status = 'enabled' AND e.deleted_at IS NULL THEN (
 				SELECT count(*) FROM (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.status = 'held' LIMIT $2) c
 			) ELSE 0 END AS held
 			FROM endpoints e WHERE e.release_held_since IS NOT NULL AND ($1::text[] IS NULL OR e.id = ANY($1))
+				AND ($4 = 1 OR `+fmt.Sprintf(endpointShardSQL, "e.id")+`)
 		), x AS (
 			SELECT coalesce(p.endpoint_id, h.endpoint_id) AS endpoint_id, coalesce(p.parked, 0) AS parked,
 				coalesce(h.held, 0) AS held, h.endpoint_id IS NOT NULL AS releasing_held
@@ -229,7 +251,7 @@ func (s *Store) ParkedEndpoints(ctx context.Context, ids []string) ([]ParkedEndp
 				AND q.job_id IS NOT NULL AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= clock_timestamp())),
 			(SELECT coalesce(sum(b.failures), 0) FROM `+breakerBucketRows+` b WHERE b.endpoint_id = s.endpoint_id AND b.generation = s.generation),
 			EXISTS (SELECT 1 FROM endpoints e WHERE e.id = x.endpoint_id AND e.ordering = 'fifo')
-		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, ids, heldCounted)
+		FROM x JOIN breaker_states s ON s.endpoint_id = x.endpoint_id`, ids, heldCounted, shard, n)
 	if err != nil {
 		return nil, fmt.Errorf("list parked endpoints: %w", err)
 	}

@@ -371,6 +371,49 @@ func TestNewIDSortsByTime(t *testing.T) {
 	require.Less(t, a, b)
 }
 
+// TestParkedEndpointsOfShards: the shards of n split the endpoints with
+// parked deliveries among themselves, each in exactly one, so the fleet's
+// unparkers list every backlog once per pass.
+func TestParkedEndpointsOfShards(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	want := map[string]bool{}
+	for i := range 12 {
+		tenant := fmt.Sprintf("t%d", i)
+		e := b.endpoint(t, tenant)
+		want[e.ID] = true
+		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: tenant, EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+		require.NoError(t, err)
+		require.NoError(t, s.RecordLedger(ctx, nil, []store.StatusUpdate{{DeliveryID: m.Deliveries[0].ID, Series: 1,
+			Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true}}))
+	}
+	all, err := s.ParkedEndpoints(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, all, len(want))
+	for _, n := range []int{1, 2, 3, 5} {
+		seen := map[string]int{}
+		for shard := range n {
+			list, err := s.ParkedEndpointsOfShard(ctx, shard, n)
+			require.NoError(t, err)
+			for _, pe := range list {
+				seen[pe.EndpointID]++
+				require.Equal(t, 1, pe.Parked)
+			}
+		}
+		require.Len(t, seen, len(want), "%d shards cover every endpoint", n)
+		for id, c := range seen {
+			require.True(t, want[id])
+			require.Equal(t, 1, c, "%s in exactly one of %d shards", id, n)
+		}
+	}
+	for _, bad := range [][2]int{{0, 0}, {2, 2}, {-1, 3}} {
+		_, err := s.ParkedEndpointsOfShard(ctx, bad[0], bad[1])
+		require.Error(t, err, "shard %d of %d", bad[0], bad[1])
+	}
+}
+
 // TestParkAndRelease: a delivery parked by the ledger loses its job and
 // waits; ReleaseParked queues it again, oldest first, keeping its place in
 // the retry schedule, and two releasers never queue it twice.
