@@ -81,6 +81,7 @@ type plan struct {
 	s8Messages      int // messages of history; 10 deliveries and 40 attempts each
 	s8AttemptReads  int
 	s9Measure       time.Duration
+	s9Rounds        int
 	// S10: the maintainer's downtime in one-minute intervals, the
 	// messages seeded into each, the load before its restart and after
 	// its catch-up, how long the catch-up may take, and the messages/s
@@ -112,7 +113,7 @@ var fullPlan = plan{
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 1_260_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
-	s9Measure:    10 * time.Second,
+	s9Measure: 10 * time.Second, s9Rounds: 3,
 	s10Intervals: 200, s10PerInterval: 250, s10Before: 20 * time.Second, s10After: 20 * time.Second, s10CatchUpTimeout: 3 * time.Minute, s10Rate: s7FallbackRate,
 }
 
@@ -131,7 +132,7 @@ var smokePlan = plan{
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
-	s9Measure:    time.Second,
+	s9Measure: time.Second, s9Rounds: 1,
 	s10Intervals: 20, s10PerInterval: 60, s10Before: 2 * time.Second, s10After: 2 * time.Second, s10CatchUpTimeout: 40 * time.Second, s10Rate: 20,
 }
 

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -351,6 +353,54 @@ func TestScaleOutTargetNamesEachConfigurationsLockWait(t *testing.T) {
 	require.GreaterOrEqual(t, i, 0)
 	require.Equal(t, "met", r.Targets[i].Status)
 	require.Contains(t, r.Targets[i].Measured, "1 api x 1 dispatchers 3.2, 1 api x 4 dispatchers 40.5")
+}
+
+// TestScaleOutTargetsFromRounds: S9's five targets read the medians of
+// its alternated rounds, quote their spread, and a dispatcher that never
+// reached its steady rate misses the ramp target.
+func TestScaleOutTargetsFromRounds(t *testing.T) {
+	t.Parallel()
+	rounds := func(med, lo, hi float64) map[string]any {
+		return map[string]any{"median": med, "min": lo, "max": hi, "rounds": 3}
+	}
+	s9 := &scenarioResult{Name: "s9", Extra: map[string]any{
+		"four_over_one_dispatchers":           0.93,
+		"four_over_one_dispatchers_rounds":    rounds(0.93, 0.88, 0.97),
+		"two_over_one_dispatchers_rounds":     rounds(0.94, 0.9, 1.0),
+		"postgres_cpu_four_over_one_rounds":   rounds(1.2, 1.1, 1.4),
+		"dispatcher_statements_four_over_one": rounds(1.3, 1.2, 1.3),
+		"deliveries_per_s_by_config":          map[string]float64{"1a1d": 1000, "1a2d": 940, "1a4d": 930, "2a4d": 900},
+		"added_dispatcher_ramp_s":             1.5,
+		"added_dispatcher_steady_per_s":       400.0,
+	}}
+	// Read back from JSON as bench-results.json is.
+	raw, err := json.Marshal(s9)
+	require.NoError(t, err)
+	var back scenarioResult
+	require.NoError(t, json.Unmarshal(raw, &back))
+	for _, sc := range []*scenarioResult{s9, &back} {
+		r := &results{Scenarios: []*scenarioResult{sc}}
+		evaluate(r)
+		got := map[string]target{}
+		for _, tg := range r.Targets {
+			if tg.Scenario == "s9" {
+				got[tg.Goal] = tg
+			}
+		}
+		require.Len(t, got, 5)
+		four := got["S9 4 dispatchers' deliveries/s >= 0.9 x 1 dispatcher's (median of alternated rounds)"]
+		require.Equal(t, "met", four.Status)
+		require.Contains(t, four.Measured, "(0.88-0.97 over 3 rounds)")
+		require.Equal(t, "missed", got["S9 2 dispatchers' deliveries/s >= 0.95 x 1 dispatcher's (median of alternated rounds)"].Status)
+		require.Equal(t, "met", got["S9 PostgreSQL CPU per delivery at 4 dispatchers <= 1.25 x at 1"].Status)
+		require.Equal(t, "missed", got["S9 dispatcher statements per delivery at 4 dispatchers <= 1.25 x at 1"].Status)
+		require.Equal(t, "met", got["S9 a dispatcher added to a loaded fleet reaches full rate within 2 s of its start"].Status)
+	}
+	s9.Extra["added_dispatcher_ramp_s"] = -1.0
+	r := &results{Scenarios: []*scenarioResult{s9}}
+	evaluate(r)
+	i := slices.IndexFunc(r.Targets, func(t target) bool { return strings.Contains(t.Goal, "full rate") })
+	require.Equal(t, "missed", r.Targets[i].Status)
 }
 
 // TestMaintainerRestartTargets: S10's targets read its lock wait, its

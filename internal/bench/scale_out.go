@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"time"
 )
 
 // S9: scale-out on one PostgreSQL.
@@ -10,55 +13,119 @@ import (
 // scaleConfig is one S9 configuration: api and dispatcher processes.
 type scaleConfig struct{ apis, dispatchers int }
 
-// scaleConfigs are S9's configurations, in the order they run.
+// scaleConfigs are S9's configurations, in the order a forward round runs
+// them.
 var scaleConfigs = []scaleConfig{{1, 1}, {1, 2}, {1, 4}, {2, 4}}
 
 // runS9 runs S1's fan-out layout and closed loop against 1, 2 and 4
 // dispatcher processes with one api process, and against 4 dispatchers with
 // two api processes (the load generator posting to each in turn), every
-// configuration on a fresh database of the same PostgreSQL. It reports the
-// total deliveries/s of each and the longest lock wait any statement saw;
-// the scenario's own row is its fastest configuration's.
+// configuration on a fresh database of the same PostgreSQL, measured after
+// a warm-up (the steady state). It runs the configurations in rounds,
+// alternated (forward, then reversed), so a machine that drifts during the
+// scenario weighs on every configuration alike: each configuration's
+// figure is the median of its rounds, and each ratio is computed within a
+// round and quoted as the median and the spread of the rounds'. Then it
+// measures how long a dispatcher added to a loaded fleet takes to reach
+// its full rate (runScaleRamp). The scenario's own row is its fastest
+// configuration's median round.
 func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	set := b.fanSet()
+	rounds := max(b.plan.s9Rounds, 1)
 	res := &scenarioResult{
 		Layout: describeFan(set) + "; per configuration a fresh database, api and dispatcher processes",
-		Load: b.describeClosedLoop() + fmt.Sprintf(", %s + %s per configuration: api x dispatchers %s",
-			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs()),
+		Load: b.describeClosedLoop() + fmt.Sprintf(", %s warm-up (not measured) + %s measured per configuration: api x dispatchers %s; %d rounds alternated forward and reversed, each configuration's figure the median of its rounds, each ratio within a round (median and spread); then one dispatcher added to one loaded one, its rate sampled every %s",
+			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs(), rounds, scaleRampSample),
 		Settings: b.river.env(),
 	}
+	var byRound []map[string]*scenarioResult
+	for round := range rounds {
+		order := slices.Clone(scaleConfigs)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		got := map[string]*scenarioResult{}
+		for _, c := range order {
+			r, err := runScaleConfig(ctx, b, set, c)
+			if err != nil {
+				return res, fmt.Errorf("round %d, %d api x %d dispatchers: %w", round+1, c.apis, c.dispatchers, err)
+			}
+			if rounds > 1 {
+				r.Name += fmt.Sprintf(" (round %d)", round+1)
+			}
+			res.Runs = append(res.Runs, r)
+			got[c.key()] = r
+			if r.MaxLockWaitMs >= res.MaxLockWaitMs {
+				res.MaxLockWaitMs, res.LongestLockWait = r.MaxLockWaitMs, r.LongestLockWait
+			}
+			res.LockWaitsLogged += r.LockWaitsLogged
+			res.LockWaitSampledMs = max(res.LockWaitSampledMs, r.LockWaitSampledMs)
+		}
+		byRound = append(byRound, got)
+	}
 	byConfig := map[string]float64{}
+	spreadByConfig := map[string][]float64{}
 	for _, c := range scaleConfigs {
-		r, err := runScaleConfig(ctx, b, set, c)
-		if err != nil {
-			return res, fmt.Errorf("%d api x %d dispatchers: %w", c.apis, c.dispatchers, err)
+		var v []float64
+		for _, got := range byRound {
+			v = append(v, got[c.key()].DeliveriesPerS)
 		}
-		res.Runs = append(res.Runs, r)
-		byConfig[c.key()] = r.DeliveriesPerS
-		if r.MaxLockWaitMs >= res.MaxLockWaitMs {
-			res.MaxLockWaitMs, res.LongestLockWait = r.MaxLockWaitMs, r.LongestLockWait
-		}
-		res.LockWaitsLogged += r.LockWaitsLogged
-		res.LockWaitSampledMs = max(res.LockWaitSampledMs, r.LockWaitSampledMs)
+		byConfig[c.key()] = round2(median(v))
+		spreadByConfig[c.key()] = []float64{round2(slices.Min(v)), round2(slices.Max(v))}
 	}
-	one, four := byConfig[scaleConfig{1, 1}.key()], byConfig[scaleConfig{1, 4}.key()]
-	best := res.Runs[0]
-	for _, r := range res.Runs {
-		if r.DeliveriesPerS > best.DeliveriesPerS {
-			best = r
+	// ratio is num's figure over den's within each round: its median and
+	// its spread (min, max).
+	ratio := func(num, den scaleConfig, f func(*scenarioResult) float64) map[string]any {
+		var v []float64
+		for _, got := range byRound {
+			if d := f(got[den.key()]); d > 0 {
+				v = append(v, f(got[num.key()])/d)
+			}
+		}
+		if len(v) == 0 {
+			return map[string]any{"median": 0.0, "min": 0.0, "max": 0.0, "rounds": 0}
+		}
+		return map[string]any{"median": round3(median(v)), "min": round3(slices.Min(v)), "max": round3(slices.Max(v)), "rounds": len(v)}
+	}
+	one, two, four := scaleConfig{1, 1}, scaleConfig{1, 2}, scaleConfig{1, 4}
+	throughput := func(r *scenarioResult) float64 { return r.DeliveriesPerS }
+	pgCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Postgres }
+	statements := func(r *scenarioResult) float64 { return r.RoundtripsDispatcher }
+	fourOverOne := ratio(four, one, throughput)
+	res.Extra = map[string]any{
+		"rounds":                              rounds,
+		"deliveries_per_s_by_config":          byConfig,
+		"deliveries_per_s_spread_by_config":   spreadByConfig,
+		"four_over_one_dispatchers":           fourOverOne["median"],
+		"four_over_one_dispatchers_rounds":    fourOverOne,
+		"two_over_one_dispatchers_rounds":     ratio(two, one, throughput),
+		"postgres_cpu_four_over_one_rounds":   ratio(four, one, pgCPU),
+		"dispatcher_statements_four_over_one": ratio(four, one, statements),
+	}
+	best := byRound[0][one.key()]
+	for _, c := range scaleConfigs {
+		var rs []*scenarioResult
+		for _, got := range byRound {
+			rs = append(rs, got[c.key()])
+		}
+		slices.SortFunc(rs, func(a, b *scenarioResult) int { return cmp.Compare(a.DeliveriesPerS, b.DeliveriesPerS) })
+		if mid := rs[len(rs)/2]; mid.DeliveriesPerS > best.DeliveriesPerS {
+			best = mid
 		}
 	}
+	res.Extra["best_config"] = best.Name
 	res.MeasuredS, res.Deliveries, res.DeliveriesPerS = best.MeasuredS, best.Deliveries, best.DeliveriesPerS
 	res.CPU, res.CPUMsPerDelivery = best.CPU, best.CPUMsPerDelivery
 	res.Roundtrips, res.RoundtripsAPI, res.RoundtripsDispatcher = best.Roundtrips, best.RoundtripsAPI, best.RoundtripsDispatcher
 	res.CommitsPerDelivery, res.WALBytesPerDelivery, res.APIStatementsPerMessage = best.CommitsPerDelivery, best.WALBytesPerDelivery, best.APIStatementsPerMessage
 	res.LatencyP50Ms, res.LatencyP99Ms, res.DispatcherRSSMB = best.LatencyP50Ms, best.LatencyP99Ms, best.DispatcherRSSMB
-	res.Extra = map[string]any{
-		"deliveries_per_s_by_config": byConfig,
-		"best_config":                best.Name,
+
+	ramp, err := runScaleRamp(ctx, b, set)
+	if err != nil {
+		return res, fmt.Errorf("a dispatcher added: %w", err)
 	}
-	if one > 0 {
-		res.Extra["four_over_one_dispatchers"] = round3(four / one)
+	for k, v := range ramp {
+		res.Extra[k] = v
 	}
 	return res, nil
 }
@@ -101,4 +168,88 @@ func runScaleConfig(ctx context.Context, b *bench, set tenantSet, c scaleConfig)
 		return nil, err
 	}
 	return r, nil
+}
+
+// scaleRampSample is how often the added dispatcher's deliveries are read.
+const scaleRampSample = 250 * time.Millisecond
+
+// scaleRampFull is the share of its steady rate at which an added
+// dispatcher counts as at full rate.
+const scaleRampFull = 0.9
+
+// runScaleRamp runs the closed loop against one dispatcher until it is
+// warm, then starts a second one and reads the second's deliveries
+// (webhook_delivery_total on its metrics) every scaleRampSample until the
+// run ends. Its steady rate is its mean over the run's last half; its time
+// to full rate is from the start of its process to the end of the first
+// sample at scaleRampFull of that rate or more.
+func runScaleRamp(ctx context.Context, b *bench, set tenantSet) (map[string]any, error) {
+	s, err := b.newStage(ctx, "s9_ramp", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if _, err := registerEndpoints(ctx, s.client, s.rcv, b.secret, 32, set); err != nil {
+		return nil, err
+	}
+	if _, err := s.startDispatcher(ctx, nil); err != nil {
+		return nil, err
+	}
+	observe := max(4*time.Second, 2*b.plan.s9Measure)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.tracker.closedLoop(lctx, s.b.plan.posters, s.b.plan.maxOutstanding, roundRobin(set))
+	}()
+	defer func() { cancel(); <-loopDone }()
+	select {
+	case <-time.After(b.plan.warmup):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	started := time.Now()
+	added, err := s.startDispatcher(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	url := added.match(dispatcherMetrics)[1] + "/metrics"
+	type sample struct {
+		at         time.Duration // since the process's start
+		deliveries float64
+	}
+	var samples []sample
+	tick := time.NewTicker(scaleRampSample)
+	defer tick.Stop()
+	for time.Since(started) < observe {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		m, err := scrape(ctx, url, []string{"webhook_delivery_total"})
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, sample{at: time.Since(started), deliveries: m["webhook_delivery_total"]})
+	}
+	if len(samples) < 4 {
+		return nil, fmt.Errorf("%d samples of the added dispatcher", len(samples))
+	}
+	half := samples[len(samples)/2]
+	last := samples[len(samples)-1]
+	steady := (last.deliveries - half.deliveries) / (last.at - half.at).Seconds()
+	out := map[string]any{"added_dispatcher_steady_per_s": round2(steady), "added_dispatcher_ramp_s": -1.0}
+	if steady <= 0 {
+		return out, nil
+	}
+	for i := 1; i < len(samples); i++ {
+		rate := (samples[i].deliveries - samples[i-1].deliveries) / (samples[i].at - samples[i-1].at).Seconds()
+		if rate >= scaleRampFull*steady {
+			out["added_dispatcher_ramp_s"] = round2(samples[i].at.Seconds())
+			break
+		}
+	}
+	return out, nil
 }
