@@ -28,6 +28,9 @@ type Fleet struct {
 	// beatSent is when (cfg.Now, as UnixNano) the last heartbeat that
 	// succeeded was sent: the start of this process's lease.
 	beatSent atomic.Int64
+	// heldSince is when the lease's unbroken run began: the send of the
+	// first successful heartbeat after it last lapsed (or of the first).
+	heldSince atomic.Int64
 }
 
 // FleetStore records heartbeats.
@@ -130,14 +133,20 @@ func (f *Fleet) Holds() bool {
 // beat sends one heartbeat and, for the dispatchers it found gone, makes
 // their running jobs available again.
 func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
-	// Only while this process's own lease held (it was alive and
-	// connected) does it take the jobs of others gone silent: after an
-	// outage of the database they are all silent, and alive.
-	rescue := f.Holds()
+	// Only once this process's own lease has held without a break for
+	// Stale (it was alive and connected for as long as another must be
+	// silent to be gone) does it take the jobs of others gone silent:
+	// after an outage of the database they are all silent, and alive, and
+	// each one's first heartbeats back come at slightly different times.
 	sent := f.cfg.Now()
+	held := f.Holds()
+	rescue := held && sent.Sub(time.Unix(0, f.heldSince.Load())) >= f.cfg.Stale
 	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale, rescue)
 	if err != nil {
 		return b, err
+	}
+	if !held {
+		f.heldSince.Store(sent.UnixNano())
 	}
 	f.beatSent.Store(sent.UnixNano())
 	f.set(b)

@@ -80,6 +80,13 @@ func TestFleetLeaseAndRescue(t *testing.T) {
 	require.True(t, f.Holds(), "a heartbeat renews it")
 	require.Equal(t, [][]string{{"dispatcher-2/ab"}}, st.rescued, "the gone dispatcher's jobs")
 	require.Equal(t, []bool{false, false}, st.rescue, "no rescue from a first heartbeat, nor from one after the lease lapsed")
+	for range 3 {
+		now = now.Add(2 * time.Second)
+		require.NoError(t, f.Beat(context.Background()))
+	}
+	require.Equal(t, []bool{false, false, false, false, true}, st.rescue,
+		"a heartbeat may rescue once the lease held without a break for Stale (6 s since the beat after the lapse)")
+	st.rescue = nil
 
 	st.err = errors.New("connection refused")
 	require.Error(t, f.Beat(context.Background()))
@@ -87,8 +94,12 @@ func TestFleetLeaseAndRescue(t *testing.T) {
 	require.False(t, f.Holds(), "failing heartbeats renew nothing")
 	st.err = nil
 	require.NoError(t, f.Beat(context.Background()))
-	require.NoError(t, f.Beat(context.Background()))
-	require.Equal(t, []bool{false, false, true, false, true}, st.rescue, "a heartbeat sent while the lease held may rescue, one after it lapsed not")
+	for range 3 {
+		now = now.Add(2 * time.Second)
+		require.NoError(t, f.Beat(context.Background()))
+	}
+	require.Equal(t, []bool{true, false, false, false, true}, st.rescue,
+		"a heartbeat sent while the lease held may rescue; after an outage, none until the lease held for Stale again")
 
 	over := &fleetStore{beats: []store.FleetBeat{{Live: 5, Connections: 105, MaxConnections: 97}}}
 	g := delivery.NewFleet(delivery.FleetConfig{ID: "late", Connections: 21, Stale: 6 * time.Second}, over, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
