@@ -65,6 +65,7 @@ func TestSeriesExistBeforeTheFirstEvent(t *testing.T) {
 		"breaker_trip_suppressed_total": 2, // min_throughput, fleet_suspect
 		"endpoint_auto_disabled_total":  1, // auth_failures
 		"webhook_queue_depth":           len(store.QueueStates),
+		"dispatcher_db_dead_tuples":     len(store.HorizonTables),
 		"breaker_fleet_suspect":         1,
 	} {
 		n, err := testutil.GatherAndCount(reg, name)
@@ -74,9 +75,12 @@ func TestSeriesExistBeforeTheFirstEvent(t *testing.T) {
 }
 
 type fakeQueue struct {
-	stats store.QueueStats
-	err   error
+	stats   store.QueueStats
+	horizon store.Horizon
+	err     error
 }
+
+func (f *fakeQueue) Horizon(context.Context) (store.Horizon, error) { return f.horizon, f.err }
 
 func (f *fakeQueue) QueueStats(_ context.Context, queue string) (store.QueueStats, error) {
 	if queue != delivery.QueueDeliver {
@@ -92,8 +96,13 @@ func TestQueueMetricsExportTheDeliverQueue(t *testing.T) {
 		Depth:           map[string]int64{"available": 120, "pending": 0, "retryable": 3, "running": 40, "scheduled": 7},
 		Jobs:            map[string]int64{"available": 12, "pending": 0, "retryable": 3, "running": 4, "scheduled": 7},
 		OldestAvailable: 95 * time.Second,
-	}}
+	}, horizon: store.Horizon{OldestTransaction: 240 * time.Second, SnapshotAge: 70_000,
+		DeadTuples: map[string]int64{"river_job": 480_000, "deliveries": 1_200_000}}}
 	require.NoError(t, m.Update(context.Background(), q))
+	require.Equal(t, 240.0, testutil.ToFloat64(m.OldestTransaction))
+	require.Equal(t, 70_000.0, testutil.ToFloat64(m.SnapshotAge))
+	require.Equal(t, 480_000.0, testutil.ToFloat64(m.DeadTuples.WithLabelValues("river_job")))
+	require.Equal(t, 1_200_000.0, testutil.ToFloat64(m.DeadTuples.WithLabelValues("deliveries")))
 	require.Equal(t, 120.0, testutil.ToFloat64(m.Depth.WithLabelValues("available")))
 	require.Equal(t, 12.0, testutil.ToFloat64(m.Jobs.WithLabelValues("available")))
 	require.Equal(t, 40.0, testutil.ToFloat64(m.Depth.WithLabelValues("running")))
