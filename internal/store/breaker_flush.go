@@ -46,6 +46,11 @@ type RunCount struct {
 type EvidenceRequest struct {
 	EndpointID string
 	Window     time.Duration
+	// Shard, in a prune request, limits the prune to one process's
+	// tallies (its OutcomeCount.Shard): each process deletes the old rows
+	// it wrote, once, rather than every process every row of the
+	// endpoint. Empty prunes every process's.
+	Shard string
 }
 
 // Evidence is an endpoint's shared breaker after a flush: its stored fields,
@@ -86,9 +91,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		wantWin  = make([]time.Duration, len(want))
 		pruneIDs = make([]string, len(prune))
 		pruneWin = make([]time.Duration, len(prune))
+		pruneOf  = make([]string, len(prune))
 	)
 	for i, p := range prune {
-		pruneIDs[i], pruneWin[i] = p.EndpointID, breaker.BucketSpan(p.Window)
+		pruneIDs[i], pruneWin[i], pruneOf[i] = p.EndpointID, breaker.BucketSpan(p.Window), p.Shard
 	}
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i], shards[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures), c.Shard
@@ -149,15 +155,22 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				AND b.bucket_start > clock_timestamp() - w.span
 			GROUP BY s.endpoint_id`,
 			wantIDs, wantWin)
-		for _, table := range []string{"breaker_tallies", "breaker_buckets"} {
-			batch.Queue(`
-				DELETE FROM `+table+` WHERE ctid = ANY(ARRAY(
-					SELECT b.ctid FROM `+table+` b
-					JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
-					WHERE b.bucket_start < clock_timestamp() - w.span
-					FOR UPDATE OF b SKIP LOCKED))`,
-				pruneIDs, pruneWin)
-		}
+		batch.Queue(`
+			DELETE FROM breaker_tallies WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM breaker_tallies b
+				JOIN unnest($1::text[], $2::interval[], $3::text[]) AS w(endpoint_id, span, shard) ON b.endpoint_id = w.endpoint_id
+				WHERE b.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR b.shard = w.shard)
+				FOR UPDATE OF b SKIP LOCKED))`,
+			pruneIDs, pruneWin, pruneOf)
+		// The previous version's table, written only during a rolling
+		// upgrade: its rows have no process.
+		batch.Queue(`
+			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
+				SELECT b.ctid FROM breaker_buckets b
+				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
+				WHERE b.bucket_start < clock_timestamp() - w.span
+				FOR UPDATE OF b SKIP LOCKED))`,
+			pruneIDs, pruneWin)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {

@@ -172,6 +172,45 @@ func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
 	require.GreaterOrEqual(t, n, breaker.BucketsPerWindow)
 }
 
+// TestFlushPrunesOnlyItsOwnShard: a process's prune deletes the old rows it
+// wrote and leaves the other processes' to their own flushes, so N
+// processes prune each row once, not N times; an unsharded prune (and the
+// periodic one) deletes every process's.
+func TestFlushPrunesOnlyItsOwnShard(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	cfg := testCfg // 10s window: 500ms buckets
+	now := time.Now()
+	old := func(shard string) []store.OutcomeCount {
+		var counts []store.OutcomeCount
+		for i := 40; i < 60; i++ { // 20 to 30 s ago: outside the window
+			counts = append(counts, store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: shard,
+				BucketStart: breaker.BucketStart(cfg, now.Add(-time.Duration(i)*500*time.Millisecond)), Successes: 1})
+		}
+		return counts
+	}
+	for _, shard := range []string{"a", "b"} {
+		_, err := s.FlushOutcomes(ctx, old(shard), nil, nil, nil)
+		require.NoError(t, err)
+	}
+	shardRows := func(shard string) (n int) {
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_tallies WHERE shard = $1`, shard).Scan(&n))
+		return n
+	}
+	require.Equal(t, 20, shardRows("b"))
+	fresh := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: breaker.BucketStart(cfg, now), Successes: 1}}
+	_, err := s.FlushOutcomes(ctx, fresh, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Shard: "a"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, shardRows("a"), "a's old rows pruned, its fresh one kept")
+	require.Equal(t, 20, shardRows("b"), "b's rows are b's to prune")
+	_, err = s.FlushOutcomes(ctx, nil, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
+	require.NoError(t, err)
+	require.Zero(t, shardRows("b"), "an unsharded prune takes every process's")
+	require.Equal(t, 1, shardRows("a"))
+}
+
 // TestFlushesOfTwoProcessesNeverWaitForEachOther: each process adds its
 // outcomes to rows of its own (its shard), so a flush never waits on a
 // bucket row another process's flush holds, and the evidence adds every
