@@ -69,7 +69,14 @@ type Deps struct {
 // Timings of the loops that have no setting of their own.
 const (
 	clockSyncInterval = 10 * time.Second
-	endpointCacheTTL  = 30 * time.Second
+	// endpointCacheTTL is the safety net under NOTIFY: a change reaches
+	// every dispatcher by its notification (or, after the listener was
+	// away, by the reconnect's drop of every entry), so the TTL only bounds
+	// an entry the cache never heard of changing. Each dispatcher reloads
+	// each endpoint it delivers to once per TTL: at 30 s, with 1,000
+	// endpoints, that was about 10 loads a second per dispatcher, the
+	// fleet's multiplied by its size.
+	endpointCacheTTL  = 5 * time.Minute
 	unparkInterval    = 2 * time.Second
 	listenReadyWithin = 30 * time.Second
 	// fleetHeartbeat and fleetStale bound how long the fleet's count of
