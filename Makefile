@@ -55,7 +55,7 @@ DEPLOY_REPORT ?= $(CURDIR)/.test-report-deploy.json
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
 
-.PHONY: help build run test check test-report fuzz lint clean bench bench-month bench-smoke soak chaos sdk sdk-test
+.PHONY: help build run test check test-report fuzz lint clean bench bench-month bench-weather bench-smoke soak chaos sdk sdk-test
 
 ## help: list the targets and what each does
 help:
@@ -177,6 +177,10 @@ bench-month:
 ## soak: 30 minutes at 20 messages/s with RETENTION=5m, PARTITION_INTERVAL=1m; prints per-minute RSS, goroutines, table sizes and p99 and whether each is flat; writes soak-results.json
 soak:
 	$(GO) run ./internal/bench -only soak -out $(CURDIR)/soak-results.json
+
+## bench-weather: S13: S1rate's load at 1,000 messages/s behind a transaction held open 10 minutes (as a pg_dump holds one), against the same without it (about 25 minutes); writes bench-weather-results.json
+bench-weather:
+	$(GO) run ./internal/bench -only s13 -out $(CURDIR)/bench-weather-results.json
 
 ## bench-smoke: every benchmark scenario in a tiny form (under a minute); writes no bench-results.json
 bench-smoke:

@@ -82,6 +82,10 @@ type plan struct {
 	s8AttemptReads  int
 	s9Measure       time.Duration
 	s9Rounds        int
+	// S13: the offered rate, how long the transaction is held, and how
+	// long the load goes on after it.
+	s13Rate           float64
+	s13Hold, s13After time.Duration
 	// S10: the maintainer's downtime in one-minute intervals, the
 	// messages seeded into each, the load before its restart and after
 	// its catch-up, how long the catch-up may take, and the messages/s
@@ -114,6 +118,7 @@ var fullPlan = plan{
 	s8Messages: 1_260_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
 	s9Measure: 10 * time.Second, s9Rounds: 3,
+	s13Rate: 1000, s13Hold: 10 * time.Minute, s13After: time.Minute,
 	s10Intervals: 200, s10PerInterval: 250, s10Before: 20 * time.Second, s10After: 20 * time.Second, s10CatchUpTimeout: 3 * time.Minute, s10Rate: s7FallbackRate,
 }
 
@@ -133,6 +138,7 @@ var smokePlan = plan{
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
 	s9Measure: time.Second, s9Rounds: 1,
+	s13Rate: 150, s13Hold: 6 * time.Second, s13After: 3 * time.Second,
 	s10Intervals: 20, s10PerInterval: 60, s10Before: 2 * time.Second, s10After: 2 * time.Second, s10CatchUpTimeout: 40 * time.Second, s10Rate: 20,
 }
 

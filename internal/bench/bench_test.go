@@ -480,3 +480,20 @@ func TestMachineBusyReadsTheMachine(t *testing.T) {
 	mean, peak := l.finish()
 	require.GreaterOrEqual(t, peak, mean)
 }
+
+// TestLongTransactionFigures: S13's rates come from the per-second
+// samples between two points (the run starting at 0 with none), and the
+// drain is counted from the transaction's end to the first sample back
+// under the limit.
+func TestLongTransactionFigures(t *testing.T) {
+	t.Parallel()
+	samples := []deliveredSample{{AtS: 1, Delivered: 100, Backlog: 5}, {AtS: 2.1, Delivered: 210, Backlog: 6}, {AtS: 3, Delivered: 300, Backlog: 400},
+		{AtS: 4, Delivered: 350, Backlog: 300}, {AtS: 5, Delivered: 500, Backlog: 8}}
+	require.InDelta(t, 100, rateBetween(samples, 0, 2), 0.01, "from the start to the first sample past 2 s")
+	require.InDelta(t, 100, rateBetween(samples, 3, 5), 0.01)
+	require.Zero(t, rateBetween(nil, 0, 1))
+	require.Equal(t, int64(5), medianBacklog(samples, 0, 2.1))
+	require.Equal(t, 2.0, drainedAfter(samples, 3, 10))
+	require.Equal(t, -1.0, drainedAfter(samples, 3, 1))
+	require.Equal(t, -1.0, drainedAfter(samples, -1, 10), "a hold that never ended")
+}

@@ -39,6 +39,7 @@ var scenarios = []scenario{
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},
 	{"s9", "S9 scale-out: 1, 2, 4 dispatchers and 2 api processes on one PostgreSQL", runS9, false, false},
 	{"s10", "S10 partition maintainer restarted after 200 one-minute intervals down, under S1's half load", runS10, false, false},
+	{"s13", "S13 S1rate's load behind a transaction held open 10 minutes (as a pg_dump holds one), against the same without it", runS13, false, true},
 	{"s8", "S8 a month of history under S1's closed loop (make bench-month)", runS8, false, true},
 	{"soak", "Soak: 30 minutes at a fixed rate under retention (make soak)", runSoak, false, true},
 }

@@ -335,6 +335,34 @@ func evaluate(r *results) {
 	}
 
 	const (
+		s13RateGoal    = "S13 deliveries/s in the last minute of a 10-minute transaction >= 0.8 x its first"
+		s13BacklogGoal = "S13 no growing backlog behind the transaction"
+		s13DrainGoal   = "S13 the run's backlog drained within 60 s after the transaction ends"
+	)
+	if s13 := r.find("s13"); s13 != nil && s13.Extra != nil {
+		v := toFloat(s13.Extra["last_over_first"])
+		add(atLeast("s13", s13RateGoal, v, 0.8, fmt.Sprintf("%.2f x (%.0f / %.0f deliveries/s; without the transaction %.2f x, %.0f / %.0f)",
+			v, toFloat(s13.Extra["last_minute_per_s"]), toFloat(s13.Extra["first_minute_per_s"]),
+			toFloat(s13.Extra["without_last_over_first"]), toFloat(s13.Extra["without_last_minute_per_s"]), toFloat(s13.Extra["without_first_minute_per_s"]))))
+		t := target{Scenario: "s13", Goal: s13BacklogGoal, Status: "met",
+			Measured: fmt.Sprintf("slope %.1f/s over the hold (without: %.1f/s)", toFloat(s13.Extra["backlog_slope_per_s"]), toFloat(s13.Extra["without_backlog_slope_per_s"]))}
+		if g, _ := s13.Extra["growing_backlog"].(bool); g {
+			t.Status = "missed"
+		}
+		add(t)
+		drained := toFloat(s13.Extra["drained_s"])
+		d := atMost("s13", s13DrainGoal, drained, 60, fmt.Sprintf("%.1f s (without: %.1f s)", drained, toFloat(s13.Extra["without_drained_s"])))
+		if drained < 0 {
+			d.Status, d.Measured = "missed", "not drained before the run's end"
+		}
+		add(d)
+	} else if slices.ContainsFunc(r.Scenarios, func(s *scenarioResult) bool { return s.Name == "s13" }) {
+		for _, g := range []string{s13RateGoal, s13BacklogGoal, s13DrainGoal} {
+			add(target{Scenario: "s13", Goal: g, Measured: "the scenario failed", Status: "missed"})
+		}
+	}
+
+	const (
 		s10LockGoal = "S10 longest lock wait while the maintainer catches up after downtime <= 250 ms"
 		s10LostGoal = "S10 rows lost across the maintainer's restart = 0"
 		s10P99Goal  = "S10 p99 accepted -> delivered from the restart on <= 2 x before it"
