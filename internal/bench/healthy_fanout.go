@@ -144,6 +144,7 @@ func runS1Rate(ctx context.Context, b *bench) (*scenarioResult, error) {
 	res.Extra["low_rate_p50_ms"] = low.LatencyP50Ms
 	res.Extra["low_rate_p99_ms"] = low.LatencyP99Ms
 	res.Extra["low_rate_growing_backlog"] = low.Extra["growing_backlog"]
+	res.Extra["low_rate_stage_times"] = low.Extra["stage_times"]
 	return res, nil
 }
 
@@ -211,6 +212,12 @@ func (s *stage) rateRun(ctx context.Context, res *scenarioResult, set tenantSet,
 		"fetch_samples":         fetch,
 		"fetch_by_10s":          fetchCostByWindow(fetch, 10),
 		"backlog_rule":          "growing when the backlog's least-squares slope after the first 10% of the run exceeds 1% of the offered rate per second, or the api accepted fewer than 98% of the offered messages",
+	}
+	// Where the time went, delivery by delivery (the tail's stage).
+	if st, err := s.stageTimes(ctx, w.from, w.to); err == nil {
+		res.Extra["stage_times"] = st
+	} else {
+		res.Extra["stage_times_error"] = err.Error()
 	}
 	return s.loadErrors(res, m)
 }
