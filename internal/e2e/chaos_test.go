@@ -411,7 +411,7 @@ func TestChaosNothingLost(t *testing.T) {
 		}
 		killAt := time.Now()
 		victim.Kill()
-		require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.err)
+		require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.ExitErr())
 		until(killAt.Add(2 * time.Second))
 		victims++
 		victim = StartDispatcher(t, fmt.Sprintf("dispatcher-2.%d", victims), db.URL, env)
@@ -437,9 +437,9 @@ func TestChaosNothingLost(t *testing.T) {
 		until(freezeAt.Add(5 * time.Second))
 		pg.Thaw(t)
 		faults = append(faults, fault{Kind: "postgres frozen (SIGSTOP)", At: freezeAt, Until: time.Now(), Duration: time.Since(freezeAt).Round(time.Millisecond).String()})
-		require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.err)
-		require.False(t, victim.Exited(), "%s exited: %v", victim.Name, victim.err)
-		require.False(t, api.Exited(), "api exited: %v", api.err)
+		require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.ExitErr())
+		require.False(t, victim.Exited(), "%s exited: %v", victim.Name, victim.ExitErr())
+		require.False(t, api.Exited(), "api exited: %v", api.ExitErr())
 	}
 	until(start.Add(duration))
 	close(stopLoad)
@@ -472,8 +472,8 @@ func TestChaosNothingLost(t *testing.T) {
 	})
 	rss("dispatcher-1 at end", survivor)
 	rss(victim.Name+" at end", victim)
-	require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.err)
-	require.False(t, victim.Exited(), "%s exited: %v", victim.Name, victim.err)
+	require.False(t, survivor.Exited(), "dispatcher-1 exited: %v", survivor.ExitErr())
+	require.False(t, victim.Exited(), "%s exited: %v", victim.Name, victim.ExitErr())
 	for _, p := range []*Proc{survivor.Proc, victim.Proc, api.Proc} {
 		require.NoError(t, p.Stop(15*time.Second), "%s stops cleanly on SIGTERM", p.Name)
 	}

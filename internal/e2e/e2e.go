@@ -193,6 +193,17 @@ func (p *Proc) RSS() (int64, error) {
 }
 
 // Exited reports whether the process has ended.
+// ExitErr is the process's exit error once it exited (nil before): read
+// only after its end is known, so it never races the wait.
+func (p *Proc) ExitErr() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
 func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:

@@ -20,7 +20,7 @@ import (
 // one silent, well before River's own rescue), which delivers
 // everything, and
 // then lets the frozen one go on with SIGCONT. The woken process sends
-// nothing more and writes nothing: no delivery gets a second job, and
+// nothing more and writes nothing: it gives no delivery a job, and
 // only the two requests in flight at the freeze reach their endpoints
 // twice.
 func TestFrozenDispatcherSendsNothingAfterTheRescue(t *testing.T) {
@@ -62,6 +62,10 @@ func TestFrozenDispatcherSendsNothingAfterTheRescue(t *testing.T) {
 	for _, path := range paths {
 		before[path] = p.receiver.Stats(path).Requests
 	}
+	// The rescue's run may have handed deliveries that waited for the
+	// host's places to jobs of their own (on a loaded machine its start
+	// budget runs out); the woken process adds none.
+	handedOff := p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver'`)
 
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGCONT))
 	// Woken, it finds its requests' timeouts and its waiting deliveries'
@@ -79,6 +83,6 @@ func TestFrozenDispatcherSendsNothingAfterTheRescue(t *testing.T) {
 		require.Equal(t, 1, st.DistinctDelivered, path)
 	}
 	require.LessOrEqual(t, twice, 2, "only the requests in flight at the freeze arrive twice")
-	require.Zero(t, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver'`), "no delivery got a job of its own")
+	require.Equal(t, handedOff, p.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver'`), "the woken process gave no delivery a job of its own")
 	require.Equal(t, endpoints, p.count(t, `SELECT count(*) FROM deliveries WHERE message_id = $1 AND status = 'delivered'`, m.ID))
 }
