@@ -138,7 +138,7 @@ var smokePlan = plan{
 	s8Messages: 300, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
 	s9Measure: time.Second, s9Rounds: 1,
-	s13Rate: 150, s13Hold: 6 * time.Second, s13After: 3 * time.Second,
+	s13Rate: 150, s13Hold: 3 * time.Second, s13After: 2 * time.Second,
 	s10Intervals: 20, s10PerInterval: 60, s10Before: 2 * time.Second, s10After: 2 * time.Second, s10CatchUpTimeout: 40 * time.Second, s10Rate: 20,
 }
 
