@@ -53,8 +53,37 @@ func (t *Tuner) ReadLogs(ctx context.Context, ids []string, since, until time.Ti
 	return out, nil
 }
 
-// ActiveQuiet is activeQuiet: the quiet time of segs with traffic in
-// rows.
+// ActiveQuiet is the quiet time of segs (in time order) with traffic in
+// rows (in time order), from since, counted a row at a time: the minutes
+// with at least one row, each intersected with the quiet segments.
 func ActiveQuiet(rows []replay.Row, segs []Segment, since time.Time) time.Duration {
-	return activeQuiet(rows, segs, since)
+	var total time.Duration
+	base := since.UnixNano()
+	last, j := int64(-1), 0
+	for _, r := range rows {
+		m := (int64(r.TS) - base) / int64(time.Minute)
+		if m == last || int64(r.TS) < base {
+			continue
+		}
+		last = m
+		from := time.Unix(0, base+m*int64(time.Minute))
+		to := from.Add(time.Minute)
+		for j < len(segs) && !segs[j].To.After(from) {
+			j++
+		}
+		for k := j; k < len(segs) && segs[k].From.Before(to); k++ {
+			if segs[k].Incident != nil {
+				continue
+			}
+			lo, hi := segs[k].From, segs[k].To
+			if lo.Before(from) {
+				lo = from
+			}
+			if hi.After(to) {
+				hi = to
+			}
+			total += hi.Sub(lo)
+		}
+	}
+	return total
 }

@@ -401,17 +401,19 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		}
 	}
 	// The log is read endpoint by endpoint, twice: first to measure each
-	// endpoint's evidence, from which the class's figures, the derived
-	// config and the grid come; then to cut each endpoint's log into the
-	// grid's segments and replay them. Between endpoints the pass keeps
-	// only their evidence and the grid's tallies: O(endpoints x grid),
-	// whatever the number of attempts.
+	// endpoint's evidence (and the minutes it had traffic in), from which
+	// the class's figures, the derived config, the grid and the quiet time
+	// come; then, when that is evidence enough, to cut each endpoint's log
+	// into the grid's segments and replay them. Between endpoints the pass
+	// keeps only their evidence and the grid's tallies: O(endpoints x
+	// grid), whatever the number of attempts.
 	var (
 		sp  spent
 		buf []replay.Row
 	)
 	used := &passUsed{segments: map[string][]Segment{}}
 	evs := make([]EndpointEvidence, len(ids))
+	active := make([]activeSpans, len(ids))
 	for i, id := range ids {
 		started := time.Now()
 		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
@@ -420,6 +422,9 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		used.hold(len(buf))
 		read := time.Since(started)
 		evs[i] = Measure(id, buf, since, until, byEndpoint[id])
+		if evs[i].Counted() {
+			active[i] = activeMinutes(buf, since)
+		}
 		t.pace(ctx, paced, time.Since(started), read, &sp.measure, &sp)
 	}
 	ev := Reduce(since, until, evs)
@@ -436,11 +441,6 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	configs := Grid(derived, c.Breaker, bounds)
 	lead := LeadFor(configs)
 	used.configs = configs
-	tallies := make([]replay.Tally, len(configs))
-	// Whether the class has the attempts the evidence needs is known now;
-	// whether it has the quiet time only once every endpoint is cut into
-	// segments, so the replay runs alongside and is dropped without it.
-	replaying, _ := EnoughEvidence(ev, until.Sub(since))
 	// The class's quiet time is its endpoints' quiet time with traffic,
 	// weighted by their attempts: an endpoint of one attempt does not
 	// contribute the whole range.
@@ -449,29 +449,10 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		if !evs[i].Counted() {
 			continue
 		}
-		started := time.Now()
-		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
-			return Recommendation{}, nil, err
-		}
-		read := time.Since(started)
-		segments := Segments(since, until, evs[i].Incidents, lead)
-		used.segments[id] = segments
-		quietSum += float64(evs[i].Attempts) * activeQuiet(buf, segments, since).Seconds()
+		used.segments[id] = Segments(since, until, evs[i].Incidents, lead)
+		quietSum += float64(evs[i].Attempts) * activeQuiet(active[i], used.segments[id]).Seconds()
 		quietWeight += float64(evs[i].Attempts)
-		if replaying {
-			traces := Traces(buf, segments)
-			used.hold(len(buf) + traceRows(traces))
-			if len(traces) > 0 {
-				part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
-				if err != nil {
-					return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
-				}
-				for j := range tallies {
-					tallies[j].Add(part[j])
-				}
-			}
-		}
-		t.pace(ctx, paced, time.Since(started), read, &sp.replay, &sp)
+		active[i] = nil
 	}
 	var quiet time.Duration
 	if quietWeight > 0 {
@@ -483,6 +464,29 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		rec.Reasons = append(why, "the current config is kept")
 		used.spent = sp
 		return rec, used, t.save(ctx, c, rec)
+	}
+	tallies := make([]replay.Tally, len(configs))
+	for i, id := range ids {
+		if !evs[i].Counted() {
+			continue
+		}
+		started := time.Now()
+		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
+			return Recommendation{}, nil, err
+		}
+		read := time.Since(started)
+		traces := Traces(buf, used.segments[id])
+		used.hold(len(buf) + traceRows(traces))
+		if len(traces) > 0 {
+			part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
+			if err != nil {
+				return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
+			}
+			for j := range tallies {
+				tallies[j].Add(part[j])
+			}
+		}
+		t.pace(ctx, paced, time.Since(started), read, &sp.replay, &sp)
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
