@@ -274,16 +274,29 @@ func (r *rssPeak) end() (float64, error) {
 // s8Tune queues a pass over the last week of the month's history for every
 // class to the dispatcher's tuning leader (leader, as POST
 // /v1/traffic-classes/{name}/tune does), which runs them one at a time,
-// paced, as it runs every pass. Once the first has started, S1's closed
+// paced, as it runs every pass. First S1's closed loop runs once without a
+// pass (the leader's footprint delivering alone). Once the first pass has
+// started, S1's closed
 // loop runs again while the passes run, up to s8TuneLoops times (the last
 // may end after them), then as many times after them. Meanwhile the
 // leader's resident set size is sampled. It adds to res the passes' time
 // (each class's and the whole, from the first start to the last end), the
-// leader's peak RSS during them and after them, and the loops' median
+// leader's peak RSS before, during and after them, and the loops' median
 // throughput during the passes against after them.
 func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, leader *proc, run func(r *scenarioResult) error) error {
 	st := store.New(s.pool, nil)
 	classes, err := st.ListClasses(ctx)
+	if err != nil {
+		return err
+	}
+	// The leader's footprint delivering S1 without a pass: one loop first.
+	before := sampleRSS(leader.pid())
+	base := &scenarioResult{Name: "s8 closed loop before the tuning pass"}
+	if err := run(base); err != nil {
+		_, _ = before.end()
+		return err
+	}
+	peakBefore, err := before.end()
 	if err != nil {
 		return err
 	}
@@ -376,7 +389,7 @@ func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, leader *proc, r
 	if err != nil {
 		return err
 	}
-	res.Runs = append(append(res.Runs, loops...), without...)
+	res.Runs = append(append(append(res.Runs, base), loops...), without...)
 	perS := func(r *scenarioResult) float64 { return r.DeliveriesPerS }
 	with, wo := medianOf(loops, perS), medianOf(without, perS)
 	res.Extra["tune_pass_s"] = round2(last.Sub(first).Seconds())
@@ -384,10 +397,11 @@ func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, leader *proc, r
 	res.Extra["tune_classes"] = statuses
 	res.Extra["tune_window"] = tuning.DefaultWindow.String()
 	res.Extra["tune_waited_for_leader_s"] = round2(started.Sub(until).Seconds())
+	res.Extra["tune_leader_rss_peak_before_mb"] = peakBefore
 	res.Extra["tune_leader_rss_peak_mb"] = peakDuring
 	res.Extra["tune_leader_rss_peak_after_mb"] = peakAfter
 	res.Extra["tune_leader_vmhwm_mb"] = round1(float64(hwm) / (1 << 20))
-	res.Extra["tune_leader_rss_rule"] = fmt.Sprintf("the tuning leader (the dispatcher, delivering S1 meanwhile) VmRSS sampled every %s from the first pass's start to the last's end, and over the loops after", s8RSSSample)
+	res.Extra["tune_leader_rss_rule"] = fmt.Sprintf("the tuning leader (the dispatcher, delivering S1 meanwhile) VmRSS sampled every %s over a loop before the passes are queued, from the first pass's start to the last's end, and over the loops after", s8RSSSample)
 	res.Extra["tune_s1_loops"] = len(loops)
 	res.Extra["tune_s1_per_s"] = with
 	res.Extra["tune_s1_after_per_s"] = wo
