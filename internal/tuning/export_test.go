@@ -35,7 +35,7 @@ func (t *Tuner) passUsed(ctx context.Context, class string, since, until time.Ti
 	)
 	err := t.deps.Store.WithTuningLock(ctx, class, func(ctx context.Context) error {
 		var err error
-		out, used, err = t.pass(ctx, class, since, until, false)
+		out, used, err = t.pass(ctx, class, since, until, false, true)
 		return err
 	})
 	return out, used, err

@@ -315,7 +315,7 @@ func (t *Tuner) Pass(ctx context.Context, class string, since, until time.Time, 
 			used *passUsed
 			err  error
 		)
-		out, used, err = t.pass(ctx, class, since, until, paced)
+		out, used, err = t.pass(ctx, class, since, until, paced, false)
 		if err != nil {
 			return err
 		}
@@ -359,7 +359,10 @@ func (t *Tuner) pace(ctx context.Context, paced bool, busy, read time.Duration, 
 
 // passUsed is what a pass ranked and replayed.
 type passUsed struct {
-	configs  []breaker.Config
+	configs []breaker.Config
+	// segments are the segments replayed, by endpoint, when the pass was
+	// asked to keep them (tests); a pass cuts an endpoint's segments when
+	// it needs them and keeps none.
 	segments map[string][]Segment
 	spent    spent
 	// held is the most rows of the log the pass held at once: one
@@ -379,7 +382,7 @@ func traceRows(traces []replay.Trace) int {
 	return n
 }
 
-func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced bool) (Recommendation, *passUsed, error) {
+func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced, keepSegments bool) (Recommendation, *passUsed, error) {
 	c, err := t.deps.Store.GetClass(ctx, name)
 	if err != nil {
 		return Recommendation{}, nil, err
@@ -449,8 +452,11 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		if !evs[i].Counted() {
 			continue
 		}
-		used.segments[id] = Segments(since, until, evs[i].Incidents, lead)
-		quietSum += float64(evs[i].Attempts) * activeQuiet(active[i], used.segments[id]).Seconds()
+		segments := Segments(since, until, evs[i].Incidents, lead)
+		if keepSegments {
+			used.segments[id] = segments
+		}
+		quietSum += float64(evs[i].Attempts) * activeQuiet(active[i], segments).Seconds()
 		quietWeight += float64(evs[i].Attempts)
 		active[i] = nil
 	}
@@ -475,7 +481,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			return Recommendation{}, nil, err
 		}
 		read := time.Since(started)
-		traces := Traces(buf, used.segments[id])
+		traces := Traces(buf, Segments(since, until, evs[i].Incidents, lead))
 		used.hold(len(buf) + traceRows(traces))
 		if len(traces) > 0 {
 			part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
