@@ -19,6 +19,13 @@
 //	-- hookd:partitioned-index
 //	CREATE INDEX deliveries_x_idx ON deliveries (tenant_id, id);
 //
+// A step that changes only the catalog but holds a lock writers wait for
+// (a DROP INDEX on a partitioned table) follows
+//
+//	-- hookd:brief-lock
+//
+// and asks for its lock for at most 100 ms at a time, again after a pause.
+//
 // A step is one statement. A partitioned-index step is one CREATE [UNIQUE]
 // INDEX on a partitioned table (messages, message_payloads, deliveries,
 // delivery_attempts): the migrator creates it ON ONLY the parent, builds

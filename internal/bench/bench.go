@@ -78,7 +78,7 @@ type plan struct {
 	s7Duration      time.Duration
 	s7Retention     time.Duration
 	s7Interval      time.Duration
-	s8Messages      int // messages of history; 10 deliveries and 40 attempts each
+	s8Attempts      int // attempts of history: a message per 40 (10 deliveries of 4 attempts)
 	s8AttemptReads  int
 	s9Measure       time.Duration
 	s9Rounds        int
@@ -115,7 +115,7 @@ var fullPlan = plan{
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
 	s11Endpoints: 10_000, s11Rate: 0.2, s11Measure: 30 * time.Second,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
-	s8Messages: 1_260_000, s8AttemptReads: 300,
+	s8Attempts: 100_000_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
 	s9Measure: 10 * time.Second, s9Rounds: 3,
 	s13Rate: 1000, s13Hold: 10 * time.Minute, s13After: time.Minute,
@@ -135,21 +135,24 @@ var smokePlan = plan{
 	s6Tenants: 50, s6Measure: 2 * time.Second,
 	s11Endpoints: 300, s11Rate: 2, s11Measure: 1500 * time.Millisecond,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
-	s8Messages: 300, s8AttemptReads: 20,
+	s8Attempts: 12_000, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
 	s9Measure: time.Second, s9Rounds: 1,
 	s13Rate: 150, s13Hold: 3 * time.Second, s13After: 2 * time.Second,
 	s10Intervals: 20, s10PerInterval: 60, s10Before: 2 * time.Second, s10After: 2 * time.Second, s10CatchUpTimeout: 40 * time.Second, s10Rate: 20,
 }
 
-// withSoak returns the plan with the soak's duration and rate from the
-// command line where given.
+// withSoak returns the plan with the soak's duration and rate, and S8's
+// attempts of history, from the command line where given.
 func (p plan) withSoak(o options) plan {
 	if o.soakDuration > 0 {
 		p.soakDuration = o.soakDuration
 	}
 	if o.soakRate > 0 {
 		p.soakRate = o.soakRate
+	}
+	if o.monthAttempts > 0 {
+		p.s8Attempts = o.monthAttempts
 	}
 	return p
 }

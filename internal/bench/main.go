@@ -58,6 +58,9 @@ type options struct {
 	// messages/s when set (shorter runs to diagnose one series).
 	soakDuration time.Duration
 	soakRate     float64
+	// monthAttempts overrides S8's 100 million attempts of history when
+	// set (a smaller month to try the scenario first).
+	monthAttempts int
 	// pgSettings are extra postgresql.conf lines for the bench cluster
 	// (experiments: what a server setting changes).
 	pgSettings []string
@@ -79,6 +82,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "directory for a 20 s CPU profile of the api and the dispatcher under S1's closed loop and S1's top statements by total time with their WAL bytes (both processes then run with PPROF=true)")
 	fs.DurationVar(&o.soakDuration, "soak-duration", 0, "how long the soak offers load (default 30m; 4s with -smoke)")
 	fs.Float64Var(&o.soakRate, "soak-rate", 0, "messages/s the soak offers, each to 10 endpoints (default 20)")
+	fs.IntVar(&o.monthAttempts, "month-attempts", 0, "attempts of history S8 loads (default 100000000; 12000 with -smoke), 40 to a message")
 	fs.Func("pg-setting", "a PostgreSQL setting for the bench cluster as name=value, after the bench's own (repeatable; for experiments such as wal_compression=lz4)", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
@@ -98,8 +102,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.payloadBytes < 32 || o.payloadBytes > 1<<20 {
 		return options{}, errors.New("-payload-bytes: must be from 32 to 1048576")
 	}
-	if o.soakDuration < 0 || o.soakRate < 0 {
-		return options{}, errors.New("-soak-duration, -soak-rate: must not be negative")
+	if o.soakDuration < 0 || o.soakRate < 0 || o.monthAttempts < 0 {
+		return options{}, errors.New("-soak-duration, -soak-rate, -month-attempts: must not be negative")
 	}
 	if o.profile != "" {
 		if err := os.MkdirAll(o.profile, 0o755); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -110,25 +109,31 @@ func cpuPerDelivery(c cpuReport, secs, deliveries float64) cpuMs {
 }
 
 // rssBytes returns a process's resident set size from /proc/PID/status.
-func rssBytes(pid int) (int64, error) {
+func rssBytes(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+
+// hwmBytes returns a process's peak resident set size (VmHWM).
+func hwmBytes(pid int) (int64, error) { return procStatusBytes(pid, "VmHWM") }
+
+// procStatusBytes returns a size field of /proc/PID/status.
+func procStatusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("read process status: %w", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest)
 			if len(f) == 0 {
 				break
 			}
 			kb, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS: %w", err)
+				return 0, fmt.Errorf("parse %s: %w", field, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, errors.New("no VmRSS in process status")
+	return 0, fmt.Errorf("no %s in process status", field)
 }
 
 // clockTicks is USER_HZ, the unit of /proc CPU times (100 on Linux).

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -20,9 +19,10 @@ import (
 // month of history while S1's closed loop runs).
 
 const (
-	s2sGoal      = "S2s shadow breakers cost <= 5% of S1's throughput (bounded by their busy time; alternated runs beside)"
-	s8TuneGoal   = "S8 one tuning pass over every class <= 300 s"
-	s8TuneS1Goal = "S8 deliveries/s while a tuning pass runs >= 0.9 x without"
+	s2sGoal       = "S2s shadow breakers cost <= 5% of S1's throughput (bounded by their busy time; alternated runs beside)"
+	s8TuneGoal    = "S8 one tuning pass over every class <= 300 s"
+	s8TuneS1Goal  = "S8 deliveries/s while a tuning pass runs >= 0.9 x without"
+	s8TuneRSSGoal = "S8 the tuning leader's RSS during the passes <= 300 MB"
 	// s2sClass is the class S2s puts every endpoint in.
 	s2sClass = "bench-shadow"
 	// s2sShadow is the dispatchers' --tune-shadow in S2s: its tenth, the
@@ -207,93 +207,257 @@ func s2sShadowed(ctx context.Context, st *store.Store, within time.Duration) (in
 // the target's margin.
 const s8TuneLoops = 6
 
-// s8Tune runs one tuning pass over every class, paced as the dispatchers'
-// tuning leader runs it, over the last week of the month's history. S1's
-// closed loop runs again while the pass runs, up to s8TuneLoops times (the
-// last may end after the pass), then as many times after it;
-// it adds the pass's time and the loops' median throughput during the
-// pass against after it to res.
-func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, run func(r *scenarioResult) error) error {
+// s8RSSSample is how often S8 reads the tuning leader's resident set size.
+const s8RSSSample = 250 * time.Millisecond
+
+// s8MarkPassed stores a kept recommendation for every class, passed now as
+// far as the tuning leader can tell: its periodic passes are an interval
+// away, and the only passes of the run are those s8Tune queues.
+func s8MarkPassed(ctx context.Context, st *store.Store) error {
+	classes, err := st.ListClasses(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, c := range classes {
+		cur := tuning.ClassConfig(c.Breaker)
+		rec := tuning.Recommendation{Class: c.Name, Status: tuning.StatusKept, Mode: c.AutoTune, Current: &cur, Reasons: []string{"bench: passed at load"}, RanAt: &now}
+		body, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := st.SaveRecommendation(ctx, store.Recommendation{Class: c.Name, Status: string(rec.Status), Body: body}, "", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rssPeak samples a process's resident set size every s8RSSSample until
+// stopped, and keeps the largest.
+type rssPeak struct {
+	stop chan struct{}
+	done chan struct{}
+	peak int64
+	err  error
+}
+
+func sampleRSS(pid int) *rssPeak {
+	r := &rssPeak{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		tick := time.NewTicker(s8RSSSample)
+		defer tick.Stop()
+		for {
+			n, err := rssBytes(pid)
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.peak = max(r.peak, n)
+			select {
+			case <-r.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return r
+}
+
+// end stops the sampling and returns the peak in MiB.
+func (r *rssPeak) end() (float64, error) {
+	close(r.stop)
+	<-r.done
+	return round1(float64(r.peak) / (1 << 20)), r.err
+}
+
+// s8Tune queues a pass over the last week of the month's history for every
+// class to the dispatcher's tuning leader (leader, as POST
+// /v1/traffic-classes/{name}/tune does), which runs them one at a time,
+// paced, as it runs every pass. First S1's closed loop runs once without a
+// pass (the leader's footprint delivering alone). Once the first pass has
+// started, S1's closed
+// loop runs again while the passes run, up to s8TuneLoops times (the last
+// may end after them), then as many times after them. Meanwhile the
+// leader's resident set size is sampled. It adds to res the passes' time
+// (each class's and the whole, from the first start to the last end), the
+// leader's peak RSS before, during and after them, and the loops' median
+// throughput during the passes against after them.
+func (s *stage) s8Tune(ctx context.Context, res *scenarioResult, leader *proc, run func(r *scenarioResult) error) error {
 	st := store.New(s.pool, nil)
 	classes, err := st.ListClasses(ctx)
 	if err != nil {
 		return err
 	}
-	tu := tuning.New(tuning.Config{Pace: tuning.DefaultPace, Actor: "bench"}, tuning.Deps{Store: st, Now: time.Now, Logger: s.b.logger})
-	type outcome struct {
-		took     time.Duration
-		statuses map[string]string
-		err      error
+	// The leader's footprint delivering S1 without a pass: one loop first.
+	before := sampleRSS(leader.pid())
+	base := &scenarioResult{Name: "s8 closed loop before the tuning pass"}
+	if err := run(base); err != nil {
+		_, _ = before.end()
+		return err
 	}
-	done := make(chan outcome, 1)
-	passCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	started := time.Now()
-	go func() {
-		o := outcome{statuses: map[string]string{}}
-		until := time.Now()
-		for _, c := range classes {
-			rec, err := tu.Pass(passCtx, c.Name, until.Add(-tuning.DefaultWindow), until, true)
-			for errors.Is(err, store.ErrTuningBusy) && passCtx.Err() == nil {
-				// The dispatchers' tuning leader is passing the class (a
-				// class never passed is due at once): this pass follows.
-				time.Sleep(time.Second)
-				rec, err = tu.Pass(passCtx, c.Name, until.Add(-tuning.DefaultWindow), until, true)
-			}
-			if err != nil {
-				o.err = fmt.Errorf("tuning pass of %s: %w", c.Name, err)
-				break
-			}
-			o.statuses[c.Name] = fmt.Sprintf("%s (%d endpoints, %d attempts)", rec.Status, rec.Evidence.Endpoints, rec.Evidence.Attempts)
+	peakBefore, err := before.end()
+	if err != nil {
+		return err
+	}
+	until := time.Now()
+	for _, c := range classes {
+		if _, err := st.QueueTune(ctx, c.Name, until.Add(-tuning.DefaultWindow), until); err != nil {
+			return fmt.Errorf("queue tuning pass of %s: %w", c.Name, err)
 		}
-		o.took = time.Since(started)
-		done <- o
-	}()
+	}
+	// The leader claims queued passes at its poll (a minute at most).
+	started, err := s8TunesStarted(ctx, st, classes, 3*time.Minute)
+	if err != nil {
+		return err
+	}
+	during := sampleRSS(leader.pid())
+	done := make(chan error, 1)
+	go func() { done <- s8TunesDone(ctx, st, classes) }()
 	var (
-		during []*scenarioResult
-		o      outcome
-		ended  bool
+		loops   []*scenarioResult
+		passErr error
+		ended   bool
 	)
-	for !ended && len(during) < s8TuneLoops {
-		r := &scenarioResult{Name: fmt.Sprintf("s8 closed loop during the tuning pass %d", len(during)+1)}
+	for !ended && len(loops) < s8TuneLoops {
+		r := &scenarioResult{Name: fmt.Sprintf("s8 closed loop during the tuning pass %d", len(loops)+1)}
 		if err := run(r); err != nil {
-			cancel()
-			<-done
+			_, _ = during.end()
 			return err
 		}
-		during = append(during, r)
+		loops = append(loops, r)
 		select {
-		case o = <-done:
+		case passErr = <-done:
 			ended = true
 		default:
 		}
 	}
-	loopsEnded := time.Since(started)
+	loopsEnded := time.Now()
 	if !ended {
-		o = <-done
+		passErr = <-done
 	}
-	if o.err != nil {
-		return o.err
+	passesEnded := time.Now()
+	peakDuring, err := during.end()
+	if passErr != nil {
+		return passErr
 	}
-	var after []*scenarioResult
-	for range during {
-		r := &scenarioResult{Name: fmt.Sprintf("s8 closed loop after the tuning pass %d", len(after)+1)}
-		if err := run(r); err != nil {
+	if err != nil {
+		return err
+	}
+	byClass := map[string]float64{}
+	statuses := map[string]string{}
+	var first, last time.Time
+	for _, c := range classes {
+		r, err := st.LatestTune(ctx, c.Name)
+		if err != nil {
 			return err
 		}
-		after = append(after, r)
+		if r.Status != store.TuneDone || r.StartedAt == nil || r.FinishedAt == nil {
+			return fmt.Errorf("tuning pass of %s: %s %s", c.Name, r.Status, r.Error)
+		}
+		byClass[c.Name] = round2(r.FinishedAt.Sub(*r.StartedAt).Seconds())
+		if first.IsZero() || r.StartedAt.Before(first) {
+			first = *r.StartedAt
+		}
+		if r.FinishedAt.After(last) {
+			last = *r.FinishedAt
+		}
+		rec, err := tuning.Get(ctx, st, c.Name)
+		if err != nil {
+			return err
+		}
+		statuses[c.Name] = string(rec.Status)
+		if rec.Evidence != nil {
+			statuses[c.Name] = fmt.Sprintf("%s (%d endpoints, %d attempts)", rec.Status, rec.Evidence.Endpoints, rec.Evidence.Attempts)
+		}
 	}
-	res.Runs = append(append(res.Runs, during...), after...)
+	after := sampleRSS(leader.pid())
+	var without []*scenarioResult
+	for range loops {
+		r := &scenarioResult{Name: fmt.Sprintf("s8 closed loop after the tuning pass %d", len(without)+1)}
+		if err := run(r); err != nil {
+			_, _ = after.end()
+			return err
+		}
+		without = append(without, r)
+	}
+	peakAfter, err := after.end()
+	if err != nil {
+		return err
+	}
+	hwm, err := hwmBytes(leader.pid())
+	if err != nil {
+		return err
+	}
+	res.Runs = append(append(append(res.Runs, base), loops...), without...)
 	perS := func(r *scenarioResult) float64 { return r.DeliveriesPerS }
-	with, without := medianOf(during, perS), medianOf(after, perS)
-	res.Extra["tune_pass_s"] = round2(o.took.Seconds())
-	res.Extra["tune_classes"] = o.statuses
-	res.Extra["tune_s1_loops"] = len(during)
+	with, wo := medianOf(loops, perS), medianOf(without, perS)
+	res.Extra["tune_pass_s"] = round2(last.Sub(first).Seconds())
+	res.Extra["tune_pass_s_by_class"] = byClass
+	res.Extra["tune_classes"] = statuses
+	res.Extra["tune_window"] = tuning.DefaultWindow.String()
+	res.Extra["tune_waited_for_leader_s"] = round2(started.Sub(until).Seconds())
+	res.Extra["tune_leader_rss_peak_before_mb"] = peakBefore
+	res.Extra["tune_leader_rss_peak_mb"] = peakDuring
+	res.Extra["tune_leader_rss_peak_after_mb"] = peakAfter
+	res.Extra["tune_leader_vmhwm_mb"] = round1(float64(hwm) / (1 << 20))
+	res.Extra["tune_leader_rss_rule"] = fmt.Sprintf("the tuning leader (the dispatcher, delivering S1 meanwhile) VmRSS sampled every %s over a loop before the passes are queued, from the first pass's start to the last's end, and over the loops after", s8RSSSample)
+	res.Extra["tune_s1_loops"] = len(loops)
 	res.Extra["tune_s1_per_s"] = with
-	res.Extra["tune_s1_after_per_s"] = without
-	res.Extra["tune_s1_over_without"] = round3(with / max(without, 1e-9))
-	res.Extra["tune_pass_outlasted_loops"] = o.took > loopsEnded
+	res.Extra["tune_s1_after_per_s"] = wo
+	res.Extra["tune_s1_over_without"] = round3(with / max(wo, 1e-9))
+	res.Extra["tune_pass_outlasted_loops"] = passesEnded.After(loopsEnded)
 	return nil
+}
+
+// s8TunesStarted waits until the leader has started the first of the
+// classes' queued passes, and returns when it saw it.
+func s8TunesStarted(ctx context.Context, st *store.Store, classes []trafficclass.Class, within time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	for {
+		for _, c := range classes {
+			r, err := st.LatestTune(ctx, c.Name)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if r.Status != store.TuneQueued {
+				return time.Now(), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("s8: the tuning leader started no queued pass within %s", within)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// s8TunesDone waits until every class's queued pass has ended.
+func s8TunesDone(ctx context.Context, st *store.Store, classes []trafficclass.Class) error {
+	for {
+		left := 0
+		for _, c := range classes {
+			r, err := st.LatestTune(ctx, c.Name)
+			if err != nil {
+				return err
+			}
+			if r.Status == store.TuneQueued || r.Status == store.TuneRunning {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // s2sSpread says how far S2s's runs of each mode spread: (fastest -

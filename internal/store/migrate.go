@@ -50,6 +50,10 @@ type MigrationStep struct {
 	// Index, when set, is a CREATE INDEX on a partitioned table, built
 	// without blocking writes (buildPartitionedIndex).
 	Index *partitionedIndex
+	// BriefLock is set for a "-- hookd:brief-lock" step: a catalog change
+	// that holds a lock writers wait for (a DROP INDEX on a partitioned
+	// table), asked for a moment at a time (execBriefLock).
+	BriefLock bool
 }
 
 // partitionedIndex is a "-- hookd:partitioned-index" step's CREATE INDEX.
@@ -69,6 +73,7 @@ const (
 	noTransactionDirective = "-- hookd:no-transaction"
 	stepDirective          = "-- hookd:step"
 	indexDirective         = "-- hookd:partitioned-index"
+	briefLockDirective     = "-- hookd:brief-lock"
 )
 
 // createIndexRE reads a partitioned-index step: CREATE [UNIQUE] INDEX name
@@ -116,11 +121,11 @@ func parseMigration(name, body string) (Migration, error) {
 		directive := strings.TrimSpace(line)
 		switch {
 		case i == 0:
-		case directive == stepDirective || directive == indexDirective:
+		case directive == stepDirective || directive == indexDirective || directive == briefLockDirective:
 			if err := end(); err != nil {
 				return Migration{}, err
 			}
-			cur = &MigrationStep{}
+			cur = &MigrationStep{BriefLock: directive == briefLockDirective}
 			if directive == indexDirective {
 				cur.Index = &partitionedIndex{}
 			}
@@ -271,6 +276,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	return New(pool, logger).EnsureBuiltinClasses(ctx, trafficclass.Builtins())
 }
 
+// migrateLockPoll is how often a migrator asks again for the migration
+// lock another holds.
+const migrateLockPoll = 100 * time.Millisecond
+
+// takeMigrationLock takes the migration lock on conn, asking again every
+// migrateLockPoll while another process holds it. It never waits inside
+// pg_advisory_lock: a statement waiting there is one a concurrent
+// migrator's CREATE INDEX CONCURRENTLY waits for, while that migrator
+// holds the lock, a deadlock.
+func takeMigrationLock(ctx context.Context, conn *pgxpool.Conn) error {
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(migrateLockKey)).Scan(&got); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("take migration lock: %w", ctx.Err())
+		case <-time.After(migrateLockPoll):
+		}
+	}
+}
+
 // migrate applies the embedded migrations up to version upTo (0: all of
 // them).
 func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, upTo int) error {
@@ -297,8 +328,8 @@ func migrateWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, a
 		return fmt.Errorf("acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLockKey)); err != nil {
-		return fmt.Errorf("take migration lock: %w", err)
+	if err := takeMigrationLock(ctx, conn); err != nil {
+		return err
 	}
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrateLockKey))
@@ -387,9 +418,12 @@ func appliedVersions(ctx context.Context, q versionQuerier) ([]int, error) {
 func applyWithoutTransaction(ctx context.Context, conn *pgxpool.Conn, m Migration, logger *slog.Logger) error {
 	for i, st := range m.Steps {
 		var err error
-		if st.Index != nil {
+		switch {
+		case st.Index != nil:
 			err = buildPartitionedIndex(ctx, conn, *st.Index, logger)
-		} else {
+		case st.BriefLock:
+			err = execBriefLock(ctx, conn, st.SQL)
+		default:
 			_, err = conn.Exec(ctx, st.SQL)
 		}
 		if err != nil {

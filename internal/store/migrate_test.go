@@ -32,13 +32,18 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS a_idx
     ON a (id);
 -- hookd:partitioned-index
 CREATE UNIQUE INDEX deliveries_x_idx ON deliveries (tenant_id, id) WHERE status = 'failed';
+-- hookd:brief-lock
+DROP INDEX IF EXISTS deliveries_y_idx;
 `)
 	require.NoError(t, err)
 	require.True(t, m.NoTransaction)
-	require.Len(t, m.Steps, 2)
+	require.Len(t, m.Steps, 3)
 	require.Equal(t, "CREATE INDEX CONCURRENTLY IF NOT EXISTS a_idx\n    ON a (id);", m.Steps[0].SQL)
 	require.Nil(t, m.Steps[0].Index)
+	require.False(t, m.Steps[0].BriefLock)
 	require.NotNil(t, m.Steps[1].Index)
+	require.True(t, m.Steps[2].BriefLock)
+	require.Equal(t, "DROP INDEX IF EXISTS deliveries_y_idx;", m.Steps[2].SQL)
 
 	for _, tc := range []struct{ name, body, want string }{
 		{"directive in a transactional migration", "CREATE TABLE a (id int);\n-- hookd:step\nSELECT 1;", "first line"},

@@ -74,7 +74,7 @@ func (s *Store) EndpointStats(ctx context.Context, endpointID string, minutes in
 		return EndpointStats{}, fmt.Errorf("endpoint stats: minutes must be positive, got %d", minutes)
 	}
 	// One statement, so the series and the counts share one clock reading;
-	// the range scan uses delivery_attempts_endpoint_time_idx.
+	// the range scan uses delivery_attempts_endpoint_log_idx.
 	rows, err := s.pool.Query(ctx, endpointStatsSQL, endpointID, minutes)
 	if err != nil {
 		return EndpointStats{}, fmt.Errorf("endpoint stats: %w", err)

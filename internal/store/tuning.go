@@ -109,44 +109,33 @@ type AttemptOutcome struct {
 	Classification string
 }
 
-// ClassOutcome is an attempt of one of several endpoints as a breaker
-// sees it; Endpoint is the endpoint's index in the ids asked for.
-type ClassOutcome struct {
-	Endpoint int
-	AttemptOutcome
-}
-
-// StreamClassOutcomes calls fn with the attempts of endpointIDs in [since,
-// until), in no particular order, from one query. When the endpoints hold
-// much of the range's attempts the planner reads each page once (a bitmap
-// or sequential scan), where a query per endpoint would fetch about a heap
-// page per attempt: one endpoint's attempts are spread over every page of
-// a partition.
-func (s *Store) StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(ClassOutcome) error) error {
-	index := make(map[string]int, len(endpointIDs))
-	for i, id := range endpointIDs {
-		index[id] = i
-	}
+// StreamEndpointOutcomes calls fn with the attempts of endpointID in
+// [since, until), in (attempted_at, id) order, as they come off the
+// connection: the caller holds no more of the log than it keeps. The
+// endpoint's (endpoint_id, attempted_at) index of each partition in the
+// range gives them in time order (an incremental sort orders ties by id),
+// the partitions outside the range pruned when the query is planned for
+// its parameters (customPlan).
+func (s *Store) StreamEndpointOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(AttemptOutcome) error) error {
 	rows, err := s.pool.Query(ctx, `
-		SELECT endpoint_id, id, attempted_at, classification FROM delivery_attempts
-		WHERE endpoint_id = ANY($1) AND attempted_at >= $2 AND attempted_at < $3`, customPlan, endpointIDs, since, until)
+		SELECT id, attempted_at, classification FROM delivery_attempts
+		WHERE endpoint_id = $1 AND attempted_at >= $2 AND attempted_at < $3
+		ORDER BY attempted_at, id`, customPlan, endpointID, since, until)
 	if err != nil {
-		return fmt.Errorf("read class attempts: %w", err)
+		return fmt.Errorf("read endpoint attempts: %w", err)
 	}
-	// The text columns are read in place (a pass reads millions of rows):
-	// the endpoint id only to look it up, the classification as one of
-	// the constants the CHECK allows.
+	// The classification is read in place (a pass reads millions of
+	// rows), as one of the constants the CHECK allows.
 	var (
-		ep, class pgtype.DriverBytes
-		o         ClassOutcome
+		class pgtype.DriverBytes
+		o     AttemptOutcome
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ep, &o.ID, &o.At, &class}, func() error {
-		o.Endpoint = index[string(ep)]
+	_, err = pgx.ForEachRow(rows, []any{&o.ID, &o.At, &class}, func() error {
 		o.Classification = classificationOf(class)
 		return fn(o)
 	})
 	if err != nil {
-		return fmt.Errorf("read class attempts: %w", err)
+		return fmt.Errorf("read endpoint attempts: %w", err)
 	}
 	return nil
 }

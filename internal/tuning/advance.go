@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
@@ -239,13 +240,17 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 		live = append(live, ShadowOpen{EndpointID: o.EndpointID, At: o.At})
 		recorded[o.EndpointID] = append(recorded[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 	}
-	logs, err := t.readLogs(ctx, ids, rec.Shadow.Since, rec.Shadow.Until, false, &spent{})
-	if err != nil {
-		return err
-	}
+	// One endpoint's log at a time: only its incidents are kept.
 	incidents := map[string][]Incident{}
-	for i, id := range ids {
-		incidents[id] = Measure(id, logs[i].all(), rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
+	var (
+		buf []replay.Row
+		err error
+	)
+	for _, id := range ids {
+		if buf, err = t.readLog(ctx, id, rec.Shadow.Since, rec.Shadow.Until, buf); err != nil {
+			return err
+		}
+		incidents[id] = Measure(id, buf, rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
 	}
 	liveF, propF, ok, why := JudgeShadow(ids, incidents, rec.Shadow.Opens, live)
 	rec.Shadow.Live, rec.Shadow.Proposed = &liveF, &propF

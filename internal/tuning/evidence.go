@@ -173,35 +173,57 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 // MinEndpointAttempts attempts.
 func (e EndpointEvidence) Counted() bool { return e.Attempts >= MinEndpointAttempts }
 
-// activeQuiet returns how much of the quiet segments (those without an
-// incident) falls in minutes of the range, from since, in which rows (in
-// time order) have at least one attempt: the quiet time the endpoint's
-// traffic saw.
-func activeQuiet(rows []replay.Row, segs []Segment, since time.Time) time.Duration {
-	var total time.Duration
+// activeSpans are the stretches of whole minutes of a range, from its
+// start, in each of which an endpoint has at least one attempt: what the
+// quiet time with traffic needs of its log, a span per stretch (one for
+// an endpoint busy all along), in time order.
+type activeSpans []Interval
+
+// activeMinutes returns the stretches of minutes from since in which rows
+// (in time order) have at least one attempt.
+func activeMinutes(rows []replay.Row, since time.Time) activeSpans {
+	var out activeSpans
 	base := since.UnixNano()
-	last, j := int64(-1), 0
+	last := int64(-2)
 	for _, r := range rows {
-		m := (int64(r.TS) - base) / int64(time.Minute)
-		if m == last || int64(r.TS) < base {
+		if int64(r.TS) < base {
 			continue
 		}
+		m := (int64(r.TS) - base) / int64(time.Minute)
+		switch {
+		case m == last:
+			continue
+		case m == last+1:
+			out[len(out)-1].To = out[len(out)-1].To.Add(time.Minute)
+		default:
+			from := time.Unix(0, base+m*int64(time.Minute))
+			out = append(out, Interval{From: from, To: from.Add(time.Minute)})
+		}
 		last = m
-		from := time.Unix(0, base+m*int64(time.Minute))
-		to := from.Add(time.Minute)
-		for j < len(segs) && !segs[j].To.After(from) {
+	}
+	return out
+}
+
+// activeQuiet returns how much of the quiet segments (those without an
+// incident) falls in the active minutes: the quiet time the endpoint's
+// traffic saw.
+func activeQuiet(active activeSpans, segs []Segment) time.Duration {
+	var total time.Duration
+	j := 0
+	for _, a := range active {
+		for j < len(segs) && !segs[j].To.After(a.From) {
 			j++
 		}
-		for k := j; k < len(segs) && segs[k].From.Before(to); k++ {
+		for k := j; k < len(segs) && segs[k].From.Before(a.To); k++ {
 			if segs[k].Incident != nil {
 				continue
 			}
 			lo, hi := segs[k].From, segs[k].To
-			if lo.Before(from) {
-				lo = from
+			if lo.Before(a.From) {
+				lo = a.From
 			}
-			if hi.After(to) {
-				hi = to
+			if hi.After(a.To) {
+				hi = a.To
 			}
 			total += hi.Sub(lo)
 		}

@@ -1,7 +1,6 @@
 package tuning
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,7 @@ type Store interface {
 	GetClass(ctx context.Context, name string) (trafficclass.Class, error)
 	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
-	StreamClassOutcomes(ctx context.Context, endpointIDs []string, since, until time.Time, fn func(store.ClassOutcome) error) error
+	StreamEndpointOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(store.AttemptOutcome) error) error
 	ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]store.AttemptOutcome, error)
 	LongestTimeout(ctx context.Context, endpointIDs []string) (time.Duration, error)
 	ListOpens(ctx context.Context, endpointIDs []string, since, until time.Time) ([]store.OpenRecord, error)
@@ -280,98 +279,28 @@ func (t *Tuner) passAll(ctx context.Context, due func(class string) bool) {
 	}
 }
 
-// rows is one endpoint's log, compact: each outcome is its time since the
-// range's start, in nanoseconds, shifted left two bits with the outcome
-// below (8 bytes a row, where a replay.Row takes 32).
-type rows struct {
-	base int64
-	v    []uint64
-}
-
-func (r *rows) add(at time.Time, o breaker.Outcome) {
-	r.v = append(r.v, uint64(at.UnixNano()-r.base)<<2|uint64(o))
-}
-
-func (r *rows) row(i int) replay.Row {
-	x := r.v[i]
-	return replay.Row{TS: time.Duration(r.base + int64(x>>2)), Outcome: breaker.Outcome(x & 3)}
-}
-
-// all returns every row as replay rows.
-func (r *rows) all() []replay.Row { return r.appendTo(nil) }
-
-// appendTo appends every row to buf as replay rows: a pass reuses one
-// buffer for every endpoint.
-func (r *rows) appendTo(buf []replay.Row) []replay.Row {
-	buf = slices.Grow(buf, len(r.v))
-	for i := range r.v {
-		buf = append(buf, r.row(i))
-	}
-	return buf
-}
-
-// readStep is the span of the log read at once: an hour of a class's
-// attempts, so that memory beyond the compact logs stays small and a paced
-// pass rests between short pieces of work.
-const readStep = time.Hour
-
-// pending is an attempt read but not yet in its endpoint's log.
-type pending struct {
-	at time.Time
-	id int64
-	o  breaker.Outcome
-}
-
-// readLogs reads the log of every endpoint of ids in [since, until), an
-// hour of the whole class per query (each page of the log read once), and
-// returns each endpoint's rows in (attempted_at, id) order without the
-// attempts that never reached it (blocked), as replay.LoadAttempts reads
-// them. A paced read rests after each hour (Config.Pace).
-func (t *Tuner) readLogs(ctx context.Context, ids []string, since, until time.Time, paced bool, sp *spent) ([]*rows, error) {
-	logs := make([]*rows, len(ids))
-	for i := range logs {
-		logs[i] = &rows{base: since.UnixNano()}
-	}
-	if len(ids) == 0 {
-		return logs, nil
-	}
-	held := make([][]pending, len(ids))
-	for from := since; from.Before(until); {
-		started := time.Now()
-		to := from.Add(readStep).Truncate(readStep)
-		if to.After(until) {
-			to = until
-		}
-		err := t.deps.Store.StreamClassOutcomes(ctx, ids, from, to, func(a store.ClassOutcome) error {
-			if a.Classification == "blocked" {
-				return nil
-			}
-			o, err := breaker.ParseOutcome(a.Classification)
-			if err != nil {
-				return fmt.Errorf("attempt %d: %w", a.ID, err)
-			}
-			held[a.Endpoint] = append(held[a.Endpoint], pending{at: a.At, id: a.ID, o: o})
+// readLog reads the log of endpoint id in [since, until) into buf (its
+// rows dropped first), in (attempted_at, id) order without the attempts
+// that never reached it (blocked), as replay.LoadAttempts reads them, and
+// returns it: a pass reuses one buffer for every endpoint, so it holds one
+// endpoint's log at a time.
+func (t *Tuner) readLog(ctx context.Context, id string, since, until time.Time, buf []replay.Row) ([]replay.Row, error) {
+	buf = buf[:0]
+	err := t.deps.Store.StreamEndpointOutcomes(ctx, id, since, until, func(a store.AttemptOutcome) error {
+		if a.Classification == "blocked" {
 			return nil
-		})
+		}
+		o, err := breaker.ParseOutcome(a.Classification)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("attempt %d: %w", a.ID, err)
 		}
-		for i, p := range held {
-			slices.SortFunc(p, func(a, b pending) int {
-				if c := a.at.Compare(b.at); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.id, b.id)
-			})
-			for _, a := range p {
-				logs[i].add(a.at, a.o)
-			}
-			held[i] = p[:0]
-		}
-		t.pace(ctx, paced, time.Since(started), &sp.read, sp)
-		from = to
+		buf = append(buf, replay.Row{TS: time.Duration(a.At.UnixNano()), Outcome: o})
+		return nil
+	})
+	if err != nil {
+		return buf, fmt.Errorf("read log of %s: %w", id, err)
 	}
-	return logs, nil
+	return buf, nil
 }
 
 // Pass runs a tuning pass of class over its endpoints' log in [since,
@@ -386,14 +315,14 @@ func (t *Tuner) Pass(ctx context.Context, class string, since, until time.Time, 
 			used *passUsed
 			err  error
 		)
-		out, used, err = t.pass(ctx, class, since, until, paced)
+		out, used, err = t.pass(ctx, class, since, until, paced, false)
 		if err != nil {
 			return err
 		}
 		sp := used.spent
 		attrs := []any{slog.String("class", class), slog.String("status", string(out.Status)), slog.Int("configs", out.Configs),
 			slog.Float64("read_s", sp.read.Seconds()), slog.Float64("measure_s", sp.measure.Seconds()),
-			slog.Float64("replay_s", sp.replay.Seconds()), slog.Float64("rested_s", sp.rested.Seconds())}
+			slog.Float64("replay_s", sp.replay.Seconds()), slog.Float64("rested_s", sp.rested.Seconds()), slog.Int("held_rows", used.held)}
 		if out.Evidence != nil {
 			attrs = append(attrs, slog.Int("endpoints", out.Evidence.Endpoints), slog.Int("attempts", out.Evidence.Attempts))
 		}
@@ -409,10 +338,12 @@ type spent struct {
 	read, measure, replay, rested time.Duration
 }
 
-// pace adds busy to a phase's work and, in a paced pass, rests so that the
-// pass uses no more than Config.Pace of a core.
-func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration, phase *time.Duration, sp *spent) {
-	*phase += busy
+// pace adds busy to the pass's work, read of it reading the log and the
+// rest to phase, and, in a paced pass, rests so that the pass uses no more
+// than Config.Pace of a core.
+func (t *Tuner) pace(ctx context.Context, paced bool, busy, read time.Duration, phase *time.Duration, sp *spent) {
+	sp.read += read
+	*phase += busy - read
 	if !paced || !(t.cfg.Pace > 0 && t.cfg.Pace < 1) {
 		return
 	}
@@ -428,12 +359,30 @@ func (t *Tuner) pace(ctx context.Context, paced bool, busy time.Duration, phase 
 
 // passUsed is what a pass ranked and replayed.
 type passUsed struct {
-	configs  []breaker.Config
+	configs []breaker.Config
+	// segments are the segments replayed, by endpoint, when the pass was
+	// asked to keep them (tests); a pass cuts an endpoint's segments when
+	// it needs them and keeps none.
 	segments map[string][]Segment
 	spent    spent
+	// held is the most rows of the log the pass held at once: one
+	// endpoint's log and its traces, never the class's.
+	held int
 }
 
-func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced bool) (Recommendation, *passUsed, error) {
+// hold notes that the pass holds n rows of the log at once.
+func (u *passUsed) hold(n int) { u.held = max(u.held, n) }
+
+// traceRows is how many rows traces hold.
+func traceRows(traces []replay.Trace) int {
+	n := 0
+	for _, tr := range traces {
+		n += len(tr.Rows)
+	}
+	return n
+}
+
+func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, paced, keepSegments bool) (Recommendation, *passUsed, error) {
 	c, err := t.deps.Store.GetClass(ctx, name)
 	if err != nil {
 		return Recommendation{}, nil, err
@@ -454,20 +403,32 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			byEndpoint[o.EndpointID] = append(byEndpoint[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 		}
 	}
-	var sp spent
-	logs, err := t.readLogs(ctx, ids, since, until, paced, &sp)
-	if err != nil {
-		return Recommendation{}, nil, err
-	}
+	// The log is read endpoint by endpoint, twice: first to measure each
+	// endpoint's evidence (and the minutes it had traffic in), from which
+	// the class's figures, the derived config, the grid and the quiet time
+	// come; then, when that is evidence enough, to cut each endpoint's log
+	// into the grid's segments and replay them. Between endpoints the pass
+	// keeps only their evidence and the grid's tallies: O(endpoints x
+	// grid), whatever the number of attempts.
+	var (
+		sp  spent
+		buf []replay.Row
+	)
+	used := &passUsed{segments: map[string][]Segment{}}
 	evs := make([]EndpointEvidence, len(ids))
-	// buf holds one endpoint's rows at a time: Measure keeps none of them,
-	// and Traces copies what it keeps.
-	var buf []replay.Row
+	active := make([]activeSpans, len(ids))
 	for i, id := range ids {
 		started := time.Now()
-		buf = logs[i].appendTo(buf[:0])
+		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
+			return Recommendation{}, nil, err
+		}
+		used.hold(len(buf))
+		read := time.Since(started)
 		evs[i] = Measure(id, buf, since, until, byEndpoint[id])
-		t.pace(ctx, paced, time.Since(started), &sp.measure, &sp)
+		if evs[i].Counted() {
+			active[i] = activeMinutes(buf, since)
+		}
+		t.pace(ctx, paced, time.Since(started), read, &sp.measure, &sp)
 	}
 	ev := Reduce(since, until, evs)
 	ranAt := t.deps.Now().UTC()
@@ -482,22 +443,22 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	derived := Derive(ev, c.Breaker, bounds)
 	configs := Grid(derived, c.Breaker, bounds)
 	lead := LeadFor(configs)
-	used := &passUsed{configs: configs, segments: map[string][]Segment{}}
-	tallies := make([]replay.Tally, len(configs))
+	used.configs = configs
 	// The class's quiet time is its endpoints' quiet time with traffic,
 	// weighted by their attempts: an endpoint of one attempt does not
 	// contribute the whole range.
 	var quietSum, quietWeight float64
-	segments := make([][]Segment, len(ids))
-	for i := range ids {
+	for i, id := range ids {
 		if !evs[i].Counted() {
 			continue
 		}
-		segments[i] = Segments(since, until, evs[i].Incidents, lead)
-		used.segments[ids[i]] = segments[i]
-		buf = logs[i].appendTo(buf[:0])
-		quietSum += float64(evs[i].Attempts) * activeQuiet(buf, segments[i], since).Seconds()
+		segments := Segments(since, until, evs[i].Incidents, lead)
+		if keepSegments {
+			used.segments[id] = segments
+		}
+		quietSum += float64(evs[i].Attempts) * activeQuiet(active[i], segments).Seconds()
 		quietWeight += float64(evs[i].Attempts)
+		active[i] = nil
 	}
 	var quiet time.Duration
 	if quietWeight > 0 {
@@ -510,22 +471,28 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		used.spent = sp
 		return rec, used, t.save(ctx, c, rec)
 	}
-	for i := range ids {
-		started := time.Now()
-		buf = logs[i].appendTo(buf[:0])
-		traces := Traces(buf, segments[i])
-		logs[i] = nil
-		if len(traces) == 0 || !evs[i].Counted() {
+	tallies := make([]replay.Tally, len(configs))
+	for i, id := range ids {
+		if !evs[i].Counted() {
 			continue
 		}
-		part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
-		if err != nil {
-			return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", ids[i], err)
+		started := time.Now()
+		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
+			return Recommendation{}, nil, err
 		}
-		for j := range tallies {
-			tallies[j].Add(part[j])
+		read := time.Since(started)
+		traces := Traces(buf, Segments(since, until, evs[i].Incidents, lead))
+		used.hold(len(buf) + traceRows(traces))
+		if len(traces) > 0 {
+			part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
+			if err != nil {
+				return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
+			}
+			for j := range tallies {
+				tallies[j].Add(part[j])
+			}
 		}
-		t.pace(ctx, paced, time.Since(started), &sp.replay, &sp)
+		t.pace(ctx, paced, time.Since(started), read, &sp.replay, &sp)
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
