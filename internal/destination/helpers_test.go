@@ -100,15 +100,28 @@ func publish(p *destination.Pool, c destination.Config, m destination.Message) d
 	return p.Publish(ctx, c, m)
 }
 
-// publishAll publishes n messages from 8 goroutines, requires each
-// confirmed, and returns them by id.
-func publishAll(t *testing.T, p *destination.Pool, c destination.Config, s *signer, prefix string, n int) map[string]destination.Message {
-	t.Helper()
+// messages are n messages of a test, by id.
+func (s *signer) messages(prefix string, n int) map[string]destination.Message {
 	msgs := map[string]destination.Message{}
 	for i := range n {
 		m := s.message(prefix, i)
 		msgs[m.ID] = m
 	}
+	return msgs
+}
+
+// publishAll publishes msgs from 8 goroutines, requires each confirmed,
+// and returns them.
+func publishAll(t *testing.T, p *destination.Pool, c destination.Config, s *signer, prefix string, n int) map[string]destination.Message {
+	t.Helper()
+	return publishEach(t, p, c, s.messages(prefix, n))
+}
+
+// publishEach publishes msgs from 8 goroutines and requires each
+// confirmed.
+func publishEach(t *testing.T, p *destination.Pool, c destination.Config, msgs map[string]destination.Message) map[string]destination.Message {
+	t.Helper()
+	n := len(msgs)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	ids := make(chan destination.Message, n)
@@ -322,3 +335,5 @@ func stopProcess(t *testing.T, cmd *exec.Cmd) {
 	require.NoError(t, cmd.Process.Kill())
 	// startProcess's reader waits for it.
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

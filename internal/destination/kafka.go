@@ -123,10 +123,12 @@ func newKafka(c KafkaConfig, pc PoolConfig, d Deps) *kafkaPublisher {
 	p := &kafkaPublisher{cfg: c, deps: d}
 	p.keyPath, _ = parseKeyPath(c.KeyPath)
 	p.conn = newLazyConn(pc.DialTimeout, p.dial, func(cl *kgo.Client) { cl.Close() })
+	p.conn.now = d.Now
+	p.conn.sticky = func(err error) bool { return p.classify(context.Background(), err).Outcome == AuthRefused }
 	return p
 }
 
-// dial builds the client; franz-go connects on the first produce.
+// dial builds the client and pings the brokers.
 func (p *kafkaPublisher) dial(ctx context.Context) (*kgo.Client, error) {
 	deadline, _ := ctx.Deadline()
 	d := p.deps.dialer(time.Until(deadline))
@@ -148,7 +150,18 @@ func (p *kafkaPublisher) dial(ctx context.Context) (*kgo.Client, error) {
 	if m := p.mechanism(); m != nil {
 		opts = append(opts, kgo.SASL(m))
 	}
-	return kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	// franz-go connects lazily and retries a refused login until a
+	// record's deadline: a ping surfaces the refusal (or the broker's
+	// absence) as the connection's error.
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
 }
 
 func (p *kafkaPublisher) mechanism() sasl.Mechanism {

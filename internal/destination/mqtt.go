@@ -164,7 +164,10 @@ func (p *mqttPublisher) Publish(ctx context.Context, m Message) Result {
 	}
 	if err := tok.Error(); err != nil {
 		if !cl.IsConnectionOpen() {
+			// paho fails a publish cut by a lost connection with an
+			// error of no type of its own.
 			p.conn.drop(cl, func(a, b mqtt.Client) bool { return a == b })
+			return failed(Unreachable, fmt.Errorf("publish to mqtt: %w", err))
 		}
 		return p.classify(ctx, fmt.Errorf("publish to mqtt: %w", err))
 	}
