@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"google.golang.org/api/option"
@@ -83,16 +84,19 @@ type pubsubConn struct {
 }
 
 type pubsubPublisher struct {
-	cfg  PubSubConfig
-	deps Deps
-	conn *lazyConn[*pubsubConn]
+	cfg     PubSubConfig
+	timeout time.Duration
+	deps    Deps
+	conn    *lazyConn[*pubsubConn]
 }
 
 func newPubSub(c PubSubConfig, pc PoolConfig, d Deps) *pubsubPublisher {
-	p := &pubsubPublisher{cfg: c, deps: d}
+	p := &pubsubPublisher{cfg: c, deps: d, timeout: pc.DialTimeout}
 	p.conn = newLazyConn(pc.DialTimeout, p.dial, func(c *pubsubConn) {
-		c.pub.Stop()
+		// The connection first: Stop waits for every pending publish,
+		// which a gone server would hold for the client's own timeout.
 		_ = c.client.Close()
+		c.pub.Stop()
 	})
 	return p
 }
@@ -108,6 +112,9 @@ func (p *pubsubPublisher) dial(ctx context.Context) (*pubsubConn, error) {
 	}
 	pub := cl.Publisher(p.cfg.Topic)
 	pub.EnableMessageOrdering = true
+	// The client retries a publish on its own until this timeout (60 s by
+	// default), past any endpoint's deadline, and Close waits for it.
+	pub.PublishSettings.Timeout = p.timeout
 	return &pubsubConn{client: cl, pub: pub}, nil
 }
 
