@@ -132,24 +132,3 @@ func (c *lazyConn[T]) Close() {
 	}
 	c.wg.Wait()
 }
-
-// wait waits for done, or for ctx: a client whose own call does not
-// take a context is never waited for past the caller's deadline.
-func wait[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	type res struct {
-		v   T
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		v, err := f()
-		ch <- res{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, ctx.Err()
-	}
-}
