@@ -89,12 +89,12 @@ func (c *KafkaConfig) Validate() error {
 	return pairedCred(c.Username, c.Password)
 }
 
-// Hosts are the brokers' hosts. The brokers the seeds name in their
-// metadata are dialed through the same guard.
-func (c *KafkaConfig) Hosts() []string {
-	h := make([]string, 0, len(c.Brokers))
-	for _, b := range c.Brokers {
-		h = append(h, hostOf(b))
+// Targets are the seed brokers' hosts. The brokers the seeds name in
+// their metadata are dialed through the same guard (Deps.DialControl).
+func (c *KafkaConfig) Targets() []Target {
+	h := make([]Target, 0, len(c.Brokers))
+	for i, b := range c.Brokers {
+		h = append(h, Target{Field: fmt.Sprintf("brokers[%d]", i), Host: hostOf(b)})
 	}
 	return h
 }

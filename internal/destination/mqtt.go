@@ -62,13 +62,13 @@ func (c *MQTTConfig) Validate() error {
 	return nil
 }
 
-// Hosts is the URL's host.
-func (c *MQTTConfig) Hosts() []string {
+// Targets is the URL's host.
+func (c *MQTTConfig) Targets() []Target {
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return nil
 	}
-	return []string{u.Hostname()}
+	return []Target{{Field: "url", Host: u.Hostname()}}
 }
 
 // Redacted drops the password.

@@ -55,13 +55,13 @@ func (c *NATSConfig) Validate() error {
 	return nil
 }
 
-// Hosts is the URL's host.
-func (c *NATSConfig) Hosts() []string {
+// Targets is the URL's host.
+func (c *NATSConfig) Targets() []Target {
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return nil
 	}
-	return []string{u.Hostname()}
+	return []Target{{Field: "url", Host: u.Hostname()}}
 }
 
 // Redacted drops the password and the token.

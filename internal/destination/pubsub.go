@@ -60,8 +60,8 @@ func (c *PubSubConfig) Validate() error {
 	return nil
 }
 
-// Hosts is none: Pub/Sub's endpoint is Google's, not the customer's.
-func (c *PubSubConfig) Hosts() []string { return nil }
+// Targets is none: Pub/Sub's endpoint is Google's, not the customer's.
+func (c *PubSubConfig) Targets() []Target { return nil }
 
 // Redacted drops the credentials.
 func (c *PubSubConfig) Redacted() Config { r := *c; r.CredentialsJSON = ""; return &r }

@@ -55,13 +55,13 @@ func (c *RabbitMQConfig) Validate() error {
 	return pairedCred(c.Username, c.Password)
 }
 
-// Hosts is the URL's host.
-func (c *RabbitMQConfig) Hosts() []string {
+// Targets is the URL's host.
+func (c *RabbitMQConfig) Targets() []Target {
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return nil
 	}
-	return []string{u.Hostname()}
+	return []Target{{Field: "url", Host: u.Hostname()}}
 }
 
 // Redacted drops the password.

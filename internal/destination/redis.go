@@ -75,13 +75,13 @@ func (c *RedisConfig) Validate() error {
 	return nil
 }
 
-// Hosts is the URL's host.
-func (c *RedisConfig) Hosts() []string {
+// Targets is the URL's host.
+func (c *RedisConfig) Targets() []Target {
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return nil
 	}
-	return []string{u.Hostname()}
+	return []Target{{Field: "url", Host: u.Hostname()}}
 }
 
 // Redacted drops the password.

@@ -84,13 +84,13 @@ func (c *SQSConfig) Validate() error {
 	return checkCred("secret_access_key", c.SecretAccessKey)
 }
 
-// Hosts is the queue URL's host.
-func (c *SQSConfig) Hosts() []string {
+// Targets is the queue URL's host.
+func (c *SQSConfig) Targets() []Target {
 	u, err := url.Parse(c.QueueURL)
 	if err != nil {
 		return nil
 	}
-	return []string{u.Hostname()}
+	return []Target{{Field: "queue_url", Host: u.Hostname()}}
 }
 
 // Redacted drops the keys.

@@ -2,6 +2,7 @@ package destination
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,9 +41,9 @@ type Config interface {
 	// Validate checks every field; a *FieldError names the first bad one
 	// ("destination.exchange").
 	Validate() error
-	// Hosts are the network hosts a publish connects to (host names or
-	// addresses without ports), for target validation as for URLs.
-	Hosts() []string
+	// Targets are the network hosts a publish connects to, each with the
+	// field naming it, for target validation as for URLs (CheckTargets).
+	Targets() []Target
 	// Redacted is the config without its credentials: what a read shows.
 	Redacted() Config
 	// Credentials are the config's write-only fields, by JSON name, with
@@ -132,4 +133,26 @@ func typeList() string {
 		s[i] = string(t)
 	}
 	return strings.Join(s, ", ")
+}
+
+// Target is a host a destination connects to and the field that names
+// it.
+type Target struct {
+	// Field is the field's name in the destination object ("url",
+	// "brokers[1]").
+	Field string
+	// Host is a host name or an address, without port or brackets.
+	Host string
+}
+
+// CheckTargets applies check (the SSRF guard's registration check,
+// delivery.CheckHost) to every host of c, and names the field of the
+// first refused one.
+func CheckTargets(ctx context.Context, c Config, check func(ctx context.Context, host string) error) error {
+	for _, t := range c.Targets() {
+		if err := check(ctx, t.Host); err != nil {
+			return fieldErr(t.Field, "%v", err)
+		}
+	}
+	return nil
 }

@@ -1,11 +1,13 @@
 package destination_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/destination"
 )
 
@@ -114,4 +116,34 @@ func FuzzParse(f *testing.F) {
 		_, err = destination.Parse(c.Type(), b)
 		require.NoError(t, err)
 	})
+}
+
+func TestCheckTargetsNamesTheField(t *testing.T) {
+	t.Parallel()
+	check := func(ctx context.Context, host string) error { return delivery.CheckHost(ctx, nil, host) }
+	for _, tc := range []struct {
+		typ   destination.Type
+		raw   string
+		field string
+	}{
+		{destination.RabbitMQ, `{"url":"amqp://127.0.0.1:5672/","routing_key":"k"}`, "destination.url"},
+		{destination.NATS, `{"url":"nats://169.254.169.254","subject":"s"}`, "destination.url"},
+		{destination.Kafka, `{"brokers":["93.184.215.14:9092","[::1]:9092"],"topic":"t"}`, "destination.brokers[1]"},
+		{destination.SQS, `{"queue_url":"http://10.0.0.8/1/q","region":"us-east-1","access_key_id":"A","secret_access_key":"S"}`, "destination.queue_url"},
+		{destination.Redis, `{"url":"redis://0x7f000001","stream":"s"}`, "destination.url"},
+		{destination.MQTT, `{"url":"tcp://192.168.1.2","topic":"t"}`, "destination.url"},
+		{destination.Kafka, `{"brokers":["93.184.215.14:9092"],"topic":"t"}`, ""},
+		{destination.PubSub, `{"project":"my-project","topic":"hooks","credentials_json":"{\"type\":\"service_account\"}"}`, ""},
+	} {
+		c, err := destination.Parse(tc.typ, []byte(tc.raw))
+		require.NoError(t, err)
+		err = destination.CheckTargets(context.Background(), c, check)
+		if tc.field == "" {
+			require.NoError(t, err, tc.raw)
+			continue
+		}
+		var fe *destination.FieldError
+		require.True(t, errors.As(err, &fe), "%s: %v", tc.raw, err)
+		require.Equal(t, tc.field, fe.Field)
+	}
 }
