@@ -62,7 +62,10 @@ func TestPostgresRestartsUnderLoad(t *testing.T) {
 			pathOf[api.CreateEndpoint(t, map[string]any{"tenant_id": tenant, "url": rc.URL(path), "secret": testSecret}).ID] = path
 		}
 	}
-	env := map[string]string{"WORKERS": "50", "REQUEST_TIMEOUT": "2s", "SHUTDOWN_GRACE": "5s"}
+	// A run's outcome River's completer gave up writing during the 30 s
+	// stop stays running until River's rescuer: 10 s here, not the
+	// default's minute and more, so the test can wait for every job.
+	env := map[string]string{"WORKERS": "50", "REQUEST_TIMEOUT": "2s", "SHUTDOWN_GRACE": "5s", "RESCUE_STUCK_AFTER": "10s"}
 	dispatchers := StartDispatchers(t, db.URL, env, "dispatcher-1", "dispatcher-2")
 
 	load := &chaosLoad{api: api, client: &http.Client{Timeout: 30 * time.Second},
@@ -129,13 +132,21 @@ func TestPostgresRestartsUnderLoad(t *testing.T) {
 	close(stopLoad)
 	<-loadDone
 	db.Pool.Reset() // its connections died with the restarts
-	Eventually(t, 2*time.Minute, 250*time.Millisecond, "every delivery delivered and every job done", func() bool {
+	settleBy := time.Now().Add(2 * time.Minute)
+	for {
 		var open, jobs int
 		err := db.Pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM deliveries WHERE status <> 'delivered'),
 			(SELECT count(*) FROM river_job WHERE queue = 'deliver' AND state NOT IN ('completed', 'discarded', 'cancelled'))`).Scan(&open, &jobs)
-		return err == nil && open == 0 && jobs == 0
-	})
+		if err == nil && open == 0 && jobs == 0 {
+			break
+		}
+		if time.Now().After(settleBy) {
+			logUnsettled(t, db)
+			t.Fatalf("not settled 2 min after the load stopped: %d deliveries not delivered, %d jobs left (%v)", open, jobs, err)
+		}
+		sleep(250 * time.Millisecond)
+	}
 	for _, d := range dispatchers {
 		require.False(t, d.Exited(), "%s reconnects by itself", d.Name)
 	}
