@@ -21,9 +21,9 @@ import (
 // 160 (8 s). The
 // receiver's busiest 10-second window holds at most 220 deliveries (ten
 // seconds of the limit plus one second's), through every change of the
-// fleet. Every message arrives once, except those whose jobs the killed
-// dispatcher had fetched (left to River's rescue), each on its first
-// attempt (waiting used none); the breaker never moved, and the waits were
+// fleet. Every message arrives, once except those the killed dispatcher
+// had sent and not yet recorded (its jobs are rescued and sent again),
+// each on its first attempt (waiting used none); the breaker never moved, and the waits were
 // counted and shown as next_attempt_at.
 func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 	t.Parallel()
@@ -33,6 +33,7 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 		mu       sync.Mutex
 		arrivals []time.Time
 		seen     = map[string]int{}
+		firstAt  = map[string]time.Time{}
 		first    = make(chan struct{})
 		// The scenario's schedule, by deliveries received: a third
 		// dispatcher joins after 80 (4 s at the limit), the first is
@@ -47,6 +48,9 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 			close(mark)
 		}
 		seen[r.MsgID]++
+		if _, ok := firstAt[r.MsgID]; !ok {
+			firstAt[r.MsgID] = time.Now()
+		}
 		mu.Unlock()
 		return deliverytest.Response{Status: http.StatusOK}
 	}})
@@ -99,9 +103,16 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 
 	mu.Lock()
 	at := slices.Clone(arrivals)
+	// A message arrives twice only when its first request was answered
+	// just before the kill, its record not yet written: the rescue sends
+	// it again (at-least-once, the same webhook-id).
 	dups := 0
-	for _, n := range seen {
-		dups += n - 1
+	for id, n := range seen {
+		if n > 1 {
+			dups += n - 1
+			require.WithinRange(t, firstAt[id], killedAt.Add(-2*time.Second), killedAt,
+				"message %s arrived %d times, the first outside the kill's last 2 s", id, n)
+		}
 	}
 	distinct := len(seen)
 	mu.Unlock()
@@ -116,7 +127,7 @@ func TestEndpointRateLimitIsAFleetCeiling(t *testing.T) {
 	t.Logf("%d deliveries in %s, %d left with the killed dispatcher; busiest 10 s window %d (ceiling %d)",
 		len(at), at[len(at)-1].Sub(at[0]).Round(time.Millisecond), stuck, busiest, 11*limit)
 	require.LessOrEqual(t, busiest, 11*limit, "the fleet keeps the endpoint within its limit")
-	require.Zero(t, dups, "every message arrives once")
+	require.LessOrEqual(t, dups, 2*limit, "only requests answered in the kill's last 2 s arrive twice")
 	require.GreaterOrEqual(t, distinct, messages-stuck)
 	require.Less(t, stuck, messages/10, "the killed dispatcher held only what it was working on")
 

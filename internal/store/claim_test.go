@@ -89,3 +89,59 @@ func TestClaimFencesTheRunItReplaced(t *testing.T) {
 	}))
 	require.Equal(t, store.DeliveryDelivered, status(moved))
 }
+
+// TestClaimCommittedDuringALedgerWriteFencesItsAttempt: a rerun's claim
+// that commits while a lost run's ledger write is under way (after the
+// write read the claims, before its status update) must still keep the
+// lost run's attempt out of the log: the write reads the claims under the
+// rows' locks, so it waits for the claim and then sees it. Read without
+// the locks, the lost run's attempt row went in and its status update
+// was refused, and the claiming run logged the same attempt number again.
+func TestClaimCommittedDuringALedgerWriteFencesItsAttempt(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	id := m.Deliveries[0].ID
+	const job = 700
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE id = $1`, id, job)
+	require.NoError(t, err)
+	lostRun, rerun := store.Claim{JobID: job, Attempt: 1}, store.Claim{JobID: job, Attempt: 2}
+	got, err := s.ClaimDeliveries(ctx, lostRun, []string{id})
+	require.NoError(t, err)
+	require.Contains(t, got, id)
+
+	// The rerun's claim, not yet committed, holds the row.
+	claim, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = claim.Rollback(ctx) }()
+	_, err = claim.Exec(ctx, `UPDATE deliveries SET claim_job = $2, claim_attempt = $3 WHERE id = $1`, id, rerun.JobID, rerun.Attempt)
+	require.NoError(t, err)
+
+	at := time.Now()
+	code := 200
+	written := make(chan error, 1)
+	go func() {
+		written <- s.RecordLedger(ctx, []store.Attempt{{DeliveryID: id, MessageID: m.ID, EndpointID: m.Deliveries[0].EndpointID,
+			AttemptNumber: 1, AttemptedAt: at, StatusCode: &code, Classification: "success"}},
+			[]store.StatusUpdate{{DeliveryID: id, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at, Claim: lostRun}})
+	}()
+	// The ledger's write waits on the claim's row lock.
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, claim.Commit(ctx))
+	require.NoError(t, <-written)
+
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, id).Scan(&rows))
+	require.Zero(t, rows, "the lost run's attempt is not logged")
+	d, err := s.GetDelivery(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, d.Status, "nor its status")
+}

@@ -288,8 +288,8 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 // does. The lost run's status update is refused by the ledger's UPDATE;
 // its attempt row would log a second attempt of the same number beside the
 // new run's. A run names its claim on its status update (StatusUpdate.Claim);
-// only deliveries some rerun ever claimed come back from the read, so a
-// batch without them costs one index probe per delivery.
+// the read takes the locks the status update would take anyway, one index
+// probe per delivery of the batch.
 func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates []StatusUpdate) ([]Attempt, error) {
 	if len(attempts) == 0 {
 		return attempts, nil
@@ -303,24 +303,28 @@ func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates 
 	if len(claims) == 0 {
 		return attempts, nil
 	}
-	ids := make([]string, 0, len(claims))
-	for id := range claims {
-		ids = append(ids, id)
+	// Read under the rows' locks, taken in the order the status update
+	// takes them (every delivery of the batch, by id): a claim committed
+	// after an unlocked read would still refuse the status update below,
+	// but the attempt row would already be in the log.
+	ids := make([]string, 0, len(updates))
+	for _, u := range updates {
+		ids = append(ids, u.DeliveryID)
 	}
-	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) AND claim_job IS NOT NULL`, ids)
+	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read delivery claims: %w", err)
 	}
 	lost := map[string]bool{}
 	for rows.Next() {
 		var id string
-		var c Claim
-		var attempt int32
-		if err := rows.Scan(&id, &c.JobID, &attempt); err != nil {
+		var job *int64
+		var attempt *int32
+		if err := rows.Scan(&id, &job, &attempt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read delivery claims: %w", err)
 		}
-		if mine := claims[id]; mine.JobID == c.JobID && int(attempt) > mine.Attempt {
+		if mine, ok := claims[id]; ok && job != nil && attempt != nil && mine.JobID == *job && int(*attempt) > mine.Attempt {
 			lost[id] = true
 		}
 	}
