@@ -102,7 +102,11 @@ func runS8(ctx context.Context, b *bench) (*scenarioResult, error) {
 	if err := s8MarkPassed(ctx, store.New(s.pool, nil)); err != nil {
 		return nil, err
 	}
-	leader, err := s.startDispatcher(ctx, nil)
+	// The leader looks for queued passes every tenth of the shadow's
+	// length (a minute at most): a 30 s shadow has it look every 3 s, so
+	// the passes start when queued rather than up to a minute later.
+	// No class of the run tunes in apply mode, so no shadow runs.
+	leader, err := s.startDispatcher(ctx, map[string]string{"TUNE_SHADOW": "30s"})
 	if err != nil {
 		return nil, err
 	}
