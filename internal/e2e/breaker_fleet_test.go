@@ -245,6 +245,30 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 	sent := len(sentAt)
 	sentMu.Unlock()
 
+	// On a failure, what is not settled: the breakers not closed and the
+	// deliveries not final, with their jobs.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		rows, err := db.Pool.Query(context.Background(), `
+			SELECT s.endpoint_id, s.state::text, coalesce(to_char(s.open_until, 'HH24:MI:SS.MS'), '-'),
+				(SELECT count(*) FROM deliveries d WHERE d.endpoint_id = s.endpoint_id AND d.status NOT IN ('delivered', 'failed')),
+				(SELECT count(*) FROM deliveries d WHERE d.endpoint_id = s.endpoint_id AND d.status = 'waiting' AND d.job_id IS NULL)
+			FROM breaker_states s ORDER BY s.endpoint_id`)
+		if err == nil {
+			for rows.Next() {
+				var id, state, until string
+				var open, parked int
+				if rows.Scan(&id, &state, &until, &open, &parked) == nil && (state != "closed" || open > 0) {
+					t.Logf("unsettled: %s breaker %s (open until %s), %d deliveries not final, %d parked", id, state, until, open, parked)
+				}
+			}
+			rows.Close()
+		}
+		logUnsettled(t, db)
+	})
+
 	// When every breaker was first seen closed and when every delivery
 	// was, each from the recovery.
 	var breakersClosed, deliveriesFinal time.Duration
