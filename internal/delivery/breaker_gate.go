@@ -551,7 +551,7 @@ func (g *BreakerGate) Flush(ctx context.Context) {
 		}
 		if now := g.now(); now.Sub(g.prunedAt(k.endpoint)) >= max(t.cfg.Window/breaker.BucketsPerWindow, time.Second) {
 			g.setPrunedAt(k.endpoint, now)
-			prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window, Shard: g.cfg.Shard})
+			prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window, Shard: g.cfg.Shard, Generation: k.generation})
 		}
 		if t.failures > 0 {
 			if _, dup := cfgs[k.endpoint]; !dup {

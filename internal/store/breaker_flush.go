@@ -51,6 +51,10 @@ type EvidenceRequest struct {
 	// it wrote, once, rather than every process every row of the
 	// endpoint. Empty prunes every process's.
 	Shard string
+	// Generation, in a prune request, is the generation whose old
+	// buckets go (the breaker's current one); the periodic prune takes
+	// the others'.
+	Generation int64
 }
 
 // Evidence is an endpoint's shared breaker after a flush: its stored fields,
@@ -92,9 +96,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		pruneIDs = make([]string, len(prune))
 		pruneWin = make([]time.Duration, len(prune))
 		pruneOf  = make([]string, len(prune))
+		pruneGen = make([]int64, len(prune))
 	)
 	for i, p := range prune {
-		pruneIDs[i], pruneWin[i], pruneOf[i] = p.EndpointID, breaker.BucketSpan(p.Window), p.Shard
+		pruneIDs[i], pruneWin[i], pruneOf[i], pruneGen[i] = p.EndpointID, breaker.BucketSpan(p.Window), p.Shard, p.Generation
 	}
 	for i, c := range counts {
 		ids[i], gens[i], starts[i], succ[i], fail[i], shards[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures), c.Shard
@@ -120,20 +125,31 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		// this transaction is planned for its parameters instead, as the
 		// other batch statements on growing tables are (customPlan).
 		batch.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
-		batch.Queue(`
-			SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
-			ORDER BY endpoint_id FOR UPDATE`, runIDs)
-		batch.Queue(`
+		// A statement with nothing to do is not sent: planned for empty
+		// arrays, some read a whole table before finding nothing to join.
+		if len(runs) > 0 {
+			batch.Queue(`
+				SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
+				ORDER BY endpoint_id FOR UPDATE`, runIDs)
+		}
+		if len(counts) > 0 {
+			batch.Queue(`
 			INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
 			SELECT i.endpoint_id, i.generation, i.bucket_start, i.shard, i.successes, i.failures
 			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[], $6::text[])
 				AS i(endpoint_id, generation, bucket_start, successes, failures, shard)
-			JOIN breaker_states s ON s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed'
+			-- One probe of the key per counted endpoint: a join let the
+			-- planner hash every breaker of the fleet at every flush
+			-- (LIMIT keeps the subquery from being made a join again).
+			CROSS JOIN LATERAL (SELECT 1 FROM breaker_states s
+				WHERE s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed' LIMIT 1) s
 			ORDER BY 1, 2, 3, 4
 			ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
 				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
-			ids, gens, starts, succ, fail, shards)
-		batch.Queue(`
+				ids, gens, starts, succ, fail, shards)
+		}
+		if len(runs) > 0 {
+			batch.Queue(`
 			UPDATE breaker_states s
 			SET consecutive_failures = CASE WHEN r.mixed THEN r.suffix ELSE o.before + r.failures END
 			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[], $6::int[], $7::bool[])
@@ -143,8 +159,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			WHERE s.endpoint_id = r.endpoint_id AND s.generation = r.generation AND s.state = 'closed'
 				AND (r.failures > 0 OR o.before <> 0)
 			RETURNING s.endpoint_id, o.before`,
-			runIDs, runGens, runFails, runPre, runMax, runSuf, runMixed)
-		batch.Queue(`
+				runIDs, runGens, runFails, runPre, runMax, runSuf, runMixed)
+		}
+		if len(want) > 0 {
+			batch.Queue(`
 			SELECT `+breakerColumns+`, clock_timestamp(),
 				coalesce(array_agg(b.bucket_start ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
 				coalesce(array_agg(b.successes ORDER BY b.bucket_start) FILTER (WHERE b.bucket_start IS NOT NULL), '{}'),
@@ -154,81 +172,65 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			LEFT JOIN `+breakerBucketRows+` b ON b.endpoint_id = s.endpoint_id AND b.generation = s.generation
 				AND b.bucket_start > clock_timestamp() - w.span
 			GROUP BY s.endpoint_id`,
-			wantIDs, wantWin)
-		batch.Queue(`
+				wantIDs, wantWin)
+		}
+		if len(prune) > 0 {
+			batch.Queue(`
 			DELETE FROM breaker_tallies WHERE ctid = ANY(ARRAY(
-				SELECT b.ctid FROM breaker_tallies b
-				JOIN unnest($1::text[], $2::interval[], $3::text[]) AS w(endpoint_id, span, shard) ON b.endpoint_id = w.endpoint_id
-				WHERE b.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR b.shard = w.shard)
-				FOR UPDATE OF b SKIP LOCKED))`,
-			pruneIDs, pruneWin, pruneOf)
-		// The previous version's table, written only during a rolling
-		// upgrade: its rows have no process.
-		batch.Queue(`
+				SELECT b.ctid FROM unnest($1::text[], $2::interval[], $3::text[], $4::bigint[]) AS w(endpoint_id, span, shard, generation)
+				-- Per endpoint, the key's range of its old buckets alone:
+				-- a join let the planner read every process's rows of
+				-- every endpoint (the table grows with the fleet) at
+				-- every flush. Older generations go with the periodic
+				-- prune (PruneBuckets).
+				CROSS JOIN LATERAL (SELECT t.ctid FROM breaker_tallies t
+					WHERE t.endpoint_id = w.endpoint_id AND t.generation = w.generation
+						AND t.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR t.shard = w.shard)
+					FOR UPDATE OF t SKIP LOCKED) b))`,
+				pruneIDs, pruneWin, pruneOf, pruneGen)
+			// The previous version's table, written only during a rolling
+			// upgrade: its rows have no process.
+			batch.Queue(`
 			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
 				SELECT b.ctid FROM breaker_buckets b
 				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
 				WHERE b.bucket_start < clock_timestamp() - w.span
 				FOR UPDATE OF b SKIP LOCKED))`,
-			pruneIDs, pruneWin)
+				pruneIDs, pruneWin)
+		}
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("plan breaker flush: %w", err)
 		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("lock breakers: %w", err)
+		if len(runs) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock breakers: %w", err)
+			}
 		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("add to breaker buckets: %w", err)
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("merge consecutive runs: %w", err)
+		if len(counts) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("add to breaker buckets: %w", err)
+			}
 		}
 		merged := map[string]int{}
-		for rows.Next() {
-			var id string
-			var before int
-			if err := rows.Scan(&id, &before); err != nil {
-				rows.Close()
+		if len(runs) > 0 {
+			if err := readMerged(br, merged); err != nil {
 				return fmt.Errorf("merge consecutive runs: %w", err)
 			}
-			merged[id] = before
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("merge consecutive runs: %w", err)
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return fmt.Errorf("read breaker evidence: %w", err)
-		}
-		for rows.Next() {
-			var (
-				now     time.Time
-				bStarts []time.Time
-				bSucc   []int32
-				bFail   []int32
-			)
-			id, b, err := scanBreaker(rows, &now, &bStarts, &bSucc, &bFail)
+		if len(want) > 0 {
+			evs, err := readEvidence(br)
 			if err != nil {
-				rows.Close()
 				return fmt.Errorf("read breaker evidence: %w", err)
 			}
-			ev := Evidence{EndpointID: id, Breaker: b, Now: now.UTC()}
-			for i := range bStarts {
-				ev.Buckets = append(ev.Buckets, breaker.Bucket{Start: bStarts[i].UTC(), Successes: int(bSucc[i]), Failures: int(bFail[i])})
-			}
-			out = append(out, ev)
+			out = evs
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read breaker evidence: %w", err)
-		}
-		for range 2 { // breaker_tallies, breaker_buckets
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("prune breaker buckets: %w", err)
+		if len(prune) > 0 {
+			for range 2 { // breaker_tallies, breaker_buckets
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("prune breaker buckets: %w", err)
+				}
 			}
 		}
 		// Attach each merged run and the count before it.
@@ -272,4 +274,51 @@ func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int)
 		n += tag.RowsAffected()
 	}
 	return n, nil
+}
+
+// readMerged reads the consecutive runs' merge: each endpoint's count
+// before it.
+func readMerged(br pgx.BatchResults, merged map[string]int) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var before int
+		if err := rows.Scan(&id, &before); err != nil {
+			return err
+		}
+		merged[id] = before
+	}
+	return rows.Err()
+}
+
+// readEvidence reads the breakers and window buckets a flush asked for.
+func readEvidence(br pgx.BatchResults) ([]Evidence, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Evidence
+	for rows.Next() {
+		var (
+			now     time.Time
+			bStarts []time.Time
+			bSucc   []int32
+			bFail   []int32
+		)
+		id, b, err := scanBreaker(rows, &now, &bStarts, &bSucc, &bFail)
+		if err != nil {
+			return nil, err
+		}
+		ev := Evidence{EndpointID: id, Breaker: b, Now: now.UTC()}
+		for i := range bStarts {
+			ev.Buckets = append(ev.Buckets, breaker.Bucket{Start: bStarts[i].UTC(), Successes: int(bSucc[i]), Failures: int(bFail[i])})
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
 }

@@ -165,7 +165,7 @@ func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
 	_, err := s.FlushOutcomes(ctx, counts, nil, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, 200, b.count(t, "breaker_tallies"))
-	_, err = s.FlushOutcomes(ctx, counts[:1], nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
+	_, err = s.FlushOutcomes(ctx, counts[:1], nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}})
 	require.NoError(t, err)
 	n := b.count(t, "breaker_tallies")
 	require.LessOrEqual(t, n, breaker.BucketsPerWindow+3, "one window of buckets remains")
@@ -201,11 +201,11 @@ func TestFlushPrunesOnlyItsOwnShard(t *testing.T) {
 	}
 	require.Equal(t, 20, shardRows("b"))
 	fresh := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: breaker.BucketStart(cfg, now), Successes: 1}}
-	_, err := s.FlushOutcomes(ctx, fresh, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Shard: "a"}})
+	_, err := s.FlushOutcomes(ctx, fresh, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Shard: "a", Generation: 1}})
 	require.NoError(t, err)
 	require.Equal(t, 1, shardRows("a"), "a's old rows pruned, its fresh one kept")
 	require.Equal(t, 20, shardRows("b"), "b's rows are b's to prune")
-	_, err = s.FlushOutcomes(ctx, nil, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
+	_, err = s.FlushOutcomes(ctx, nil, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}})
 	require.NoError(t, err)
 	require.Zero(t, shardRows("b"), "an unsharded prune takes every process's")
 	require.Equal(t, 1, shardRows("a"))

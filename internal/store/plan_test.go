@@ -86,7 +86,7 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	flushes := 0
 	flush := func() {
 		flushes++
-		req := []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}
+		req := []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}}
 		counts := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Successes: 1}}
 		runs := []store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}}}
 		_, err := s.FlushOutcomes(ctx, counts, runs, req, req)
@@ -115,6 +115,68 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 		flush()
 	}
 	require.Less(t, seqRead()-before, int64(50000), "the grown table was seq-scanned by the flush")
+}
+
+// TestBreakerFlushReadsOnlyItsEndpointsRows: a flush at a fleet's scale
+// (1,000 breakers, four processes' tallies of each, statistics fresh)
+// reaches its endpoints' rows by key and never reads a whole table: joins
+// let the planner hash every breaker and scan every tally at every flush
+// of every dispatcher, a cost that grew with the fleet.
+func TestBreakerFlushReadsOnlyItsEndpointsRows(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	e := b.endpoint(t, "acme")
+	_, err := b.db.Pool.Exec(ctx, `
+		INSERT INTO endpoints SELECT (jsonb_populate_record(NULL::endpoints,
+			to_jsonb(e) || jsonb_build_object('id', 'ep_fill_' || lpad(g::text, 4, '0')))).*
+		FROM endpoints e, generate_series(1, 1000) g WHERE e.id = $1`, e.ID)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO breaker_states (endpoint_id) SELECT id FROM endpoints ON CONFLICT DO NOTHING`)
+	require.NoError(t, err)
+	cfg := testCfg // 10s window: 500ms buckets
+	_, err = b.db.Pool.Exec(ctx, `
+		INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures)
+		SELECT id, 1, $1::timestamptz - make_interval(secs => k * 0.5), 'd' || p, 1, 0
+		FROM endpoints, generate_series(0, 2) k, generate_series(1, 4) p`, breaker.BucketStart(cfg, time.Now()))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `ANALYZE breaker_states; ANALYZE breaker_tallies`)
+	require.NoError(t, err)
+
+	var ids []string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		SELECT array_agg(id) FROM (SELECT id FROM endpoints WHERE id LIKE 'ep_fill_%' ORDER BY id LIMIT 10) x`).Scan(&ids))
+	flush := func() {
+		var counts []store.OutcomeCount
+		var req []store.EvidenceRequest
+		for _, id := range ids {
+			counts = append(counts, store.OutcomeCount{EndpointID: id, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Successes: 3, Shard: "d1"})
+			req = append(req, store.EvidenceRequest{EndpointID: id, Window: cfg.Window, Shard: "d1", Generation: 1})
+		}
+		runs := []store.RunCount{
+			{EndpointID: ids[0], Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}},
+			{EndpointID: ids[1], Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}},
+		}
+		evs, err := s.FlushOutcomes(ctx, counts, runs, req[:3], req)
+		require.NoError(t, err)
+		require.Len(t, evs, 3)
+		require.NotEmpty(t, evs[0].Buckets)
+	}
+	seqRead := func() int64 {
+		t.Helper()
+		_, err := b.db.Pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_states', 'breaker_tallies')`).Scan(&n))
+		return n
+	}
+	before := seqRead()
+	for range 3 {
+		flush()
+	}
+	require.Less(t, seqRead()-before, int64(1000), "a flush of 10 endpoints scanned a table of 1,001 breakers or 12,000 tallies")
 }
 
 // TestPoolsRunWithoutJIT: a pool's sessions run with jit off (its
