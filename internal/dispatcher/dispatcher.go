@@ -472,7 +472,13 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	// rescued and run again elsewhere) from writing its outcome over the
 	// live run's.
 	fenced := d.metrics.Delivery.FleetOutcomesFenced
-	driver := store.NewFencedDriver(d.store.Pool(), func(n int) { fenced.Add(float64(n)) })
+	// Its fetches of deliveries take turns with the fleet's other
+	// dispatchers (delivery.FetchPacer), a turn one cooldown per
+	// dispatcher, on this host's clock as the fleet's lease is.
+	driver := store.NewFencedDriver(d.store.Pool(), store.FencedDriverConfig{
+		Stale: func(n int) { fenced.Add(float64(n)) },
+		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, d.cfg.FetchCooldown, d.fleet.Share, time.Now),
+	})
 	client, err := river.NewClient(driver, &river.Config{
 		ID:                          d.fleetID,
 		Middleware:                  []rivertype.Middleware{&store.RunFence{}},

@@ -45,12 +45,29 @@ func (f *RunFence) Work(ctx context.Context, job *rivertype.JobRow, doInner func
 	return doInner(ctx)
 }
 
+// FetchPacer spaces a process's fetches of jobs (delivery.FetchPacer):
+// River fetches on every insert notification, in every process, so
+// without it a fleet's fetches grow with its size.
+type FetchPacer interface {
+	// BeforeFetch waits until this process may fetch from queue.
+	BeforeFetch(ctx context.Context, queue string) error
+}
+
+// FencedDriverConfig is what NewFencedDriver adds to River's driver.
+type FencedDriverConfig struct {
+	// Stale counts the outcomes dropped because their run had lost its
+	// job; nil: not counted.
+	Stale func(n int)
+	// Pace spaces the fetches; nil: as River fetches.
+	Pace FetchPacer
+}
+
 // NewFencedDriver is River's pgx driver on pool whose outcome writes drop
-// the outcome of a run that no longer holds its job (stale counts them,
-// and may be nil).
-func NewFencedDriver(pool *pgxpool.Pool, stale func(n int)) riverdriver.Driver[pgx.Tx] {
+// the outcome of a run that no longer holds its job, and whose fetches
+// wait for cfg.Pace.
+func NewFencedDriver(pool *pgxpool.Pool, cfg FencedDriverConfig) riverdriver.Driver[pgx.Tx] {
 	d := riverpgxv5.New(pool)
-	return &fencedDriver{Driver: d, exec: &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: stale}}
+	return &fencedDriver{Driver: d, exec: &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: cfg.Stale, pace: cfg.Pace}}
 }
 
 type fencedDriver struct {
@@ -67,6 +84,19 @@ type fencedExecutor struct {
 	driver *riverpgxv5.Driver
 	pool   *pgxpool.Pool
 	stale  func(n int)
+	pace   FetchPacer
+}
+
+// JobGetAvailable fetches once the pacer lets this process: a producer
+// fetches one batch at a time, so while it waits the jobs inserted
+// meanwhile join its next fetch rather than another one.
+func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+	if e.pace != nil {
+		if err := e.pace.BeforeFetch(ctx, params.Queue); err != nil {
+			return nil, err
+		}
+	}
+	return e.Executor.JobGetAvailable(ctx, params)
 }
 
 // JobSetStateIfRunningMany writes the outcomes whose runs still hold

@@ -51,7 +51,7 @@ func TestRunOfALostJobWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(db.Pool, nil)
 	var stale atomic.Int64
-	driver := store.NewFencedDriver(db.Pool, func(n int) { stale.Add(int64(n)) })
+	driver := store.NewFencedDriver(db.Pool, store.FencedDriverConfig{Stale: func(n int) { stale.Add(int64(n)) }})
 	probe := &fenceProbe{started: make(chan int, 2), results: map[int]chan error{1: make(chan error, 1), 2: make(chan error, 1)}}
 	newClient := func(id string) *river.Client[pgx.Tx] {
 		workers := river.NewWorkers()
