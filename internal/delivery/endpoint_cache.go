@@ -194,6 +194,58 @@ func (c *EndpointCache) Prefetch(ctx context.Context, ids []string) {
 	}
 }
 
+// EndpointLister lists live endpoints a page at a time, in id order.
+type EndpointLister interface {
+	ListDeliveryEndpoints(ctx context.Context, after string, limit int) ([]store.Endpoint, error)
+}
+
+var _ EndpointLister = (*store.Store)(nil)
+
+// warmPage is the endpoints one statement of Warm loads.
+const warmPage = 1000
+
+// Warm loads every live endpoint, a page at a time, up to limit of them,
+// and returns how many it cached. A dispatcher that starts would
+// otherwise load them while it delivers, a message's endpoints at a time
+// (about a statement per tenant, in every process of a fleet), and reach
+// its full rate only once it had seen every tenant. A page that raced
+// with an invalidation is not cached; its endpoints load when used.
+func (c *EndpointCache) Warm(ctx context.Context, lister EndpointLister, limit int) (int, error) {
+	cached, after := 0, ""
+	for cached < limit {
+		c.mu.RLock()
+		epoch := c.epoch
+		c.mu.RUnlock()
+		now := c.now()
+		page, err := lister.ListDeliveryEndpoints(ctx, after, min(warmPage, limit-cached))
+		if err != nil {
+			return cached, fmt.Errorf("warm endpoint cache: %w", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].ID
+		targets := make(map[string]*Target, len(page))
+		for _, ep := range page {
+			if t, err := newTarget(ep); err == nil {
+				targets[ep.ID] = t
+			}
+		}
+		c.mu.Lock()
+		if c.epoch == epoch {
+			for id, t := range targets {
+				c.entries[id] = cacheEntry{target: t, loadedAt: now}
+			}
+			cached += len(targets)
+		}
+		c.mu.Unlock()
+		if len(page) < warmPage {
+			break
+		}
+	}
+	return cached, nil
+}
+
 // Cached returns the endpoint if the cache holds it, fresh, and nil
 // otherwise (or without a cache); it never loads.
 func (c *EndpointCache) Cached(id string) *Target {

@@ -76,7 +76,10 @@ const (
 	// each endpoint it delivers to once per TTL: at 30 s, with 1,000
 	// endpoints, that was about 10 loads a second per dispatcher, the
 	// fleet's multiplied by its size.
-	endpointCacheTTL  = 5 * time.Minute
+	endpointCacheTTL = 5 * time.Minute
+	// endpointWarmMax is the most endpoints a dispatcher loads at its
+	// start (delivery.EndpointCache.Warm); those past it load when used.
+	endpointWarmMax   = 20000
 	unparkInterval    = 2 * time.Second
 	listenReadyWithin = 30 * time.Second
 	// fleetHeartbeat and fleetStale bound how long the fleet's count of
@@ -372,6 +375,16 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		g.Go(func() error { d.listener.Run(gctx); return nil })
 	}
 
+	// The endpoints are in memory before the first fetch, a thousand per
+	// statement, and after LISTEN (a change in between drops its entry):
+	// loaded as messages came, a dispatcher made about a statement per
+	// tenant and reached its full rate only once it had seen them all.
+	warmStart := time.Now()
+	if n, err := d.cache.Warm(ctx, d.store, endpointWarmMax); err != nil {
+		d.logger.Warn("endpoint_cache_warm", slog.Int("endpoints", n), slog.String("error", err.Error()))
+	} else {
+		d.logger.Info("endpoint_cache_warm", slog.Int("endpoints", n), slog.Duration("took", time.Since(warmStart)))
+	}
 	client, err := d.newRiverClient(gate)
 	if err != nil {
 		return err

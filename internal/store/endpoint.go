@@ -235,6 +235,28 @@ func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endp
 	return out, rows.Err()
 }
 
+// ListDeliveryEndpoints returns up to limit live endpoints after id after,
+// in id order, as GetEndpoints returns them: a dispatcher fills its cache
+// with them a page at a time when it starts.
+func (s *Store) ListDeliveryEndpoints(ctx context.Context, after string, limit int) ([]Endpoint, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+deliveryEndpointColumns+` FROM endpoints
+		WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Endpoint
+	for rows.Next() {
+		e, err := s.scanEndpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list endpoints: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
 // Page selects one page of a list: the rows after the cursor After, at most
 // Limit of them.
 type Page struct {
