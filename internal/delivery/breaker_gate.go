@@ -91,6 +91,12 @@ type BreakerGateConfig struct {
 	// TrialLeaseMargin is added to an attempt's timeout to make its
 	// trial's lease. Default DefaultTrialLeaseMargin.
 	TrialLeaseMargin time.Duration
+	// Live is the live dispatchers of the fleet, this one included
+	// (Fleet.Live); nil counts this one alone. An endpoint's successes
+	// alone are flushed once every FlushInterval x Live (at most a second),
+	// so the fleet writes them as often as one dispatcher would; failures
+	// go at every FlushInterval.
+	Live func() int
 }
 
 // BreakerGate is the per-endpoint circuit breaker as every dispatcher
@@ -144,6 +150,8 @@ type tally struct {
 	run       breaker.Run
 	failures  int
 	transport int // failures that were transport errors, not HTTP statuses
+	// since is when the tally's first outcome was counted.
+	since time.Time
 }
 
 // NewBreakerGate returns a gate; call Load, then Run.
@@ -453,7 +461,7 @@ func (g *BreakerGate) count(id string, gen int64, cfg breaker.Config, enforce bo
 	k := tallyKey{id, gen}
 	t := g.pending[k]
 	if t == nil {
-		t = &tally{cfg: cfg, enforce: enforce, buckets: map[int64]*[2]int{}}
+		t = &tally{cfg: cfg, enforce: enforce, buckets: map[int64]*[2]int{}, since: out.At}
 		g.pending[k] = t
 	}
 	n := t.buckets[bucket]
@@ -490,7 +498,7 @@ func (g *BreakerGate) Run(ctx context.Context) {
 			cancel()
 			return
 		case <-flush.C:
-			g.Flush(ctx)
+			g.flush(ctx, g.successHold())
 			g.CheckFleet()
 		case <-refresh.C:
 			if err := g.Load(ctx); err != nil && ctx.Err() == nil {
@@ -520,12 +528,47 @@ func (g *BreakerGate) Run(ctx context.Context) {
 	}
 }
 
-// Flush sends this process's tallies to Postgres and evaluates every
+// maxSuccessHold bounds how long a tally of successes alone waits.
+const maxSuccessHold = time.Second
+
+// successHold is how long a tally of successes alone may wait for the
+// next flush: none alone, (Live - 1) flush intervals in a fleet. Every
+// dispatcher of a fleet delivers to every busy endpoint, so each wrote a
+// row per endpoint at every flush, the fleet Live times as many as one
+// dispatcher; the rate a breaker reads is then short of at most a hold's
+// successes of the others' (a few hundred milliseconds of a window of
+// seconds to minutes), never of a failure. Consecutive-failure breakers
+// take every success at once: a success resets their count.
+func (g *BreakerGate) successHold() time.Duration {
+	if g.cfg.Live == nil {
+		return 0
+	}
+	n := g.cfg.Live()
+	if n <= 1 {
+		return 0
+	}
+	return min(g.cfg.FlushInterval*time.Duration(n-1), maxSuccessHold)
+}
+
+// Flush sends every tally of this process to Postgres and evaluates every
 // endpoint that saw a failure on the shared evidence.
-func (g *BreakerGate) Flush(ctx context.Context) {
+func (g *BreakerGate) Flush(ctx context.Context) { g.flush(ctx, 0) }
+
+// flush is Flush of the tallies with a failure, of consecutive-failure
+// breakers, or counting for hold or longer; the others wait.
+func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 	g.mu.Lock()
 	pending := g.pending
 	g.pending = map[tallyKey]*tally{}
+	if hold > 0 {
+		now := g.now()
+		for k, t := range pending {
+			if t.failures == 0 && t.cfg.Trip != breaker.TripConsecutive && now.Sub(t.since) < hold {
+				g.pending[k] = t
+				delete(pending, k)
+			}
+		}
+	}
 	g.mu.Unlock()
 	if len(pending) == 0 {
 		return

@@ -345,6 +345,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 			FleetSuspectShare: d.cfg.FleetSuspectShare,
 			OnChange:          d.unparker.Kick,
 			RequestTimeout:    d.cfg.RequestTimeout,
+			Live:              d.fleet.Live,
 		}, d.store, d.store.TrialLeases(), d.classes, d.clock.Now, rand.Float64, d.logger, d.metrics.Breaker)
 		d.listener.Handle(store.BreakerChannel, bgate.HandleNotice)
 		d.listener.OnReconnect(func() {
