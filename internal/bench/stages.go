@@ -19,6 +19,11 @@ type stageTimes struct {
 	SentToAnswered     percentiles `json:"sent_to_answered_ms"`
 	AnsweredToRecorded percentiles `json:"answered_to_recorded_ms"`
 	AcceptedToAnswered percentiles `json:"accepted_to_answered_ms"`
+	// AcceptedToFetchedSlow counts the deliveries whose wait for their
+	// job's fetch was 50 ms or more, per 50 ms band from 50 ("50-100") to
+	// 500 ("500+"): a tail made by a periodic cause (a poll, a flush)
+	// piles up in one band, one made by load spreads.
+	AcceptedToFetchedSlow map[string]int64 `json:"accepted_to_fetched_slow"`
 }
 
 type percentiles struct {
@@ -63,6 +68,33 @@ func (s *stage) stageTimes(ctx context.Context, from, to time.Duration) (stageTi
 		&st.AcceptedToAnswered.P50, &st.AcceptedToAnswered.P99, &st.AcceptedToAnswered.Max)
 	if err != nil {
 		return stageTimes{}, fmt.Errorf("read the deliveries' stage times: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT least(floor(extract(epoch FROM j.attempted_at - d.created_at) * 20), 10)::int AS band, count(*)
+		FROM deliveries d
+		JOIN river_job j ON j.id = d.job_id AND j.attempt = 1
+		WHERE d.created_at >= $1 AND d.created_at < $2 AND d.status = 'delivered' AND d.attempt_count = 1
+			AND j.attempted_at - d.created_at >= interval '50 milliseconds'
+		GROUP BY 1`, start, end)
+	if err != nil {
+		return stageTimes{}, fmt.Errorf("read the fetch waits: %w", err)
+	}
+	defer rows.Close()
+	st.AcceptedToFetchedSlow = map[string]int64{}
+	for rows.Next() {
+		var band int
+		var n int64
+		if err := rows.Scan(&band, &n); err != nil {
+			return stageTimes{}, fmt.Errorf("read the fetch waits: %w", err)
+		}
+		name := fmt.Sprintf("%d-%d", band*50, band*50+50)
+		if band >= 10 {
+			name = "500+"
+		}
+		st.AcceptedToFetchedSlow[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		return stageTimes{}, fmt.Errorf("read the fetch waits: %w", err)
 	}
 	for _, p := range []*percentiles{&st.AcceptedToFetched, &st.FetchedToSent, &st.SentToAnswered, &st.AnsweredToRecorded, &st.AcceptedToAnswered} {
 		p.P50, p.P99, p.Max = round1(p.P50), round1(p.P99), round1(p.Max)
