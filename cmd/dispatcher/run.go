@@ -95,7 +95,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		shutdownGrace:     fs.Duration("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long in-flight deliveries get to finish on SIGTERM"),
 		noMigrate:         fs.Bool("no-migrate", "NO_MIGRATE", false, "do not apply migrations on start"),
 		dbMaxConns:        fs.Int("db-max-conns", "DB_MAX_CONNS", 0, "Postgres pool size; 0: 2 per core (GOMAXPROCS), at least 12, at most 20 (the ledger's 2 connections and the listener's come on top)"),
-		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches; in a fleet, the dispatchers take turns fetching deliveries, one cooldown each"),
+		fetchCooldown:     fs.Duration("fetch-cooldown", "FETCH_COOLDOWN", def.FetchCooldown, "least time between River job fetches"),
 		fetchPollInterval: fs.Duration("fetch-poll-interval", "FETCH_POLL_INTERVAL", def.FetchPollInterval, "River's fallback poll interval"),
 		jobRetention:      fs.Duration("completed-job-retention", "COMPLETED_JOB_RETENTION", def.CompletedJobRetention, "how long River keeps completed jobs (attempts live on in delivery_attempts)"),
 		rescueAfter:       fs.Duration("rescue-stuck-after", "RESCUE_STUCK_AFTER", def.RescueStuckAfter, "when a running job of a dead process is retried; 0 = the longest attempt timeout (the request timeout, or an endpoint's own, at most 60s) + 60s; set by hand, it should exceed that timeout + 5s"),

@@ -9,81 +9,73 @@ import (
 )
 
 // River fetches jobs in every process on every insert notification (each
-// notification reaches every producer), at most once per FetchCooldown.
-// A fleet of n dispatchers therefore fetches n times as often as one,
-// each fetch finding fewer jobs, and every fetch pays for the same walk of
-// the queue's index: PostgreSQL's cost per delivery grows with the fleet.
-// The pacer splits time into slots of one cooldown and gives them to the
-// live dispatchers in turn (by their place in the fleet, Fleet.Share): a
-// dispatcher fetches at most once per turn, in its own slot, so the
-// fleet's fetches stay at one per cooldown whatever its size, and a job
-// inserted waits at most about a cooldown for some dispatcher's fetch, as
-// with one dispatcher. The slots are on each host's clock: clocks apart
-// by a few milliseconds make turns overlap, never lose them.
+// notification reaches every producer). In a fleet of n dispatchers the
+// first fetch takes the jobs a notification announced and the n - 1 others
+// find nothing, each paying for the same walk of the queue's index: the
+// fleet's fetches grew n-fold, PostgreSQL's cost per delivery with them.
+// The pacer lets a dispatcher whose last fetch found nothing leave the
+// fetches of the next notifications to the others for a while (its
+// back-off), except the first dispatcher in the fleet's order, which
+// always fetches: a job is fetched as soon as with one dispatcher, by the
+// first or by any dispatcher that is finding work. A dispatcher that is
+// finding work fetches on every notification; under load every one is.
 
-// FetchPacer spaces this dispatcher's fetches of queue's jobs.
+// FetchPacer decides which of this dispatcher's fetches of queue's jobs
+// run.
 type FetchPacer struct {
-	queue string
-	slot  time.Duration
-	share func() (shard, n int)
-	now   func() time.Time
+	queue   string
+	backoff time.Duration
+	share   func() (shard, n int)
+	now     func() time.Time
 
-	mu   sync.Mutex
-	last time.Time
+	mu sync.Mutex
+	// idleSince is when a fetch last found nothing, zero once one found
+	// jobs.
+	idleSince time.Time
 }
 
 var _ store.FetchPacer = (*FetchPacer)(nil)
 
-// NewFetchPacer returns a pacer of queue's fetches in slots of slot,
-// shared by share (Fleet.Share); now is the clock (time.Now).
-func NewFetchPacer(queue string, slot time.Duration, share func() (shard, n int), now func() time.Time) *FetchPacer {
-	return &FetchPacer{queue: queue, slot: slot, share: share, now: now}
+// NewFetchPacer returns a pacer of queue's fetches that backs off for
+// backoff after a fetch that found nothing, in the fleet that share
+// (Fleet.Share) describes; now is the clock (time.Now).
+func NewFetchPacer(queue string, backoff time.Duration, share func() (shard, n int), now func() time.Time) *FetchPacer {
+	return &FetchPacer{queue: queue, backoff: backoff, share: share, now: now}
 }
 
-// BeforeFetch waits for this dispatcher's next turn to fetch queue's jobs;
-// other queues fetch at once.
-func (p *FetchPacer) BeforeFetch(ctx context.Context, queue string) error {
-	if queue != p.queue || p.slot <= 0 {
-		return nil
+// Fetch reports whether this fetch of queue's jobs runs.
+func (p *FetchPacer) Fetch(_ context.Context, queue string) bool {
+	if queue != p.queue {
+		return true
 	}
 	shard, n := p.share()
 	p.mu.Lock()
-	now := p.now()
-	at := nextFetch(now, p.last, p.slot, shard, n)
-	p.last = at
-	p.mu.Unlock()
-	if wait := at.Sub(now); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	defer p.mu.Unlock()
+	return fetchNow(p.now(), p.idleSince, p.backoff, shard, n)
 }
 
-// nextFetch is when the dispatcher of place shard among n, whose last
-// fetch was at last, fetches next at the earliest from now: now if now is
-// in its slot and it has not fetched in that slot, else the start of its
-// next slot. Slots are slot long and taken in turn, a turn n slots long.
-func nextFetch(now, last time.Time, slot time.Duration, shard, n int) time.Time {
-	if n < 1 || shard < 0 || shard >= n {
-		shard, n = 0, 1
+// Fetched is told how many jobs a fetch of queue found.
+func (p *FetchPacer) Fetched(queue string, jobs int) {
+	if queue != p.queue {
+		return
 	}
-	turn := slot * time.Duration(n)
-	start := now.Truncate(turn).Add(time.Duration(shard) * slot)
-	if start.After(now) {
-		// Its slot in this turn is still to come; the previous turn's
-		// slot ended before now (start - turn + slot <= now).
-		if last.Before(start) {
-			return start
-		}
-		return start.Add(turn)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case jobs > 0:
+		p.idleSince = time.Time{}
+	case p.idleSince.IsZero() || p.now().Sub(p.idleSince) >= p.backoff:
+		// A fetch past the back-off found nothing again: another.
+		p.idleSince = p.now()
 	}
-	if now.Before(start.Add(slot)) && last.Before(start) {
-		return now
+}
+
+// fetchNow reports whether the dispatcher of place shard among n, whose
+// fetches have found nothing since idleSince (zero: its last found jobs),
+// fetches at now.
+func fetchNow(now, idleSince time.Time, backoff time.Duration, shard, n int) bool {
+	if n <= 1 || shard <= 0 || shard >= n || idleSince.IsZero() {
+		return true
 	}
-	return start.Add(turn)
+	return now.Sub(idleSince) >= backoff
 }

@@ -79,8 +79,11 @@ const (
 	endpointCacheTTL = 5 * time.Minute
 	// endpointWarmMax is the most endpoints a dispatcher loads at its
 	// start (delivery.EndpointCache.Warm); those past it load when used.
-	endpointWarmMax   = 20000
-	unparkInterval    = 2 * time.Second
+	endpointWarmMax = 20000
+	unparkInterval  = 2 * time.Second
+	// fetchBackoff is how long a dispatcher (not the fleet's first) whose
+	// fetch of deliveries found nothing leaves the fetches to the others.
+	fetchBackoff      = 100 * time.Millisecond
 	listenReadyWithin = 30 * time.Second
 	// fleetHeartbeat and fleetStale bound how long the fleet's count of
 	// dispatchers lags: a dispatcher killed without a clean stop stops
@@ -486,12 +489,11 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	// rescued and run again elsewhere) from writing its outcome over the
 	// live run's.
 	fenced := d.metrics.Delivery.FleetOutcomesFenced
-	// Its fetches of deliveries take turns with the fleet's other
-	// dispatchers (delivery.FetchPacer), a turn one cooldown per
-	// dispatcher, on this host's clock as the fleet's lease is.
+	// A dispatcher whose fetches of deliveries find nothing leaves the
+	// next notifications to the others for a while (delivery.FetchPacer).
 	driver := store.NewFencedDriver(d.store.Pool(), store.FencedDriverConfig{
 		Stale: func(n int) { fenced.Add(float64(n)) },
-		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, d.cfg.FetchCooldown, d.fleet.Share, time.Now),
+		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, fetchBackoff, d.fleet.Share, d.clock.Now),
 	})
 	client, err := river.NewClient(driver, &river.Config{
 		ID:                          d.fleetID,

@@ -45,12 +45,15 @@ func (f *RunFence) Work(ctx context.Context, job *rivertype.JobRow, doInner func
 	return doInner(ctx)
 }
 
-// FetchPacer spaces a process's fetches of jobs (delivery.FetchPacer):
-// River fetches on every insert notification, in every process, so
-// without it a fleet's fetches grow with its size.
+// FetchPacer decides which of a process's fetches of jobs run
+// (delivery.FetchPacer): River fetches on every insert notification, in
+// every process, so without it a fleet's fetches grow with its size.
 type FetchPacer interface {
-	// BeforeFetch waits until this process may fetch from queue.
-	BeforeFetch(ctx context.Context, queue string) error
+	// Fetch reports whether this fetch from queue runs; a fetch that does
+	// not finds no jobs.
+	Fetch(ctx context.Context, queue string) bool
+	// Fetched is told how many jobs a fetch from queue found.
+	Fetched(queue string, jobs int)
 }
 
 // FencedDriverConfig is what NewFencedDriver adds to River's driver.
@@ -58,7 +61,7 @@ type FencedDriverConfig struct {
 	// Stale counts the outcomes dropped because their run had lost its
 	// job; nil: not counted.
 	Stale func(n int)
-	// Pace spaces the fetches; nil: as River fetches.
+	// Pace decides which fetches run; nil: every one River makes.
 	Pace FetchPacer
 }
 
@@ -87,16 +90,21 @@ type fencedExecutor struct {
 	pace   FetchPacer
 }
 
-// JobGetAvailable fetches once the pacer lets this process: a producer
-// fetches one batch at a time, so while it waits the jobs inserted
-// meanwhile join its next fetch rather than another one.
+// JobGetAvailable fetches when the pacer lets this process, and tells it
+// what the fetch found. A fetch left out finds nothing: River fetches
+// again at the next notification, its poll or a freed worker slot.
 func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
-	if e.pace != nil {
-		if err := e.pace.BeforeFetch(ctx, params.Queue); err != nil {
-			return nil, err
-		}
+	if e.pace == nil {
+		return e.Executor.JobGetAvailable(ctx, params)
 	}
-	return e.Executor.JobGetAvailable(ctx, params)
+	if !e.pace.Fetch(ctx, params.Queue) {
+		return &riverdriver.JobGetAvailableResult{}, nil
+	}
+	res, err := e.Executor.JobGetAvailable(ctx, params)
+	if err == nil {
+		e.pace.Fetched(params.Queue, len(res.Jobs))
+	}
+	return res, err
 }
 
 // JobSetStateIfRunningMany writes the outcomes whose runs still hold
