@@ -239,22 +239,30 @@ func (s *Store) GetEndpoints(ctx context.Context, ids []string) (map[string]Endp
 // in id order, as GetEndpoints returns them: a dispatcher fills its cache
 // with them a page at a time when it starts.
 func (s *Store) ListDeliveryEndpoints(ctx context.Context, after string, limit int) ([]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `
+	return s.queryEndpoints(ctx, "list endpoints", `
 		SELECT `+deliveryEndpointColumns+` FROM endpoints
 		WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2`, after, limit)
+}
+
+// queryEndpoints runs a query of endpoint rows; what names it in errors.
+func (s *Store) queryEndpoints(ctx context.Context, what, sql string, args ...any) ([]Endpoint, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list endpoints: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []Endpoint
 	for rows.Next() {
 		e, err := s.scanEndpoint(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list endpoints: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }
 
 // Page selects one page of a list: the rows after the cursor After, at most
@@ -267,23 +275,10 @@ type Page struct {
 // ListEndpoints returns the live customer endpoints (never operational
 // ones) of tenants in id order.
 func (s *Store) ListEndpoints(ctx context.Context, tenants Tenants, p Page) ([]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `
+	return s.queryEndpoints(ctx, "list endpoints", `
 		SELECT `+endpointColumns+` FROM endpoints
 		WHERE deleted_at IS NULL AND ($5::boolean OR tenant_id = $1) AND tenant_id <> $4 AND id > $2
 		ORDER BY id LIMIT $3`, tenants.id, p.After, p.Limit, OperationalTenant, tenants.all)
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints: %w", err)
-	}
-	defer rows.Close()
-	var out []Endpoint
-	for rows.Next() {
-		e, err := s.scanEndpoint(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list endpoints: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
 }
 
 // EndpointPatch holds the fields of a partial update; nil leaves a field as it is.

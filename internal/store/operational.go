@@ -324,23 +324,10 @@ func (s *Store) createOperationalTx(ctx context.Context, tx pgx.Tx, in NewOperat
 // ListOperationalEndpoints returns the live operational endpoints in id
 // order.
 func (s *Store) ListOperationalEndpoints(ctx context.Context, p Page) ([]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `
+	return s.queryEndpoints(ctx, "list operational endpoints", `
 		SELECT `+endpointColumns+` FROM endpoints
 		WHERE deleted_at IS NULL AND tenant_id = $1 AND id > $2
 		ORDER BY id LIMIT $3`, OperationalTenant, p.After, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list operational endpoints: %w", err)
-	}
-	defer rows.Close()
-	var out []Endpoint
-	for rows.Next() {
-		e, err := s.scanEndpoint(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list operational endpoints: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
 }
 
 // GetOperationalEndpoint returns a live operational endpoint; a customer
