@@ -193,6 +193,59 @@ type Change struct{ From, To breaker.Config }
 // skipped, and one that undoes a recent change (Undoes) must beat the
 // current config by twice the margin.
 func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) Decision {
+	return DecideCompared(current, ranked, CompareIncidents(current, ranked), h)
+}
+
+// Loss is what a config loses of the current config's detection, incident
+// by incident: the incidents the current config detects that it misses,
+// and those it detects more than DetectSlack later.
+type Loss struct{ Missed, Later int }
+
+// Add compares, incident by incident, a config's detections (by, as in
+// replay.Tally.ByIncident) with the current config's over the same
+// incidents (cur), and adds what it loses; by and cur line up.
+func (l *Loss) Add(cur, by []time.Duration) {
+	for i, at := range cur {
+		switch {
+		case at == replay.Undetected:
+		case by[i] == replay.Undetected:
+			l.Missed++
+		case by[i] > at+DetectSlack:
+			l.Later++
+		}
+	}
+}
+
+// CompareIncidents returns the losses of the ranked candidates whose
+// detections, incident by incident (replay.Candidate.ByIncident), line up
+// with the current config's: what DecideCompared reads.
+func CompareIncidents(current breaker.Config, ranked []replay.Candidate) map[breaker.Config]Loss {
+	i := slices.IndexFunc(ranked, func(c replay.Candidate) bool { return c.Config == current })
+	if i < 0 {
+		return nil
+	}
+	cur := ranked[i]
+	if len(cur.ByIncident) != cur.Figures.Incidents {
+		return nil
+	}
+	out := map[breaker.Config]Loss{}
+	for _, c := range ranked {
+		if len(c.ByIncident) != len(cur.ByIncident) {
+			continue
+		}
+		var l Loss
+		l.Add(cur.ByIncident, c.ByIncident)
+		out[c.Config] = l
+	}
+	return out
+}
+
+// DecideCompared is DecideWith with the candidates' losses against the
+// current config already counted (losses, by config; Loss.Add), as a pass
+// counts them endpoint by endpoint without keeping every incident's
+// detections: a candidate without one is judged on the sums (the
+// incidents detected, the slowest detection).
+func DecideCompared(current breaker.Config, ranked []replay.Candidate, losses map[breaker.Config]Loss, h History) Decision {
 	var cur *replay.Candidate
 	for i := range ranked {
 		if ranked[i].Config == current {
@@ -225,7 +278,8 @@ func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) De
 			note("%s was rejected before from the same config and is not proposed again (change the class or its bounds to tune it again)", describe(c.Config))
 			continue
 		}
-		if miss := detectionLoss(*cur, c); miss != "" {
+		loss, compared := losses[c.Config]
+		if miss := detectionLoss(*cur, c, loss, compared); miss != "" {
 			note("the best candidate (%s) %s", describe(c.Config), miss)
 			continue
 		}
@@ -298,25 +352,16 @@ func detectionDriven(name string) bool {
 
 // detectionLoss says what c loses of cur's detection, in words, or "" when
 // it detects every incident cur detects, none more than DetectSlack later,
-// and at least one when there are incidents.
-func detectionLoss(cur, c replay.Candidate) string {
+// and at least one when there are incidents: from its loss compared
+// incident by incident, or without it, from the sums.
+func detectionLoss(cur, c replay.Candidate, loss Loss, compared bool) string {
 	if cur.Figures.Incidents > 0 && c.Figures.IncidentsDetected == 0 {
 		return fmt.Sprintf("detects none of the %d incidents", cur.Figures.Incidents)
 	}
-	missed, later := 0, 0
-	if len(cur.ByIncident) == len(c.ByIncident) && len(cur.ByIncident) == cur.Figures.Incidents {
-		for i, at := range cur.ByIncident {
-			switch {
-			case at == replay.Undetected:
-			case c.ByIncident[i] == replay.Undetected:
-				missed++
-			case c.ByIncident[i] > at+DetectSlack:
-				later++
-			}
-		}
-	} else {
+	missed, later := loss.Missed, loss.Later
+	if !compared {
 		// Without the incidents one by one, the sums.
-		missed = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0)
+		missed, later = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0), 0
 		if missed == 0 && c.Figures.DetectMax > cur.Figures.DetectMax+DetectSlack {
 			later = 1
 		}

@@ -471,7 +471,12 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		used.spent = sp
 		return rec, used, t.save(ctx, c, rec)
 	}
+	// Each endpoint's detections are compared with the current config's
+	// incident by incident as its tallies come, and dropped: the pass
+	// keeps a loss and a tally per config, not a detection per incident.
 	tallies := make([]replay.Tally, len(configs))
+	losses := make([]Loss, len(configs))
+	ref := slices.Index(configs, c.Breaker)
 	for i, id := range ids {
 		if !evs[i].Counted() {
 			continue
@@ -488,7 +493,13 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			if err != nil {
 				return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
 			}
+			for j := range part {
+				if ref >= 0 {
+					losses[j].Add(part[ref].ByIncident, part[j].ByIncident)
+				}
+			}
 			for j := range tallies {
+				part[j].ByIncident = nil
 				tallies[j].Add(part[j])
 			}
 		}
@@ -496,7 +507,14 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
-	d := DecideWith(c.Breaker, ranked, hist)
+	var compared map[breaker.Config]Loss
+	if ref >= 0 {
+		compared = make(map[breaker.Config]Loss, len(configs))
+		for j, l := range losses {
+			compared[configs[j]] = l
+		}
+	}
+	d := DecideCompared(c.Breaker, ranked, compared, hist)
 	rec.Configs = len(configs)
 	rec.Status, rec.Reasons = d.Status, d.Reasons
 	if d.Current != nil {
