@@ -1,6 +1,7 @@
 package tuning
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -71,13 +72,23 @@ type Evidence struct {
 	PerEndpoint      []EndpointView `json:"per_endpoint"`
 }
 
+// MaxListedIncidents is how many of an endpoint's incidents a
+// recommendation lists: the worst (most failures, the earlier of a tie),
+// in time order. IncidentsTotal counts them all, so that a recommendation's
+// size (stored, served and held by the pass) grows with the endpoints,
+// never with the incidents.
+const MaxListedIncidents = 20
+
 // EndpointView is one endpoint's evidence as a recommendation shows it.
 type EndpointView struct {
-	EndpointID       string         `json:"endpoint_id"`
-	Attempts         int            `json:"attempts"`
-	QuietRPS         float64        `json:"quiet_rps"`
-	HealthyErrorRate *float64       `json:"healthy_error_rate"`
-	Incidents        []IncidentView `json:"incidents"`
+	EndpointID       string   `json:"endpoint_id"`
+	Attempts         int      `json:"attempts"`
+	QuietRPS         float64  `json:"quiet_rps"`
+	HealthyErrorRate *float64 `json:"healthy_error_rate"`
+	// Incidents are at most MaxListedIncidents of its incidents.
+	Incidents []IncidentView `json:"incidents"`
+	// IncidentsTotal is how many incidents it had.
+	IncidentsTotal int `json:"incidents_total"`
 }
 
 // IncidentView is one incident as a recommendation shows it.
@@ -96,18 +107,45 @@ func (ce ClassEvidence) View(quiet time.Duration) Evidence {
 		QuietRPS: round(ce.QuietRPS, 6), HealthyErrorRate: round(ce.HealthyErrorRate, 6), RecoveryS: ce.Recovery.Seconds(),
 		QuietS: quiet.Seconds(), PerEndpoint: []EndpointView{}}
 	for _, e := range ce.Endpoints {
-		v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{}}
-		if !math.IsNaN(e.HealthyErrorRate) {
-			h := round(e.HealthyErrorRate, 6)
-			v.HealthyErrorRate = &h
-		}
-		for _, in := range e.Incidents {
-			v.Incidents = append(v.Incidents, IncidentView{From: in.From, To: in.To, Attempts: in.Attempts, Failures: in.Failures,
-				Recorded: in.Recorded, RecoveryS: in.Recovery.Seconds()})
-		}
-		ev.PerEndpoint = append(ev.PerEndpoint, v)
+		ev.PerEndpoint = append(ev.PerEndpoint, e.view())
 	}
 	return ev
+}
+
+// view returns the endpoint's evidence as a recommendation shows it.
+func (e EndpointEvidence) view() EndpointView {
+	v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{},
+		IncidentsTotal: len(e.Incidents)}
+	if !math.IsNaN(e.HealthyErrorRate) {
+		h := round(e.HealthyErrorRate, 6)
+		v.HealthyErrorRate = &h
+	}
+	for _, in := range Worst(e.Incidents, MaxListedIncidents) {
+		v.Incidents = append(v.Incidents, IncidentView{From: in.From, To: in.To, Attempts: in.Attempts, Failures: in.Failures,
+			Recorded: in.Recorded, RecoveryS: in.Recovery.Seconds()})
+	}
+	return v
+}
+
+// Worst returns the n incidents of incidents (in time order) with the
+// most failures, the earlier of a tie, in time order; all of them when
+// there are no more than n.
+func Worst(incidents []Incident, n int) []Incident {
+	if len(incidents) <= n {
+		return incidents
+	}
+	idx := make([]int, len(incidents))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(incidents[b].Failures, incidents[a].Failures) })
+	idx = idx[:n]
+	slices.Sort(idx)
+	out := make([]Incident, n)
+	for i, k := range idx {
+		out[i] = incidents[k]
+	}
+	return out
 }
 
 func round(x float64, digits int) float64 {
