@@ -144,3 +144,51 @@ func (t Tally) detectionFigures() (n int, median, slowest time.Duration) {
 	}
 	return h.n, h.at((h.n - 1) / 2), h.max
 }
+
+// Durations is a multiset of durations that keeps them one by one while
+// they number at most ExactDetections and past that folds them into a
+// histogram of relative precision DetectPrecision, as a Tally does its
+// detections: its count stays exact, its median exact up to
+// ExactDetections values and within DetectPrecision past them.
+type Durations struct {
+	exact  []time.Duration
+	folded *detectHist
+}
+
+// Add adds d.
+func (s *Durations) Add(d time.Duration) {
+	if s.folded == nil && len(s.exact) < ExactDetections {
+		s.exact = append(s.exact, d)
+		return
+	}
+	if s.folded == nil {
+		s.folded = &detectHist{}
+		for _, x := range s.exact {
+			s.folded.add(x)
+		}
+		s.exact = nil
+	}
+	s.folded.add(d)
+}
+
+// Len returns how many durations s holds.
+func (s *Durations) Len() int {
+	if s.folded != nil {
+		return s.folded.n
+	}
+	return len(s.exact)
+}
+
+// Median returns the median of s, the lower middle one of an even count;
+// 0 when s is empty.
+func (s *Durations) Median() time.Duration {
+	n := s.Len()
+	switch {
+	case n == 0:
+		return 0
+	case s.folded != nil:
+		return s.folded.at((n - 1) / 2)
+	}
+	slices.Sort(s.exact)
+	return s.exact[(n-1)/2]
+}

@@ -115,7 +115,7 @@ func (ce ClassEvidence) View(quiet time.Duration) Evidence {
 // view returns the endpoint's evidence as a recommendation shows it.
 func (e EndpointEvidence) view() EndpointView {
 	v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{},
-		IncidentsTotal: len(e.Incidents)}
+		IncidentsTotal: e.IncidentCount()}
 	if !math.IsNaN(e.HealthyErrorRate) {
 		h := round(e.HealthyErrorRate, 6)
 		v.HealthyErrorRate = &h
