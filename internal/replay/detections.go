@@ -192,3 +192,14 @@ func (s *Durations) Median() time.Duration {
 	slices.Sort(s.exact)
 	return s.exact[(n-1)/2]
 }
+
+// Max returns the largest of s; 0 when s is empty.
+func (s *Durations) Max() time.Duration {
+	if s.folded != nil {
+		return s.folded.max
+	}
+	if len(s.exact) == 0 {
+		return 0
+	}
+	return slices.Max(s.exact)
+}
