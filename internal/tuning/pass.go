@@ -508,8 +508,8 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			if err != nil {
 				return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
 			}
-			for j := range part {
-				if ref >= 0 {
+			if ref >= 0 {
+				for j := range part {
 					losses[j].Add(part[ref].ByIncident, part[j].ByIncident)
 				}
 			}
