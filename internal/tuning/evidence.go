@@ -222,39 +222,45 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 // MinEndpointAttempts attempts.
 func (e EndpointEvidence) Counted() bool { return e.Attempts >= MinEndpointAttempts }
 
-// activeSpans are the stretches of whole minutes of a range, from its
-// start, in each of which an endpoint has at least one attempt: what the
-// quiet time with traffic needs of its log, a span per stretch (one for
-// an endpoint busy all along), in time order, as minutes from the range's
-// start: their number is bounded by the minutes of the range, whatever
-// the attempts.
-type activeSpans []minuteSpan
+// activeSpans are the minutes of a range, from its start, in each of
+// which an endpoint has at least one attempt, a bit a minute: what the
+// quiet time with traffic needs of its log, in a bit per minute of the
+// range (1.3 KB for a week), whatever the attempts.
+type activeSpans []uint64
 
-// minuteSpan is the minutes [From, To) from a range's start.
-type minuteSpan struct{ From, To int32 }
-
-// activeMinutes returns the stretches of minutes from since in which rows
-// (in time order) have at least one attempt.
-func activeMinutes(rows []replay.Row, since time.Time) activeSpans {
-	var out activeSpans
+// activeMinutes returns the minutes from since, of the minutes of the
+// range, in which rows (in time order) have at least one attempt.
+func activeMinutes(rows []replay.Row, since time.Time, minutes int) activeSpans {
+	out := make(activeSpans, (minutes+63)/64)
 	base := since.UnixNano()
-	last := int64(-2)
 	for _, r := range rows {
 		if int64(r.TS) < base {
 			continue
 		}
-		m := (int64(r.TS) - base) / int64(time.Minute)
-		switch {
-		case m == last:
-			continue
-		case m == last+1:
-			out[len(out)-1].To++
-		default:
-			out = append(out, minuteSpan{From: int32(m), To: int32(m + 1)})
+		if m := (int64(r.TS) - base) / int64(time.Minute); m < int64(minutes) {
+			out[m/64] |= 1 << (m % 64)
 		}
-		last = m
 	}
-	return slices.Clip(out)
+	return out
+}
+
+// stretches calls fn with each stretch of active minutes [from, to), in
+// time order.
+func (a activeSpans) stretches(fn func(from, to int)) {
+	from := -1
+	for m := range 64 * len(a) {
+		on := a[m/64]&(1<<(m%64)) != 0
+		switch {
+		case on && from < 0:
+			from = m
+		case !on && from >= 0:
+			fn(from, m)
+			from = -1
+		}
+	}
+	if from >= 0 {
+		fn(from, 64*len(a))
+	}
 }
 
 // activeQuiet returns how much of the quiet segments (those without an
@@ -263,8 +269,8 @@ func activeMinutes(rows []replay.Row, since time.Time) activeSpans {
 func activeQuiet(since time.Time, active activeSpans, segs []Segment) time.Duration {
 	var total time.Duration
 	j := 0
-	for _, m := range active {
-		a := Interval{From: since.Add(time.Duration(m.From) * time.Minute), To: since.Add(time.Duration(m.To) * time.Minute)}
+	active.stretches(func(from, to int) {
+		a := Interval{From: since.Add(time.Duration(from) * time.Minute), To: since.Add(time.Duration(to) * time.Minute)}
 		for j < len(segs) && !segs[j].To.After(a.From) {
 			j++
 		}
@@ -281,7 +287,7 @@ func activeQuiet(since time.Time, active activeSpans, segs []Segment) time.Durat
 			}
 			total += hi.Sub(lo)
 		}
-	}
+	})
 	return total
 }
 

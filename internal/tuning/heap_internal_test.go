@@ -6,10 +6,12 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/replay"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/trafficclass"
 )
@@ -28,8 +30,13 @@ type burstyStore struct {
 	since     time.Time
 	rows      int
 	incidents int
-	peak      uint64
-	body      int
+	// every, when set, makes the logs a month's history's (internal/bench
+	// S8): a delivery of four attempts every every, the first three
+	// failing and the fourth failing one delivery in 50.
+	every time.Duration
+	peak  uint64
+	body  int
+	calls int
 }
 
 // sample notes the live heap.
@@ -68,6 +75,9 @@ func (s *burstyStore) ListTunings(context.Context, string, int) ([]store.Tuning,
 
 func (s *burstyStore) StreamEndpointOutcomes(_ context.Context, _ string, since, until time.Time, fn func(store.AttemptOutcome) error) error {
 	s.sample()
+	if s.every > 0 {
+		return s.deliveries(since, until, fn)
+	}
 	every := s.rows / s.incidents
 	for i := range s.rows {
 		at := s.since.Add(time.Duration(i) * burstyStep)
@@ -80,6 +90,26 @@ func (s *burstyStore) StreamEndpointOutcomes(_ context.Context, _ string, since,
 		}
 		if err := fn(store.AttemptOutcome{ID: int64(i + 1), At: at, Classification: class}); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// deliveries streams an S8 log: a delivery every s.every from a second
+// apart for each endpoint.
+func (s *burstyStore) deliveries(since, until time.Time, fn func(store.AttemptOutcome) error) error {
+	s.calls++
+	n := 0
+	for at := since.Add(time.Duration(s.calls%97) * time.Second); at.Before(until); at = at.Add(s.every) {
+		n++
+		for a := 1; a <= 4; a++ {
+			class := "failure"
+			if a == 4 && n%50 != 0 {
+				class = "success"
+			}
+			if err := fn(store.AttemptOutcome{ID: int64(4*n + a), At: at.Add(time.Duration(a) * time.Second), Classification: class}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -132,4 +162,39 @@ func TestPassHeapDoesNotGrowWithIncidents(t *testing.T) {
 	grown := float64(peak[400]) - float64(peak[100])
 	t.Logf("%.0f bytes more held at the peak for each more incident", grown/float64(found[400]-found[100]))
 	require.Less(t, grown, float64(perIncident*(found[400]-found[100])), "at most %d bytes an incident", perIncident)
+}
+
+// TestPassHeapDoesNotGrowWithAttempts: a pass over a week of a month's
+// history as internal/bench S8 loads it (a delivery of four attempts
+// every 43 minutes an endpoint at 4 million attempts a month, every 9 at
+// 20 million: no incident, too little quiet time to replay) holds, for
+// five times the attempts, no more heap at once than the larger log of
+// one endpoint it reads (and the spare capacity of its buffer): the
+// minutes with traffic are a bit a minute, not a time interval a
+// stretch. Not parallel: the live heap it measures is the process's.
+func TestPassHeapDoesNotGrowWithAttempts(t *testing.T) {
+	const endpoints = 200
+	since := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	until := since.Add(7 * 24 * time.Hour)
+	peak, held := map[time.Duration]uint64{}, map[time.Duration]int{}
+	for _, every := range []time.Duration{43 * time.Minute, 9 * time.Minute} {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		st := &burstyStore{class: trafficclass.Default("trickle"), since: since, every: every}
+		st.class.Breaker = breaker.DefaultConfig()
+		for i := range endpoints {
+			st.ids = append(st.ids, fmt.Sprintf("ep_%d", i))
+		}
+		tuner := New(Config{}, Deps{Store: st, Now: func() time.Time { return until }})
+		rec, used, err := tuner.pass(context.Background(), "trickle", since, until, false, false)
+		require.NoError(t, err)
+		require.Zero(t, rec.Evidence.Incidents)
+		peak[every], held[every] = max(st.peak, before.HeapAlloc)-before.HeapAlloc, used.held
+		t.Logf("a delivery every %s: %d attempts, at most %d rows held, a peak of %d KB held, a stored body of %d KB",
+			every, rec.Evidence.Attempts, used.held, peak[every]>>10, st.body>>10)
+	}
+	grown := float64(peak[9*time.Minute]) - float64(peak[43*time.Minute])
+	oneLog := 2 * float64(held[9*time.Minute]) * float64(unsafe.Sizeof(replay.Row{}))
+	require.Less(t, grown, oneLog+64<<10, "five times the attempts hold no more than one endpoint's larger log")
 }

@@ -439,7 +439,7 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		read := time.Since(started)
 		e := Measure(id, buf, since, until, byEndpoint[id])
 		if e.Counted() {
-			eps[i] = endpointKept{counted: true, attempts: e.Attempts, incidents: boundsOf(e.Incidents), active: activeMinutes(buf, since)}
+			eps[i] = endpointKept{counted: true, attempts: e.Attempts, incidents: boundsOf(e.Incidents), active: activeMinutes(buf, since, e.Minutes)}
 		}
 		red.add(e)
 		t.pace(ctx, paced, time.Since(started), read, &sp.measure, &sp)
