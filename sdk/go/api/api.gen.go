@@ -2210,7 +2210,7 @@ type TuningEvidence struct {
 		EndpointID       EndpointID `json:"endpoint_id"`
 		HealthyErrorRate *float32   `json:"healthy_error_rate"`
 
-		// Incidents At most 20 of the endpoint's incidents (tuning.MaxListedIncidents): those with the most failures, the earlier of a tie, in time order.
+		// Incidents At most 20 of the endpoint's incidents: those with the most failures, the earlier of a tie, in time order.
 		Incidents []struct {
 			Attempts  int       `json:"attempts"`
 			Failures  int       `json:"failures"`

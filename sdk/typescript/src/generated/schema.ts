@@ -2052,7 +2052,7 @@ export interface components {
                 attempts: number;
                 quiet_rps: number;
                 healthy_error_rate: number | null;
-                /** @description At most 20 of the endpoint's incidents (tuning.MaxListedIncidents): those with the most failures, the earlier of a tie, in time order. */
+                /** @description At most 20 of the endpoint's incidents: those with the most failures, the earlier of a tie, in time order. */
                 incidents: {
                     /** Format: date-time */
                     from: string;
