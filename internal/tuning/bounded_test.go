@@ -66,3 +66,36 @@ func TestRecommendationIsBoundedByEndpointsNotIncidents(t *testing.T) {
 	t.Logf("stored recommendation: %v bytes by incidents an endpoint", size)
 	require.Less(t, float64(size[1000]), 1.2*float64(size[250]), "the same size for four times the incidents")
 }
+
+// TestStoredEvidenceBeforeTheCap: the evidence of a change applied before
+// the endpoints counted their incidents (every incident listed, no
+// incidents_total) is shown with the count of all and the 20 with the
+// most failures, in time order; null stays null.
+func TestStoredEvidenceBeforeTheCap(t *testing.T) {
+	t.Parallel()
+	var incidents []map[string]any
+	for i := range 30 {
+		at := start.Add(time.Duration(i) * time.Hour)
+		incidents = append(incidents, map[string]any{"from": at, "to": at.Add(time.Minute), "attempts": 40, "failures": 10 + i%3*10,
+			"recorded": false, "recovery_s": 12.5})
+	}
+	old, err := json.Marshal(map[string]any{"since": start, "until": start.Add(48 * time.Hour), "endpoints": 1, "attempts": 5000,
+		"incidents": 30, "quiet_rps": 1.5, "healthy_error_rate": 0.01, "recovery_s_median": 12.5, "quiet_s": 90000,
+		"per_endpoint": []map[string]any{{"endpoint_id": "ep_01KKNTQ1T8VQ9FF8Q7A3NCTRXR", "attempts": 5000, "quiet_rps": 1.5,
+			"healthy_error_rate": 0.01, "incidents": incidents}}})
+	require.NoError(t, err)
+	var ev tuning.Evidence
+	require.NoError(t, json.Unmarshal(tuning.StoredEvidence(old), &ev))
+	require.Equal(t, 30, ev.Incidents)
+	require.Len(t, ev.PerEndpoint, 1)
+	e := ev.PerEndpoint[0]
+	require.Equal(t, 30, e.IncidentsTotal)
+	require.Len(t, e.Incidents, tuning.MaxListedIncidents)
+	for i, in := range e.Incidents {
+		require.GreaterOrEqual(t, in.Failures, 20, "the incidents with the most failures")
+		if i > 0 {
+			require.True(t, e.Incidents[i-1].From.Before(in.From), "in time order")
+		}
+	}
+	require.JSONEq(t, "null", string(tuning.StoredEvidence(json.RawMessage("null"))))
+}

@@ -2,6 +2,7 @@ package tuning
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -112,6 +113,36 @@ func (ce ClassEvidence) View(quiet time.Duration) Evidence {
 	return ev
 }
 
+// upgrade brings evidence stored before the endpoints counted their
+// incidents (each listed every one) to the shape shown now: the count of
+// all and at most MaxListedIncidents listed.
+func (ev *Evidence) upgrade() {
+	for i := range ev.PerEndpoint {
+		e := &ev.PerEndpoint[i]
+		if e.IncidentsTotal == 0 {
+			e.IncidentsTotal = len(e.Incidents)
+		}
+		e.Incidents = worst(e.Incidents, MaxListedIncidents, func(in IncidentView) int { return in.Failures })
+	}
+}
+
+// StoredEvidence returns the evidence of a change in a class's history
+// (store.Tuning.Evidence) as the API shows it now: a change applied before
+// the endpoints counted their incidents listed every one. Evidence that
+// does not decode is returned as it is.
+func StoredEvidence(raw json.RawMessage) json.RawMessage {
+	var ev *Evidence
+	if err := json.Unmarshal(raw, &ev); err != nil || ev == nil {
+		return raw
+	}
+	ev.upgrade()
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
 // view returns the endpoint's evidence as a recommendation shows it.
 func (e EndpointEvidence) view() EndpointView {
 	v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{},
@@ -131,19 +162,25 @@ func (e EndpointEvidence) view() EndpointView {
 // most failures, the earlier of a tie, in time order; all of them when
 // there are no more than n.
 func Worst(incidents []Incident, n int) []Incident {
-	if len(incidents) <= n {
-		return incidents
+	return worst(incidents, n, func(in Incident) int { return in.Failures })
+}
+
+// worst returns the n of list (in time order) with the most failures,
+// the earlier of a tie, in time order; list itself when it has no more.
+func worst[T any](list []T, n int, failures func(T) int) []T {
+	if len(list) <= n {
+		return list
 	}
-	idx := make([]int, len(incidents))
+	idx := make([]int, len(list))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(incidents[b].Failures, incidents[a].Failures) })
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(failures(list[b]), failures(list[a])) })
 	idx = idx[:n]
 	slices.Sort(idx)
-	out := make([]Incident, n)
+	out := make([]T, n)
 	for i, k := range idx {
-		out[i] = incidents[k]
+		out[i] = list[k]
 	}
 	return out
 }

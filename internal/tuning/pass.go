@@ -732,13 +732,7 @@ func decodeRecommendation(body []byte) (Recommendation, error) {
 	rec := s.Recommendation
 	rec.RejectedBefore = s.RejectedBefore
 	if rec.Evidence != nil {
-		// Stored before the endpoints counted their incidents: it listed
-		// every one.
-		for i, e := range rec.Evidence.PerEndpoint {
-			if e.IncidentsTotal == 0 {
-				rec.Evidence.PerEndpoint[i].IncidentsTotal = len(e.Incidents)
-			}
-		}
+		rec.Evidence.upgrade()
 	}
 	return rec, nil
 }
