@@ -231,7 +231,7 @@ func handleListTunings(d Deps) http.Handler {
 		out := make([]tuningResponse, len(list))
 		for i, t := range list {
 			out[i] = tuningResponse{ID: t.ID, At: t.At, Actor: t.Actor, OldConfig: t.OldConfig, NewConfig: t.NewConfig,
-				Figures: t.Figures, Evidence: t.Evidence, Reasons: t.Reasons}
+				Figures: t.Figures, Evidence: tuning.StoredEvidence(t.Evidence), Reasons: t.Reasons}
 		}
 		encode(w, http.StatusOK, listResponse[tuningResponse]{Data: out})
 	})

@@ -83,12 +83,18 @@ type Tally struct {
 	// Incidents is the number of incident traces.
 	Incidents int
 	// Detections holds, for each incident the breaker opened during, the
-	// time from the incident's first row to that open.
+	// time from the incident's first row to that open, while they number
+	// at most ExactDetections; past that, Add folds them into a histogram
+	// (and Detections is empty), which a copy of the tally shares.
 	Detections []time.Duration
+	// folded is the histogram of the detections past ExactDetections.
+	folded *detectHist
 	// ByIncident holds, for every incident trace in the order the traces
 	// were added, the time from its first row to the first open, or
 	// Undetected: tallies of configs over the same traces line up, so an
-	// incident can be compared config by config.
+	// incident can be compared config by config. It grows with the
+	// incidents: a caller that sums many traces' tallies compares them
+	// first and drops it (the tuning pass does, endpoint by endpoint).
 	ByIncident []time.Duration
 	// Wasted is the failures sent during incidents.
 	Wasted int
@@ -105,7 +111,7 @@ func (t *Tally) Add(o Tally) {
 	t.OpensQuiet += o.OpensQuiet
 	t.BlockedHealthy += o.BlockedHealthy
 	t.Incidents += o.Incidents
-	t.Detections = append(t.Detections, o.Detections...)
+	t.addDetections(o.Detections, o.folded)
 	t.ByIncident = append(t.ByIncident, o.ByIncident...)
 	t.Wasted += o.Wasted
 	t.Sent += o.Sent
@@ -123,7 +129,8 @@ type Figures struct {
 	// during.
 	IncidentsDetected int
 	// DetectMedian is the median time to open over the detected incidents
-	// (the lower middle one of an even count); 0 when none was.
+	// (the lower middle one of an even count); 0 when none was. Past
+	// ExactDetections detections, it is within DetectPrecision of it.
 	DetectMedian time.Duration
 	// DetectMax is the slowest detection; 0 when none was.
 	DetectMax time.Duration
@@ -135,12 +142,8 @@ type Figures struct {
 
 // Figures reduces t.
 func (t Tally) Figures() Figures {
-	f := Figures{OpensQuiet: t.OpensQuiet, BlockedHealthy: t.BlockedHealthy, Incidents: t.Incidents,
-		IncidentsDetected: len(t.Detections), Wasted: t.Wasted, Sent: t.Sent}
-	if len(t.Detections) > 0 {
-		d := slices.Sorted(slices.Values(t.Detections))
-		f.DetectMedian, f.DetectMax = d[(len(d)-1)/2], d[len(d)-1]
-	}
+	f := Figures{OpensQuiet: t.OpensQuiet, BlockedHealthy: t.BlockedHealthy, Incidents: t.Incidents, Wasted: t.Wasted, Sent: t.Sent}
+	f.IncidentsDetected, f.DetectMedian, f.DetectMax = t.detectionFigures()
 	return f
 }
 

@@ -240,19 +240,20 @@ func (t *Tuner) judge(ctx context.Context, c trafficclass.Class, rec Recommendat
 		live = append(live, ShadowOpen{EndpointID: o.EndpointID, At: o.At})
 		recorded[o.EndpointID] = append(recorded[o.EndpointID], RecordedOpen{At: o.At, Observations: o.Observations, Failures: o.Failures})
 	}
-	// One endpoint's log at a time: only its incidents are kept.
-	incidents := map[string][]Incident{}
-	var (
-		buf []replay.Row
-		err error
-	)
-	for _, id := range ids {
+	// One endpoint's log at a time, its incidents judged and dropped: the
+	// judge keeps counts.
+	var buf []replay.Row
+	j, err := judgeEndpoints(ids, rec.Shadow.Opens, live, func(id string) ([]Incident, error) {
+		var err error
 		if buf, err = t.readLog(ctx, id, rec.Shadow.Since, rec.Shadow.Until, buf); err != nil {
-			return err
+			return nil, err
 		}
-		incidents[id] = Measure(id, buf, rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents
+		return Measure(id, buf, rec.Shadow.Since, rec.Shadow.Until, recorded[id]).Incidents, nil
+	})
+	if err != nil {
+		return err
 	}
-	liveF, propF, ok, why := JudgeShadow(ids, incidents, rec.Shadow.Opens, live)
+	liveF, propF, ok, why := j.result()
 	rec.Shadow.Live, rec.Shadow.Proposed = &liveF, &propF
 	rec.Reasons = append(rec.Reasons, why...)
 	delete(t.shadows, c.Name)

@@ -1,6 +1,8 @@
 package tuning
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -71,13 +73,23 @@ type Evidence struct {
 	PerEndpoint      []EndpointView `json:"per_endpoint"`
 }
 
+// MaxListedIncidents is how many of an endpoint's incidents a
+// recommendation lists: the worst (most failures, the earlier of a tie),
+// in time order. IncidentsTotal counts them all, so that a recommendation's
+// size (stored, served and held by the pass) grows with the endpoints,
+// never with the incidents.
+const MaxListedIncidents = 20
+
 // EndpointView is one endpoint's evidence as a recommendation shows it.
 type EndpointView struct {
-	EndpointID       string         `json:"endpoint_id"`
-	Attempts         int            `json:"attempts"`
-	QuietRPS         float64        `json:"quiet_rps"`
-	HealthyErrorRate *float64       `json:"healthy_error_rate"`
-	Incidents        []IncidentView `json:"incidents"`
+	EndpointID       string   `json:"endpoint_id"`
+	Attempts         int      `json:"attempts"`
+	QuietRPS         float64  `json:"quiet_rps"`
+	HealthyErrorRate *float64 `json:"healthy_error_rate"`
+	// Incidents are at most MaxListedIncidents of its incidents.
+	Incidents []IncidentView `json:"incidents"`
+	// IncidentsTotal is how many incidents it had.
+	IncidentsTotal int `json:"incidents_total"`
 }
 
 // IncidentView is one incident as a recommendation shows it.
@@ -96,18 +108,81 @@ func (ce ClassEvidence) View(quiet time.Duration) Evidence {
 		QuietRPS: round(ce.QuietRPS, 6), HealthyErrorRate: round(ce.HealthyErrorRate, 6), RecoveryS: ce.Recovery.Seconds(),
 		QuietS: quiet.Seconds(), PerEndpoint: []EndpointView{}}
 	for _, e := range ce.Endpoints {
-		v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{}}
-		if !math.IsNaN(e.HealthyErrorRate) {
-			h := round(e.HealthyErrorRate, 6)
-			v.HealthyErrorRate = &h
-		}
-		for _, in := range e.Incidents {
-			v.Incidents = append(v.Incidents, IncidentView{From: in.From, To: in.To, Attempts: in.Attempts, Failures: in.Failures,
-				Recorded: in.Recorded, RecoveryS: in.Recovery.Seconds()})
-		}
-		ev.PerEndpoint = append(ev.PerEndpoint, v)
+		ev.PerEndpoint = append(ev.PerEndpoint, e.view())
 	}
 	return ev
+}
+
+// upgrade brings evidence stored before the endpoints counted their
+// incidents (each listed every one) to the shape shown now: the count of
+// all and at most MaxListedIncidents listed.
+func (ev *Evidence) upgrade() {
+	for i := range ev.PerEndpoint {
+		e := &ev.PerEndpoint[i]
+		if e.IncidentsTotal == 0 {
+			e.IncidentsTotal = len(e.Incidents)
+		}
+		e.Incidents = worst(e.Incidents, MaxListedIncidents, func(in IncidentView) int { return in.Failures })
+	}
+}
+
+// StoredEvidence returns the evidence of a change in a class's history
+// (store.Tuning.Evidence) as the API shows it now: a change applied before
+// the endpoints counted their incidents listed every one. Evidence that
+// does not decode is returned as it is.
+func StoredEvidence(raw json.RawMessage) json.RawMessage {
+	var ev *Evidence
+	if err := json.Unmarshal(raw, &ev); err != nil || ev == nil {
+		return raw
+	}
+	ev.upgrade()
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// view returns the endpoint's evidence as a recommendation shows it.
+func (e EndpointEvidence) view() EndpointView {
+	v := EndpointView{EndpointID: e.EndpointID, Attempts: e.Attempts, QuietRPS: round(e.QuietRPS, 6), Incidents: []IncidentView{},
+		IncidentsTotal: e.IncidentCount()}
+	if !math.IsNaN(e.HealthyErrorRate) {
+		h := round(e.HealthyErrorRate, 6)
+		v.HealthyErrorRate = &h
+	}
+	for _, in := range Worst(e.Incidents, MaxListedIncidents) {
+		v.Incidents = append(v.Incidents, IncidentView{From: in.From, To: in.To, Attempts: in.Attempts, Failures: in.Failures,
+			Recorded: in.Recorded, RecoveryS: in.Recovery.Seconds()})
+	}
+	return v
+}
+
+// Worst returns the n incidents of incidents (in time order) with the
+// most failures, the earlier of a tie, in time order; all of them when
+// there are no more than n.
+func Worst(incidents []Incident, n int) []Incident {
+	return worst(incidents, n, func(in Incident) int { return in.Failures })
+}
+
+// worst returns the n of list (in time order) with the most failures,
+// the earlier of a tie, in time order; list itself when it has no more.
+func worst[T any](list []T, n int, failures func(T) int) []T {
+	if len(list) <= n {
+		return list
+	}
+	idx := make([]int, len(list))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(failures(list[b]), failures(list[a])) })
+	idx = idx[:n]
+	slices.Sort(idx)
+	out := make([]T, n)
+	for i, k := range idx {
+		out[i] = list[k]
+	}
+	return out
 }
 
 func round(x float64, digits int) float64 {
@@ -193,6 +268,59 @@ type Change struct{ From, To breaker.Config }
 // skipped, and one that undoes a recent change (Undoes) must beat the
 // current config by twice the margin.
 func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) Decision {
+	return DecideCompared(current, ranked, CompareIncidents(current, ranked), h)
+}
+
+// Loss is what a config loses of the current config's detection, incident
+// by incident: the incidents the current config detects that it misses,
+// and those it detects more than DetectSlack later.
+type Loss struct{ Missed, Later int }
+
+// Add compares, incident by incident, a config's detections (by, as in
+// replay.Tally.ByIncident) with the current config's over the same
+// incidents (cur), and adds what it loses; by and cur line up.
+func (l *Loss) Add(cur, by []time.Duration) {
+	for i, at := range cur {
+		switch {
+		case at == replay.Undetected:
+		case by[i] == replay.Undetected:
+			l.Missed++
+		case by[i] > at+DetectSlack:
+			l.Later++
+		}
+	}
+}
+
+// CompareIncidents returns the losses of the ranked candidates whose
+// detections, incident by incident (replay.Candidate.ByIncident), line up
+// with the current config's: what DecideCompared reads.
+func CompareIncidents(current breaker.Config, ranked []replay.Candidate) map[breaker.Config]Loss {
+	i := slices.IndexFunc(ranked, func(c replay.Candidate) bool { return c.Config == current })
+	if i < 0 {
+		return nil
+	}
+	cur := ranked[i]
+	if len(cur.ByIncident) != cur.Figures.Incidents {
+		return nil
+	}
+	out := map[breaker.Config]Loss{}
+	for _, c := range ranked {
+		if len(c.ByIncident) != len(cur.ByIncident) {
+			continue
+		}
+		var l Loss
+		l.Add(cur.ByIncident, c.ByIncident)
+		out[c.Config] = l
+	}
+	return out
+}
+
+// DecideCompared is DecideWith with the candidates' losses against the
+// current config already counted (losses, by config; Loss.Add), as a pass
+// counts them endpoint by endpoint without keeping every incident's
+// detections: a candidate without one is judged on the sums (the
+// incidents detected, the slowest detection).
+func DecideCompared(current breaker.Config, ranked []replay.Candidate, losses map[breaker.Config]Loss, h History) Decision {
 	var cur *replay.Candidate
 	for i := range ranked {
 		if ranked[i].Config == current {
@@ -225,7 +353,8 @@ func DecideWith(current breaker.Config, ranked []replay.Candidate, h History) De
 			note("%s was rejected before from the same config and is not proposed again (change the class or its bounds to tune it again)", describe(c.Config))
 			continue
 		}
-		if miss := detectionLoss(*cur, c); miss != "" {
+		loss, compared := losses[c.Config]
+		if miss := detectionLoss(*cur, c, loss, compared); miss != "" {
 			note("the best candidate (%s) %s", describe(c.Config), miss)
 			continue
 		}
@@ -298,25 +427,16 @@ func detectionDriven(name string) bool {
 
 // detectionLoss says what c loses of cur's detection, in words, or "" when
 // it detects every incident cur detects, none more than DetectSlack later,
-// and at least one when there are incidents.
-func detectionLoss(cur, c replay.Candidate) string {
+// and at least one when there are incidents: from its loss compared
+// incident by incident, or without it, from the sums.
+func detectionLoss(cur, c replay.Candidate, loss Loss, compared bool) string {
 	if cur.Figures.Incidents > 0 && c.Figures.IncidentsDetected == 0 {
 		return fmt.Sprintf("detects none of the %d incidents", cur.Figures.Incidents)
 	}
-	missed, later := 0, 0
-	if len(cur.ByIncident) == len(c.ByIncident) && len(cur.ByIncident) == cur.Figures.Incidents {
-		for i, at := range cur.ByIncident {
-			switch {
-			case at == replay.Undetected:
-			case c.ByIncident[i] == replay.Undetected:
-				missed++
-			case c.ByIncident[i] > at+DetectSlack:
-				later++
-			}
-		}
-	} else {
+	missed, later := loss.Missed, loss.Later
+	if !compared {
 		// Without the incidents one by one, the sums.
-		missed = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0)
+		missed, later = max(cur.Figures.IncidentsDetected-c.Figures.IncidentsDetected, 0), 0
 		if missed == 0 && c.Figures.DetectMax > cur.Figures.DetectMax+DetectSlack {
 			later = 1
 		}

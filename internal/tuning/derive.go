@@ -94,7 +94,9 @@ func Within(c breaker.Config, b Bounds) bool {
 // ClassEvidence is the evidence of every endpoint of a class, reduced.
 type ClassEvidence struct {
 	Since, Until time.Time
-	Endpoints    []EndpointEvidence
+	// Endpoints are the endpoints' evidence, each with only the incidents
+	// a recommendation lists (MaxListedIncidents) and the count of all.
+	Endpoints []EndpointEvidence
 	// Attempts sums the endpoints'; Counted sums those of the endpoints
 	// whose log counts as evidence (EndpointEvidence.Counted), and Sparse
 	// is how many do not. Incidents sums the counted endpoints'.
@@ -108,42 +110,63 @@ type ClassEvidence struct {
 	// threshold stays clear of the noise of all but 1% of the volume.
 	HealthyErrorRate float64
 	// Recovery is the median recovery time over every incident; 0 without
-	// one.
+	// one. Past replay.ExactDetections recoveries it is within
+	// replay.DetectPrecision of it (replay.Durations).
 	Recovery time.Duration
 }
 
 // Reduce sums and summarises the endpoints' evidence; the class's figures
 // come from the endpoints whose log counts (EndpointEvidence.Counted).
 func Reduce(since, until time.Time, eps []EndpointEvidence) ClassEvidence {
-	ce := ClassEvidence{Since: since, Until: until, Endpoints: eps}
-	var quiet, quietW, healthy, healthyW []float64
-	var recoveries []time.Duration
+	r := newReducer(since, until)
 	for _, e := range eps {
-		ce.Attempts += e.Attempts
-		if !e.Counted() {
-			ce.Sparse++
-			continue
-		}
-		ce.Counted += e.Attempts
-		ce.Incidents += len(e.Incidents)
-		if e.Attempts > 0 {
-			quiet, quietW = append(quiet, e.QuietRPS), append(quietW, float64(e.Attempts))
-		}
-		if !math.IsNaN(e.HealthyErrorRate) && e.HealthyAttempts > 0 {
-			healthy, healthyW = append(healthy, e.HealthyErrorRate), append(healthyW, float64(e.HealthyAttempts))
-		}
-		for _, in := range e.Incidents {
-			if in.Recovery > 0 {
-				recoveries = append(recoveries, in.Recovery)
-			}
+		r.add(e)
+	}
+	return r.result()
+}
+
+// reducer reduces the endpoints' evidence one endpoint at a time, as
+// Reduce does, keeping of each endpoint only what its class's evidence
+// needs: O(endpoints), whatever the number of incidents.
+type reducer struct {
+	ce                               ClassEvidence
+	quiet, quietW, healthy, healthyW []float64
+	recoveries                       replay.Durations
+}
+
+func newReducer(since, until time.Time) *reducer {
+	return &reducer{ce: ClassEvidence{Since: since, Until: until, Endpoints: []EndpointEvidence{}}}
+}
+
+// add adds an endpoint's evidence.
+func (r *reducer) add(e EndpointEvidence) {
+	r.ce.Endpoints = append(r.ce.Endpoints, e.compact())
+	r.ce.Attempts += e.Attempts
+	if !e.Counted() {
+		r.ce.Sparse++
+		return
+	}
+	r.ce.Counted += e.Attempts
+	r.ce.Incidents += e.IncidentCount()
+	if e.Attempts > 0 {
+		r.quiet, r.quietW = append(r.quiet, e.QuietRPS), append(r.quietW, float64(e.Attempts))
+	}
+	if !math.IsNaN(e.HealthyErrorRate) && e.HealthyAttempts > 0 {
+		r.healthy, r.healthyW = append(r.healthy, e.HealthyErrorRate), append(r.healthyW, float64(e.HealthyAttempts))
+	}
+	for _, in := range e.Incidents {
+		if in.Recovery > 0 {
+			r.recoveries.Add(in.Recovery)
 		}
 	}
-	ce.QuietRPS = WeightedQuantile(quiet, quietW, 0.5)
-	ce.HealthyErrorRate = WeightedQuantile(healthy, healthyW, trafficclass.HealthyQuantile)
-	if len(recoveries) > 0 {
-		slices.Sort(recoveries)
-		ce.Recovery = recoveries[(len(recoveries)-1)/2]
-	}
+}
+
+// result returns the class's evidence.
+func (r *reducer) result() ClassEvidence {
+	ce := r.ce
+	ce.QuietRPS = WeightedQuantile(r.quiet, r.quietW, 0.5)
+	ce.HealthyErrorRate = WeightedQuantile(r.healthy, r.healthyW, trafficclass.HealthyQuantile)
+	ce.Recovery = r.recoveries.Median()
 	return ce
 }
 

@@ -96,10 +96,59 @@ type EndpointEvidence struct {
 	// least MinBucketAttempts requests, or the failure rate of the whole
 	// log without one: the rate the incident finder judges runs against.
 	Baseline float64
-	// Incidents are the incidents found, in time order.
+	// Incidents are the incidents found, in time order; in a class's
+	// evidence (ClassEvidence.Endpoints), only those a recommendation
+	// lists (Worst), and IncidentCount counts them all.
 	Incidents []Incident
 	// Minutes is the minutes of the range.
 	Minutes int
+	// incidents is how many incidents were found, once Incidents is cut
+	// to the listed ones (compacted).
+	incidents int
+	compacted bool
+}
+
+// IncidentCount returns how many incidents the endpoint had.
+func (e EndpointEvidence) IncidentCount() int {
+	if e.compacted {
+		return e.incidents
+	}
+	return len(e.Incidents)
+}
+
+// compact returns e with only the incidents a recommendation lists.
+func (e EndpointEvidence) compact() EndpointEvidence {
+	if e.compacted {
+		return e
+	}
+	e.incidents, e.compacted = len(e.Incidents), true
+	e.Incidents = slices.Clone(Worst(e.Incidents, MaxListedIncidents))
+	return e
+}
+
+// incidentBounds are the bounds of an endpoint's incidents, in time
+// order, in nanoseconds since the epoch: all a pass keeps of them between
+// its reads of the log (for the quiet time and the segments), 16 bytes an
+// incident.
+type incidentBounds []int64
+
+// boundsOf returns the bounds of incidents.
+func boundsOf(incidents []Incident) incidentBounds {
+	out := make(incidentBounds, 0, 2*len(incidents))
+	for _, in := range incidents {
+		out = append(out, in.From.UnixNano(), in.To.UnixNano())
+	}
+	return out
+}
+
+// incidents returns the incidents of the bounds, with only their
+// intervals: what Segments reads.
+func (b incidentBounds) incidents() []Incident {
+	out := make([]Incident, len(b)/2)
+	for i := range out {
+		out[i].Interval = Interval{From: time.Unix(0, b[2*i]).UTC(), To: time.Unix(0, b[2*i+1]).UTC()}
+	}
+	return out
 }
 
 // Measure reads the evidence of one endpoint from its rows in [since,
@@ -173,44 +222,55 @@ func Measure(endpointID string, rows []replay.Row, since, until time.Time, opens
 // MinEndpointAttempts attempts.
 func (e EndpointEvidence) Counted() bool { return e.Attempts >= MinEndpointAttempts }
 
-// activeSpans are the stretches of whole minutes of a range, from its
-// start, in each of which an endpoint has at least one attempt: what the
-// quiet time with traffic needs of its log, a span per stretch (one for
-// an endpoint busy all along), in time order.
-type activeSpans []Interval
+// activeSpans are the minutes of a range, from its start, in each of
+// which an endpoint has at least one attempt, a bit a minute: what the
+// quiet time with traffic needs of its log, in a bit per minute of the
+// range (1.3 KB for a week), whatever the attempts.
+type activeSpans []uint64
 
-// activeMinutes returns the stretches of minutes from since in which rows
-// (in time order) have at least one attempt.
-func activeMinutes(rows []replay.Row, since time.Time) activeSpans {
-	var out activeSpans
+// activeMinutes returns the minutes from since, of the minutes of the
+// range, in which rows (in time order) have at least one attempt.
+func activeMinutes(rows []replay.Row, since time.Time, minutes int) activeSpans {
+	out := make(activeSpans, (minutes+63)/64)
 	base := since.UnixNano()
-	last := int64(-2)
 	for _, r := range rows {
 		if int64(r.TS) < base {
 			continue
 		}
-		m := (int64(r.TS) - base) / int64(time.Minute)
-		switch {
-		case m == last:
-			continue
-		case m == last+1:
-			out[len(out)-1].To = out[len(out)-1].To.Add(time.Minute)
-		default:
-			from := time.Unix(0, base+m*int64(time.Minute))
-			out = append(out, Interval{From: from, To: from.Add(time.Minute)})
+		if m := (int64(r.TS) - base) / int64(time.Minute); m < int64(minutes) {
+			out[m/64] |= 1 << (m % 64)
 		}
-		last = m
 	}
 	return out
 }
 
+// stretches calls fn with each stretch of active minutes [from, to), in
+// time order.
+func (a activeSpans) stretches(fn func(from, to int)) {
+	from := -1
+	for m := range 64 * len(a) {
+		on := a[m/64]&(1<<(m%64)) != 0
+		switch {
+		case on && from < 0:
+			from = m
+		case !on && from >= 0:
+			fn(from, m)
+			from = -1
+		}
+	}
+	if from >= 0 {
+		fn(from, 64*len(a))
+	}
+}
+
 // activeQuiet returns how much of the quiet segments (those without an
-// incident) falls in the active minutes: the quiet time the endpoint's
-// traffic saw.
-func activeQuiet(active activeSpans, segs []Segment) time.Duration {
+// incident) falls in the active minutes from since: the quiet time the
+// endpoint's traffic saw.
+func activeQuiet(since time.Time, active activeSpans, segs []Segment) time.Duration {
 	var total time.Duration
 	j := 0
-	for _, a := range active {
+	active.stretches(func(from, to int) {
+		a := Interval{From: since.Add(time.Duration(from) * time.Minute), To: since.Add(time.Duration(to) * time.Minute)}
 		for j < len(segs) && !segs[j].To.After(a.From) {
 			j++
 		}
@@ -227,7 +287,7 @@ func activeQuiet(active activeSpans, segs []Segment) time.Duration {
 			}
 			total += hi.Sub(lo)
 		}
-	}
+	})
 	return total
 }
 

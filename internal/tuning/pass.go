@@ -370,6 +370,16 @@ type passUsed struct {
 	held int
 }
 
+// endpointKept is what a pass keeps of a counted endpoint between its
+// reads of the log: the bounds of its incidents (for its segments) and
+// its minutes with traffic (for its quiet time, dropped once counted).
+type endpointKept struct {
+	counted   bool
+	attempts  int
+	incidents incidentBounds
+	active    activeSpans
+}
+
 // hold notes that the pass holds n rows of the log at once.
 func (u *passUsed) hold(n int) { u.held = max(u.held, n) }
 
@@ -408,15 +418,18 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	// the class's figures, the derived config, the grid and the quiet time
 	// come; then, when that is evidence enough, to cut each endpoint's log
 	// into the grid's segments and replay them. Between endpoints the pass
-	// keeps only their evidence and the grid's tallies: O(endpoints x
-	// grid), whatever the number of attempts.
+	// keeps only their evidence (with MaxListedIncidents incidents each),
+	// the bounds of their incidents, their minutes with traffic (until the
+	// quiet time is counted) and the grid's tallies and losses: O(endpoints
+	// x grid) beside 16 bytes an incident, whatever the number of
+	// attempts.
 	var (
 		sp  spent
 		buf []replay.Row
 	)
 	used := &passUsed{segments: map[string][]Segment{}}
-	evs := make([]EndpointEvidence, len(ids))
-	active := make([]activeSpans, len(ids))
+	red := newReducer(since, until)
+	eps := make([]endpointKept, len(ids))
 	for i, id := range ids {
 		started := time.Now()
 		if buf, err = t.readLog(ctx, id, since, until, buf); err != nil {
@@ -424,13 +437,14 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		}
 		used.hold(len(buf))
 		read := time.Since(started)
-		evs[i] = Measure(id, buf, since, until, byEndpoint[id])
-		if evs[i].Counted() {
-			active[i] = activeMinutes(buf, since)
+		e := Measure(id, buf, since, until, byEndpoint[id])
+		if e.Counted() {
+			eps[i] = endpointKept{counted: true, attempts: e.Attempts, incidents: boundsOf(e.Incidents), active: activeMinutes(buf, since, e.Minutes)}
 		}
+		red.add(e)
 		t.pace(ctx, paced, time.Since(started), read, &sp.measure, &sp)
 	}
-	ev := Reduce(since, until, evs)
+	ev := red.result()
 	ranAt := t.deps.Now().UTC()
 	cur := ClassConfig(c.Breaker)
 	rec := Recommendation{Class: name, Status: StatusKept, Mode: c.AutoTune, Current: &cur, RanAt: &ranAt}
@@ -449,16 +463,16 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	// contribute the whole range.
 	var quietSum, quietWeight float64
 	for i, id := range ids {
-		if !evs[i].Counted() {
+		if !eps[i].counted {
 			continue
 		}
-		segments := Segments(since, until, evs[i].Incidents, lead)
+		segments := Segments(since, until, eps[i].incidents.incidents(), lead)
 		if keepSegments {
 			used.segments[id] = segments
 		}
-		quietSum += float64(evs[i].Attempts) * activeQuiet(active[i], segments).Seconds()
-		quietWeight += float64(evs[i].Attempts)
-		active[i] = nil
+		quietSum += float64(eps[i].attempts) * activeQuiet(since, eps[i].active, segments).Seconds()
+		quietWeight += float64(eps[i].attempts)
+		eps[i].active = nil
 	}
 	var quiet time.Duration
 	if quietWeight > 0 {
@@ -471,9 +485,14 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 		used.spent = sp
 		return rec, used, t.save(ctx, c, rec)
 	}
+	// Each endpoint's detections are compared with the current config's
+	// incident by incident as its tallies come, and dropped: the pass
+	// keeps a loss and a tally per config, not a detection per incident.
 	tallies := make([]replay.Tally, len(configs))
+	losses := make([]Loss, len(configs))
+	ref := slices.Index(configs, c.Breaker)
 	for i, id := range ids {
-		if !evs[i].Counted() {
+		if !eps[i].counted {
 			continue
 		}
 		started := time.Now()
@@ -481,14 +500,21 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 			return Recommendation{}, nil, err
 		}
 		read := time.Since(started)
-		traces := Traces(buf, Segments(since, until, evs[i].Incidents, lead))
+		traces := Traces(buf, Segments(since, until, eps[i].incidents.incidents(), lead))
+		eps[i].incidents = nil
 		used.hold(len(buf) + traceRows(traces))
 		if len(traces) > 0 {
 			part, err := replay.Score(configs, traces, replay.SweepOptions{Seed: t.cfg.Seed, Workers: 1})
 			if err != nil {
 				return Recommendation{}, nil, fmt.Errorf("replay endpoint %s: %w", id, err)
 			}
+			if ref >= 0 {
+				for j := range part {
+					losses[j].Add(part[ref].ByIncident, part[j].ByIncident)
+				}
+			}
 			for j := range tallies {
+				part[j].ByIncident = nil
 				tallies[j].Add(part[j])
 			}
 		}
@@ -496,7 +522,14 @@ func (t *Tuner) pass(ctx context.Context, name string, since, until time.Time, p
 	}
 	used.spent = sp
 	ranked := replay.Ranked(configs, tallies)
-	d := DecideWith(c.Breaker, ranked, hist)
+	var compared map[breaker.Config]Loss
+	if ref >= 0 {
+		compared = make(map[breaker.Config]Loss, len(configs))
+		for j, l := range losses {
+			compared[configs[j]] = l
+		}
+	}
+	d := DecideCompared(c.Breaker, ranked, compared, hist)
 	rec.Configs = len(configs)
 	rec.Status, rec.Reasons = d.Status, d.Reasons
 	if d.Current != nil {
@@ -698,5 +731,8 @@ func decodeRecommendation(body []byte) (Recommendation, error) {
 	}
 	rec := s.Recommendation
 	rec.RejectedBefore = s.RejectedBefore
+	if rec.Evidence != nil {
+		rec.Evidence.upgrade()
+	}
 	return rec, nil
 }

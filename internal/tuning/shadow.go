@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/hookd/hookd/internal/replay"
 )
 
 // DetectTolerance is how much slower than the live breaker a shadow may
@@ -12,54 +14,105 @@ import (
 // logged attempt's end.
 const DetectTolerance = time.Second
 
-// openAt is an open of an endpoint's breaker at a time.
-type openAt struct {
-	endpoint string
-	at       time.Time
+// liveTally counts one config's opens against the incidents found in the
+// shadow's range, endpoint by endpoint: opens outside every incident (from
+// IncidentBucket before its start to IncidentTail after its end) are
+// quiet-time opens; each incident's first open inside that span detects
+// it.
+type liveTally struct {
+	f        LiveFigures
+	detected replay.Durations
 }
 
-// liveFigures counts opens against the incidents found in the shadow's
-// range: opens outside every incident (from IncidentBucket before its
-// start to IncidentTail after its end) are quiet-time opens; each
-// incident's first open inside that span detects it. It returns the
-// figures and each incident's detection (nil when undetected), in the
-// order of the endpoints' incidents.
-func liveFigures(opens []openAt, incidents map[string][]Incident, endpoints []string) (LiveFigures, []*time.Duration) {
-	var f LiveFigures
+// add counts an endpoint's opens (in time order) against its incidents,
+// and returns each incident's detection (Undetected when none).
+func (l *liveTally) add(incidents []Incident, opens []time.Time) []time.Duration {
 	span := func(in Incident) Interval {
 		return Interval{From: in.From.Add(-IncidentBucket), To: in.To.Add(IncidentTail)}
 	}
-	for _, o := range opens {
-		if !slices.ContainsFunc(incidents[o.endpoint], func(in Incident) bool { return span(in).Contains(o.at) }) {
-			f.OpensQuiet++
+	for _, at := range opens {
+		if !slices.ContainsFunc(incidents, func(in Incident) bool { return span(in).Contains(at) }) {
+			l.f.OpensQuiet++
 		}
 	}
-	var detections []*time.Duration
-	var detected []time.Duration
-	for _, ep := range endpoints {
-		for _, in := range incidents[ep] {
-			f.Incidents++
-			var d *time.Duration
-			for _, o := range opens {
-				if o.endpoint == ep && span(in).Contains(o.at) {
-					x := max(o.at.Sub(in.From), 0)
-					d = &x
-					break
-				}
+	out := make([]time.Duration, len(incidents))
+	for i, in := range incidents {
+		l.f.Incidents++
+		out[i] = replay.Undetected
+		for _, at := range opens {
+			if span(in).Contains(at) {
+				out[i] = max(at.Sub(in.From), 0)
+				l.detected.Add(out[i])
+				break
 			}
-			if d != nil {
-				detected = append(detected, *d)
-			}
-			detections = append(detections, d)
 		}
 	}
-	f.IncidentsDetected = len(detected)
-	if len(detected) > 0 {
-		slices.Sort(detected)
-		m, x := round(detected[(len(detected)-1)/2].Seconds(), 3), round(detected[len(detected)-1].Seconds(), 3)
+	return out
+}
+
+// figures returns the config's live figures.
+func (l *liveTally) figures() LiveFigures {
+	f := l.f
+	f.IncidentsDetected = l.detected.Len()
+	if f.IncidentsDetected > 0 {
+		m, x := round(l.detected.Median().Seconds(), 3), round(l.detected.Max().Seconds(), 3)
 		f.DetectSMedian, f.DetectSMax = &m, &x
 	}
-	return f, detections
+	return f
+}
+
+// shadowJudge judges a shadow endpoint by endpoint, keeping only counts
+// (and the detection times' median): a judge reads one endpoint's log at
+// a time and holds its incidents only while it counts them.
+type shadowJudge struct {
+	live, proposed liveTally
+	// slower is how many incidents the live config detected that the
+	// shadow detected more than DetectTolerance later, or not at all.
+	slower int
+}
+
+// add judges one endpoint: its incidents in the shadow's range and the
+// opens of the shadow and of the live breaker, each in time order.
+func (j *shadowJudge) add(incidents []Incident, shadow, live []time.Time) {
+	liveD := j.live.add(incidents, live)
+	propD := j.proposed.add(incidents, shadow)
+	for i := range liveD {
+		if liveD[i] == replay.Undetected {
+			continue
+		}
+		if propD[i] == replay.Undetected || propD[i] > liveD[i]+DetectTolerance {
+			j.slower++
+		}
+	}
+}
+
+// result returns both configs' live figures and whether the proposal
+// agrees with its replay, with the reasons.
+func (j *shadowJudge) result() (liveF, proposedF LiveFigures, ok bool, reasons []string) {
+	liveF, proposedF = j.live.figures(), j.proposed.figures()
+	ok = true
+	if proposedF.OpensQuiet > liveF.OpensQuiet {
+		ok = false
+		reasons = append(reasons, fmt.Sprintf("the shadow opened %d times on quiet traffic, more than the live config's %d", proposedF.OpensQuiet, liveF.OpensQuiet))
+	}
+	if j.slower > 0 {
+		ok = false
+		reasons = append(reasons, fmt.Sprintf("the shadow detected %d of the incidents seen live later than the live config, or not at all", j.slower))
+	}
+	if ok {
+		reasons = append(reasons, fmt.Sprintf("the shadow agrees with the replay: %d quiet-time opens against the live config's %d, and no incident detected later",
+			proposedF.OpensQuiet, liveF.OpensQuiet))
+	}
+	return liveF, proposedF, ok, reasons
+}
+
+// opensBy returns the times of opens (in time order) by endpoint.
+func opensBy(opens []ShadowOpen) map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for _, o := range opens {
+		out[o.EndpointID] = append(out[o.EndpointID], o.At)
+	}
+	return out
 }
 
 // JudgeShadow compares a proposal's shadow opens with the live breakers'
@@ -67,38 +120,33 @@ func liveFigures(opens []openAt, incidents map[string][]Incident, endpoints []st
 // that range (by endpoint). The proposal agrees with its replay when it
 // made no more quiet-time opens than the live config and detected every
 // incident the live config detected no slower (within DetectTolerance).
-// Opens must be in time order.
+// Opens must be in time order; an open of an endpoint not in endpoints is
+// a quiet-time open.
 func JudgeShadow(endpoints []string, incidents map[string][]Incident, shadow, live []ShadowOpen) (liveF, proposedF LiveFigures, ok bool, reasons []string) {
-	conv := func(in []ShadowOpen) []openAt {
-		out := make([]openAt, len(in))
-		for i, o := range in {
-			out[i] = openAt{endpoint: o.EndpointID, at: o.At}
+	j, _ := judgeEndpoints(endpoints, shadow, live, func(id string) ([]Incident, error) { return incidents[id], nil })
+	return j.result()
+}
+
+// judgeEndpoints judges a shadow as JudgeShadow does, endpoint by
+// endpoint, asking incidentsOf for each endpoint's incidents in turn: it
+// holds one endpoint's incidents at a time.
+func judgeEndpoints(endpoints []string, shadow, live []ShadowOpen, incidentsOf func(id string) ([]Incident, error)) (*shadowJudge, error) {
+	var j shadowJudge
+	shadowBy, liveBy := opensBy(shadow), opensBy(live)
+	for _, id := range endpoints {
+		incidents, err := incidentsOf(id)
+		if err != nil {
+			return nil, err
 		}
-		return out
+		j.add(incidents, shadowBy[id], liveBy[id])
+		delete(shadowBy, id)
+		delete(liveBy, id)
 	}
-	liveF, liveD := liveFigures(conv(live), incidents, endpoints)
-	proposedF, propD := liveFigures(conv(shadow), incidents, endpoints)
-	ok = true
-	if proposedF.OpensQuiet > liveF.OpensQuiet {
-		ok = false
-		reasons = append(reasons, fmt.Sprintf("the shadow opened %d times on quiet traffic, more than the live config's %d", proposedF.OpensQuiet, liveF.OpensQuiet))
+	for _, at := range shadowBy {
+		j.proposed.add(nil, at)
 	}
-	slower := 0
-	for i := range liveD {
-		if liveD[i] == nil {
-			continue
-		}
-		if propD[i] == nil || *propD[i] > *liveD[i]+DetectTolerance {
-			slower++
-		}
+	for _, at := range liveBy {
+		j.live.add(nil, at)
 	}
-	if slower > 0 {
-		ok = false
-		reasons = append(reasons, fmt.Sprintf("the shadow detected %d of the incidents seen live later than the live config, or not at all", slower))
-	}
-	if ok {
-		reasons = append(reasons, fmt.Sprintf("the shadow agrees with the replay: %d quiet-time opens against the live config's %d, and no incident detected later",
-			proposedF.OpensQuiet, liveF.OpensQuiet))
-	}
-	return liveF, proposedF, ok, reasons
+	return &j, nil
 }

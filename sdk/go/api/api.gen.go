@@ -2197,7 +2197,7 @@ type TuningConfig struct {
 // TuningConfigTrip defines model for TuningConfig.Trip.
 type TuningConfigTrip string
 
-// TuningEvidence What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures.
+// TuningEvidence What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures, with at most 20 of its incidents listed (the worst) and the count of all of them.
 type TuningEvidence struct {
 	Attempts         int     `json:"attempts"`
 	Endpoints        int     `json:"endpoints"`
@@ -2209,7 +2209,9 @@ type TuningEvidence struct {
 		// EndpointID A endpoint id: `ep_` and a ULID, so ids sort by creation time.
 		EndpointID       EndpointID `json:"endpoint_id"`
 		HealthyErrorRate *float32   `json:"healthy_error_rate"`
-		Incidents        []struct {
+
+		// Incidents At most 20 of the endpoint's incidents: those with the most failures, the earlier of a tie, in time order.
+		Incidents []struct {
 			Attempts  int       `json:"attempts"`
 			Failures  int       `json:"failures"`
 			From      time.Time `json:"from"`
@@ -2217,7 +2219,10 @@ type TuningEvidence struct {
 			RecoveryS float32   `json:"recovery_s"`
 			To        time.Time `json:"to"`
 		} `json:"incidents"`
-		QuietRps float32 `json:"quiet_rps"`
+
+		// IncidentsTotal How many incidents the endpoint had; more than the incidents listed when it had more than 20.
+		IncidentsTotal int     `json:"incidents_total"`
+		QuietRps       float32 `json:"quiet_rps"`
 	} `json:"per_endpoint"`
 	QuietRps        float32   `json:"quiet_rps"`
 	QuietS          float32   `json:"quiet_s"`

@@ -2034,7 +2034,7 @@ export interface components {
             detect_s_median: number | null;
             detect_s_max: number | null;
         };
-        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures. */
+        /** @description What the pass read: the range of the log, the class's endpoints and their counted attempts, the incidents found (on endpoints of at least 20 attempts), the median of the endpoints' quiet-time volumes over their active minutes weighted by their attempts (requests/s), the 99th percentile of their healthy error rates weighted by the requests measured, the median recovery time, the quiet time with traffic of the endpoints of at least 20 attempts (their mean weighted by attempts, in seconds), and each endpoint's figures, with at most 20 of its incidents listed (the worst) and the count of all of them. */
         TuningEvidence: {
             /** Format: date-time */
             since: string;
@@ -2052,6 +2052,7 @@ export interface components {
                 attempts: number;
                 quiet_rps: number;
                 healthy_error_rate: number | null;
+                /** @description At most 20 of the endpoint's incidents: those with the most failures, the earlier of a tie, in time order. */
                 incidents: {
                     /** Format: date-time */
                     from: string;
@@ -2062,6 +2063,8 @@ export interface components {
                     recorded: boolean;
                     recovery_s: number;
                 }[];
+                /** @description How many incidents the endpoint had; more than the incidents listed when it had more than 20. */
+                incidents_total: number;
             }[];
         };
         /** @description The proposal's shadow: its range, how far its shadow breakers have read the log and how many outcomes fed them, their would-be trips, and once judged both configs' live figures. */
