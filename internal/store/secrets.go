@@ -33,7 +33,9 @@ func endpointHeaderContext(id, name string) string {
 
 // endpointDestinationContext is the context the destination credentials
 // of endpoint id are sealed for.
-func endpointDestinationContext(id string) string { return "endpoint:" + id + ":destination-credentials" }
+func endpointDestinationContext(id string) string {
+	return "endpoint:" + id + ":destination-credentials"
+}
 
 // sealDestinationCredentials returns c as the stored JSON object, sealed
 // for endpoint id when the store has a keyring; nil for none.
