@@ -81,7 +81,7 @@ type createEndpointRequest struct {
 	// Type is "http" (omitted) or a destination type; Destination is
 	// its config, credentials included.
 	Type        string          `json:"type"`
-	Destination json.RawMessage `json:"destination"`
+	Destination json.RawMessage `json:"destination,omitempty"`
 	endpointOptions
 }
 
@@ -219,7 +219,7 @@ type updateEndpointRequest struct {
 	// Type and Destination change what the endpoint delivers to; a
 	// credential the destination leaves out keeps its stored value.
 	Type        *string         `json:"type"`
-	Destination json.RawMessage `json:"destination"`
+	Destination json.RawMessage `json:"destination,omitempty"`
 	endpointOptions
 }
 
