@@ -101,10 +101,12 @@ func (h *destHarness) requireAuthDisabled(endpointID string) {
 	}, waitFor, 20*time.Millisecond, "the endpoint is disabled by its auth failures")
 	require.NotNil(h.t, got.DisabledReason)
 	require.Equal(h.t, "auth_failures", *got.DisabledReason)
+	// The last attempt met the wall (RabbitMQ's first may be a timeout:
+	// it delays its refusal).
 	var class, ec, excerpt string
 	var status *int
 	require.NoError(h.t, h.db.Pool.QueryRow(h.t.Context(), `
-		SELECT classification, error_class, response_excerpt, status_code FROM delivery_attempts WHERE endpoint_id = $1 ORDER BY id LIMIT 1`,
+		SELECT classification, error_class, response_excerpt, status_code FROM delivery_attempts WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 1`,
 		endpointID).Scan(&class, &ec, &excerpt, &status))
 	require.Equal(h.t, "auth_failure", class)
 	require.Equal(h.t, "auth_refused", ec)
