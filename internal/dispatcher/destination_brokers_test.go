@@ -2,8 +2,9 @@ package dispatcher_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,8 +31,15 @@ const (
 	rabbitMQAddr = "127.0.0.1:5672"
 )
 
-// testName is a name of the test's own on a shared broker.
-func testName(t *testing.T) string { return "hookdtest" + newSecret(t)[6:18] }
+// testName is a name of the test's own on a shared broker: letters and
+// digits only, valid as a stream, exchange, topic level or key.
+func testName(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return "hookdtest" + hex.EncodeToString(b[:])
+}
 
 // kafkaRecords reads n records of topic from the start.
 func kafkaRecords(t *testing.T, brokers []string, topic string, n int) []consumedMessage {
@@ -100,10 +108,10 @@ func requireOrder(t *testing.T, ids []string, got []consumedMessage) {
 	require.Equal(t, ids, order, "a FIFO endpoint's messages arrive in the order they were accepted")
 }
 
-// TestNATSDestinationDelivers: 1,000 messages to a JetStream subject on
-// the machine's NATS are consumed once with valid signatures.
-func TestNATSDestinationDelivers(t *testing.T) {
-	t.Parallel()
+// natsStream is a JetStream stream of the test's own on the machine's
+// NATS, deleted at its end, and the subject it captures.
+func natsStream(t *testing.T) (jetstream.Stream, string) {
+	t.Helper()
 	requireListening(t, "NATS", natsAddr)
 	name := testName(t)
 	nc, err := nats.Connect("nats://" + natsAddr)
@@ -118,18 +126,17 @@ func TestNATSDestinationDelivers(t *testing.T) {
 		_ = js.DeleteStream(ctx, name)
 		nc.Close()
 	})
-	h := startDest(t, dispatcherDeps())
-	e := h.endpoint(destination.NATS, &destination.NATSConfig{URL: "nats://" + natsAddr, Subject: name + ".events"}, false)
-	start := time.Now()
-	ids := h.send(1000)
-	h.waitDelivered(e.ID, len(ids), waitFor)
-	t.Logf("1000 messages delivered to nats in %s", time.Since(start))
+	return st, name + ".events"
+}
 
+// natsConsumed reads the stream's n messages.
+func natsConsumed(t *testing.T, st jetstream.Stream, n int) []consumedMessage {
+	t.Helper()
 	cons, err := st.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	var got []consumedMessage
-	for len(got) < len(ids) {
-		batch, err := cons.Fetch(len(ids), jetstream.FetchMaxWait(2*time.Second))
+	for len(got) < n {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		k := 0
 		for msg := range batch.Messages() {
@@ -141,20 +148,32 @@ func TestNATSDestinationDelivers(t *testing.T) {
 			got = append(got, consumedMessage{headers: hd, body: msg.Data()})
 		}
 		require.NoError(t, batch.Error())
-		require.NotZero(t, k, "%d of %d consumed", len(got), len(ids))
+		require.NotZero(t, k, "%d of %d consumed", len(got), n)
 	}
-	require.Zero(t, h.consumedOnce(ids, got))
+	return got
 }
 
-// TestMQTTDestinationKeepsOrder: a FIFO endpoint's 300 messages to an
-// MQTT topic on the machine's Mosquitto arrive once each, verified, in
-// the order they were accepted.
-func TestMQTTDestinationKeepsOrder(t *testing.T) {
+// TestNATSDestinationDelivers: 1,000 messages to a JetStream subject on
+// the machine's NATS are consumed once with valid signatures.
+func TestNATSDestinationDelivers(t *testing.T) {
 	t.Parallel()
+	st, subject := natsStream(t)
+	h := startDest(t, dispatcherDeps())
+	e := h.endpoint(destination.NATS, &destination.NATSConfig{URL: "nats://" + natsAddr, Subject: subject}, false)
+	start := time.Now()
+	ids := h.send(1000)
+	h.waitDelivered(e.ID, len(ids), waitFor)
+	t.Logf("1000 messages delivered to nats in %s", time.Since(start))
+	require.Zero(t, h.consumedOnce(ids, natsConsumed(t, st, len(ids))))
+}
+
+// mqttSubscriber subscribes, QoS 1, to a topic of the test's own on the
+// machine's Mosquitto and collects what arrives, in order.
+func mqttSubscriber(t *testing.T) (string, *collector) {
+	t.Helper()
 	requireListening(t, "Mosquitto", mqttAddr)
 	topic := "hookdtest/" + testName(t) + "/events"
-	var mu sync.Mutex
-	var got []consumedMessage
+	c := &collector{}
 	cl := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID(testName(t)).SetCleanSession(true).SetOrderMatters(true))
 	tok := cl.Connect()
 	require.True(t, tok.WaitTimeout(5*time.Second))
@@ -163,27 +182,27 @@ func TestMQTTDestinationKeepsOrder(t *testing.T) {
 	tok = cl.Subscribe(topic, 1, func(_ mqtt.Client, msg mqtt.Message) {
 		var env destination.MQTTEnvelope
 		if err := json.Unmarshal(msg.Payload(), &env); err != nil {
-			return // counted as missing below
+			return // missing below
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, consumedMessage{headers: map[string]string{destination.HeaderID: env.ID, destination.HeaderTimestamp: env.Timestamp,
+		c.add(consumedMessage{headers: map[string]string{destination.HeaderID: env.ID, destination.HeaderTimestamp: env.Timestamp,
 			destination.HeaderSignature: env.Signature, destination.HeaderEventType: env.EventType}, body: []byte(env.Body)})
 	})
 	require.True(t, tok.WaitTimeout(5*time.Second))
 	require.NoError(t, tok.Error())
+	return topic, c
+}
 
+// TestMQTTDestinationKeepsOrder: a FIFO endpoint's 300 messages to an
+// MQTT topic on the machine's Mosquitto arrive once each, verified, in
+// the order they were accepted.
+func TestMQTTDestinationKeepsOrder(t *testing.T) {
+	t.Parallel()
+	topic, c := mqttSubscriber(t)
 	h := startDest(t, dispatcherDeps())
 	e := h.endpoint(destination.MQTT, &destination.MQTTConfig{URL: "tcp://" + mqttAddr, Topic: topic}, true)
 	ids := h.send(300)
 	h.waitDelivered(e.ID, len(ids), waitFor)
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) >= len(ids)
-	}, 10*time.Second, 20*time.Millisecond, "every message reaches the subscriber")
-	mu.Lock()
-	defer mu.Unlock()
+	got := c.waitFor(t, len(ids))
 	require.Zero(t, h.consumedOnce(ids, got))
 	requireOrder(t, ids, got)
 }

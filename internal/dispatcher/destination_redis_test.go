@@ -19,7 +19,7 @@ const redisAddr = "127.0.0.1:6379"
 func redisStream(t *testing.T, name string) (*redis.Client, string) {
 	t.Helper()
 	requireListening(t, "Redis", redisAddr)
-	stream := "hookdtest:" + name + ":" + newSecret(t)[6:18]
+	stream := testName(t) + ":" + name
 	c := redis.NewClient(&redis.Options{Addr: redisAddr})
 	t.Cleanup(func() {
 		_ = c.Del(context.Background(), stream).Err()
