@@ -1,14 +1,24 @@
 package dispatcher_test
 
 import (
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hookd/hookd/internal/destination"
+	"github.com/hookd/hookd/internal/dispatcher"
+	"github.com/hookd/hookd/internal/store"
 )
 
 // collector gathers what a consumer goroutine receives.
@@ -115,4 +125,57 @@ func TestMQTTDestinationOutage(t *testing.T) {
 	t.Logf("mqtt outage: %d delivered at the cut, breaker open %s after it, backlog drained %s after the restore, %d duplicates",
 		f.deliveredAtCut, f.openAfter, f.drainAfter, dups)
 	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the cut")
+}
+
+// TestPubSubDestinationOutage: the test's Pub/Sub server is closed
+// mid-run and another started on its port: the breaker opens, every
+// message reaches one of the two servers with a valid signature, the
+// backlog drains, and only attempts in flight at the stop may come twice.
+func TestPubSubDestinationOutage(t *testing.T) {
+	t.Parallel()
+	first := pstest.NewServer()
+	_, port, err := net.SplitHostPort(first.Addr)
+	require.NoError(t, err)
+	opts := []option.ClientOption{option.WithEndpoint(first.Addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	const project = "hookd-test"
+	topic := func(srv *pstest.Server) {
+		t.Helper()
+		admin, err := pubsub.NewClient(t.Context(), project, option.WithEndpoint(srv.Addr), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+		require.NoError(t, err)
+		defer admin.Close()
+		_, err = admin.TopicAdminClient.CreateTopic(t.Context(), &pubsubpb.Topic{Name: "projects/" + project + "/topics/hooks"})
+		require.NoError(t, err)
+	}
+	topic(first)
+	h := startDest(t, dispatcher.Deps{PubSubOptions: opts})
+	e := h.endpoint(destination.PubSub, &destination.PubSubConfig{Project: project, Topic: "hooks", CredentialsJSON: `{"type":"service_account"}`}, false)
+	ids := h.send(1000)
+
+	require.Eventually(t, func() bool { return h.statuses(e.ID)[store.DeliveryDelivered] >= len(ids)/3 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, first.Close())
+	stoppedAt := time.Now()
+	require.Eventually(t, func() bool { return h.breakerState(e.ID) == "open" }, 20*time.Second, 20*time.Millisecond,
+		"the breaker opens while the server is down")
+	openAfter := time.Since(stoppedAt)
+	n, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	second := pstest.NewServerWithPort(n)
+	t.Cleanup(func() { _ = second.Close() })
+	topic(second)
+	restartedAt := time.Now()
+	h.waitDelivered(e.ID, len(ids), waitFor)
+	drainAfter := time.Since(restartedAt)
+	require.Equal(t, map[string]int{store.DeliveryDelivered: len(ids)}, h.statuses(e.ID), "nothing lost")
+
+	var got []consumedMessage
+	for _, srv := range []*pstest.Server{first, second} {
+		for _, m := range srv.Messages() {
+			got = append(got, consumedMessage{headers: m.Attributes, body: m.Data})
+		}
+	}
+	dups := h.consumedOnce(ids, got)
+	t.Logf("pubsub outage: breaker open %s after the stop, backlog drained %s after the restart, %d duplicates", openAfter, drainAfter, dups)
+	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the stop")
 }
