@@ -143,10 +143,17 @@ func (h *destHarness) waitDelivered(endpointID string, n int, within time.Durati
 	h.t.Helper()
 	start := time.Now()
 	var last map[string]int
-	require.Eventually(h.t, func() bool {
-		last = h.statuses(endpointID)
-		return last[store.DeliveryDelivered] == n
-	}, within, 50*time.Millisecond, "deliveries of %s: %v", endpointID, func() map[string]int { return last }())
+	for deadline := start.Add(within); time.Now().Before(deadline); {
+		if last = h.statuses(endpointID); last[store.DeliveryDelivered] == n {
+			return time.Since(start)
+		}
+		select {
+		case <-h.t.Context().Done():
+			require.FailNow(h.t, "test ended")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	require.Equal(h.t, map[string]int{store.DeliveryDelivered: n}, last, "deliveries of %s after %s", endpointID, within)
 	return time.Since(start)
 }
 
