@@ -455,7 +455,7 @@ func (w *Worker) attempt(ctx context.Context, r *run, a *admitted) sent {
 	if t.Publishes() {
 		// A destination other than HTTP: the same message, id, timestamp
 		// and signature, published through the pool.
-		res.resp, res.class = w.publish(actx, args, t, a.payload, res.start, res.timeout)
+		res.resp, res.class = w.publish(actx, args, t, req, res.timeout)
 		answered = res.resp.ErrorClass == ErrNone || res.resp.ErrorClass == ErrRefused || res.resp.ErrorClass == ErrAuthRefused
 	} else {
 		res.resp = sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, res.start)
@@ -486,17 +486,18 @@ func (w *Worker) attempt(ctx context.Context, r *run, a *admitted) sent {
 	return res
 }
 
-// publish makes an attempt to a non-HTTP destination: the payload with
-// the Standard Webhooks id, timestamp and signature of an HTTP attempt
-// made at start, and the event type, published through the pool within
+// publish makes an attempt to a non-HTTP destination: req's payload with
+// its Standard Webhooks id, timestamp and signature (those an HTTP
+// attempt would send), and the event type, published through the pool within
 // the attempt's timeout (a broker that does not answer holds the worker
 // no longer). Its verdict is classified as an HTTP answer would be
 // (ClassifyPublish); there is no status, and the excerpt is what the
 // destination said (its error, or its reference to the stored message).
-func (w *Worker) publish(ctx context.Context, args DeliverArgs, t *Target, body []byte, start time.Time, timeout time.Duration) (Response, Classification) {
+func (w *Worker) publish(ctx context.Context, args DeliverArgs, t *Target, req Request, timeout time.Duration) (Response, Classification) {
+	start := req.Timestamp
 	m := destination.Message{
 		ID: args.MessageID, DeliveryID: args.DeliveryID, EndpointID: t.ID, EventType: args.EventType,
-		Timestamp: start, Signature: t.Signature(args.MessageID, start, body), Body: body,
+		Timestamp: start, Signature: req.Signature, Body: req.Body,
 	}
 	if t.Ordered() {
 		m.OrderingKey = t.ID
@@ -513,9 +514,9 @@ func (w *Worker) publish(ctx context.Context, args DeliverArgs, t *Target, body 
 	resp := Response{ErrorClass: ec, Err: pr.Err, Duration: w.deps.Now().Sub(start)}
 	switch {
 	case pr.Err != nil:
-		resp.Excerpt = Excerpt([]byte(string(t.Type) + ": " + pr.Err.Error()))
+		resp.Excerpt = Excerpt([]byte(t.Type + ": " + pr.Err.Error()))
 	case pr.Ref != "":
-		resp.Excerpt = Excerpt([]byte(string(t.Type) + " confirmed: " + pr.Ref))
+		resp.Excerpt = Excerpt([]byte(t.Type + " confirmed: " + pr.Ref))
 	}
 	return resp, class
 }
