@@ -1,9 +1,11 @@
 package dispatcher_test
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -177,5 +181,42 @@ func TestPubSubDestinationOutage(t *testing.T) {
 	}
 	dups := h.consumedOnce(ids, got)
 	t.Logf("pubsub outage: breaker open %s after the stop, backlog drained %s after the restart, %d duplicates", openAfter, drainAfter, dups)
+	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the stop")
+}
+
+// TestKafkaDestinationOutage: the test's Kafka (kfake) stops taking
+// records mid-run, closing every connection that produces, and takes
+// them again later: the breaker opens, every message is consumed with a
+// valid signature, the backlog drains, and only attempts in flight at
+// the stop may come twice.
+func TestKafkaDestinationOutage(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "hooks"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	var down atomic.Bool
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if down.Load() {
+			return nil, errors.New("broker down"), true
+		}
+		return nil, nil, false
+	})
+	h := startDest(t, dispatcherDeps())
+	e := h.endpoint(destination.Kafka, &destination.KafkaConfig{Brokers: cluster.ListenAddrs(), Topic: "hooks"}, false)
+	ids := h.send(1000)
+	require.Eventually(t, func() bool { return h.statuses(e.ID)[store.DeliveryDelivered] >= len(ids)/3 }, waitFor, 10*time.Millisecond)
+	down.Store(true)
+	stoppedAt := time.Now()
+	require.Eventually(t, func() bool { return h.breakerState(e.ID) == "open" }, 20*time.Second, 20*time.Millisecond,
+		"the breaker opens while the broker takes nothing")
+	openAfter := time.Since(stoppedAt)
+	down.Store(false)
+	restoredAt := time.Now()
+	h.waitDelivered(e.ID, len(ids), waitFor)
+	drainAfter := time.Since(restoredAt)
+	require.Equal(t, map[string]int{store.DeliveryDelivered: len(ids)}, h.statuses(e.ID), "nothing lost")
+	dups := h.consumedOnce(ids, kafkaRecords(t, cluster.ListenAddrs(), "hooks", len(ids)))
+	t.Logf("kafka outage: breaker open %s after the stop, backlog drained %s after the restore, %d duplicates", openAfter, drainAfter, dups)
 	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the stop")
 }
