@@ -17,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hookd/hookd/internal/destination"
@@ -246,4 +248,36 @@ func TestPubSubDestinationDelivers(t *testing.T) {
 		got = append(got, consumedMessage{headers: m.Attributes, body: m.Data})
 	}
 	require.Zero(t, h.consumedOnce(ids, got))
+}
+
+// TestKafkaDestinationWrongCredentials: a SASL user without the right
+// to write (kfake with ACLs) is Kafka's authorization refusal: the
+// endpoint is disabled for its auth failures.
+func TestKafkaDestinationWrongCredentials(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "hooks"),
+		kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "right"),
+		kfake.User("PLAIN", "reader", "right", kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "hooks",
+			Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true}))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	h := startDest(t, dispatcherDeps())
+	e := h.endpoint(destination.Kafka, &destination.KafkaConfig{Brokers: cluster.ListenAddrs(), Topic: "hooks",
+		SASLMechanism: "plain", Username: "reader", Password: "right"}, false)
+	h.send(10)
+	h.requireAuthDisabled(e.ID)
+}
+
+// TestPubSubDestinationWrongCredentials: Pub/Sub refusing the key
+// (Unauthenticated) disables the endpoint for its auth failures.
+func TestPubSubDestinationWrongCredentials(t *testing.T) {
+	t.Parallel()
+	srv := pstest.NewServer(pstest.WithErrorInjection("Publish", codes.Unauthenticated, "invalid key"))
+	t.Cleanup(func() { _ = srv.Close() })
+	opts := []option.ClientOption{option.WithEndpoint(srv.Addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	h := startDest(t, dispatcher.Deps{PubSubOptions: opts})
+	e := h.endpoint(destination.PubSub, &destination.PubSubConfig{Project: "hookd-test", Topic: "hooks", CredentialsJSON: `{"type":"service_account"}`}, false)
+	h.send(10)
+	h.requireAuthDisabled(e.ID)
 }
