@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -38,6 +40,10 @@ type endpointResponse struct {
 	Status         string   `json:"status"`
 	DisabledReason *string  `json:"disabled_reason"`
 	RateLimit      *int     `json:"rate_limit"`
+	// Type is what the endpoint delivers to; Destination is a non-HTTP
+	// type's config without its credentials (null for http).
+	Type        string          `json:"type"`
+	Destination json.RawMessage `json:"destination"`
 	endpointOptionsResponse
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -49,6 +55,7 @@ func toEndpoint(e store.Endpoint) endpointResponse {
 		EventTypes: e.EventTypes, TrafficClass: e.TrafficClass, Metadata: e.Metadata,
 		HeaderNames: append([]string{}, slices.Sorted(maps.Keys(e.Headers))...), Signing: e.Signing,
 		Status: e.Status, DisabledReason: e.DisabledReason, RateLimit: e.RateLimit,
+		Type: endpointTypeOf(e), Destination: destinationResponse(e),
 		endpointOptionsResponse: toEndpointOptions(e), CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 	}
 }
@@ -71,13 +78,17 @@ type createEndpointRequest struct {
 	Headers      map[string]string `json:"headers"`
 	Signing      string            `json:"signing"`
 	RateLimit    nullableInt       `json:"rate_limit,omitzero"`
+	// Type is "http" (omitted) or a destination type; Destination is
+	// its config, credentials included.
+	Type        string          `json:"type"`
+	Destination json.RawMessage `json:"destination,omitempty"`
 	endpointOptions
 }
 
 func (r createEndpointRequest) validate() error {
 	var fe fieldErrors
 	validateTenantID(&fe, "tenant_id", r.TenantID)
-	validateEndpointURL(&fe, "url", r.URL)
+	validateEndpointTarget(&fe, endpointType(r.Type), &r.URL, r.Destination, true)
 	validateDescription(&fe, "description", r.Description)
 	validateEventFilters(&fe, "event_types", r.EventTypes)
 	switch r.Signing {
@@ -113,12 +124,22 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		if err == nil && req.TrafficClass != "" {
 			err = allowTrafficClass(r, d, "traffic_class", req.TrafficClass, true)
 		}
-		if err == nil {
+		var dest destination.Config
+		if t := endpointType(req.Type); err == nil && t != destination.HTTP {
+			if dest, err = parseDestination(t, req.Destination, nil); err == nil {
+				err = checkDestinationTargets(r.Context(), d, dest)
+			}
+		} else if err == nil {
 			err = checkTarget(r.Context(), d, req.URL)
 		}
 		if err == nil {
 			err = checkScheduleWithinRetention(d, req.RetrySchedule)
 		}
+		if err != nil {
+			writeProblem(w, r, d.Logger, err)
+			return
+		}
+		target, err := storedDestination(dest)
 		if err != nil {
 			writeProblem(w, r, d.Logger, err)
 			return
@@ -137,6 +158,7 @@ func handleCreateEndpoint(d Deps) http.Handler {
 		ep := store.Endpoint{
 			TenantID: req.TenantID, URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			Secret: secret, TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, Signing: signing, RateLimit: req.RateLimit.value(),
+			Type: target.Type, Destination: target.Config, DestinationCredentials: target.Credentials,
 		}
 		req.endpointOptions.apply(&ep)
 		e, err := d.Store.CreateEndpoint(r.Context(), ep)
@@ -194,12 +216,19 @@ type updateEndpointRequest struct {
 	Metadata     *map[string]string `json:"metadata"`
 	Headers      *map[string]string `json:"headers"`
 	RateLimit    nullableInt        `json:"rate_limit,omitzero"`
+	// Type and Destination change what the endpoint delivers to; a
+	// credential the destination leaves out keeps its stored value.
+	Type        *string         `json:"type"`
+	Destination json.RawMessage `json:"destination,omitempty"`
 	endpointOptions
 }
 
 func (r updateEndpointRequest) validate() error {
 	var fe fieldErrors
-	if r.URL != nil {
+	switch {
+	case r.Type != nil:
+		validateEndpointTarget(&fe, endpointType(*r.Type), r.URL, r.Destination, false)
+	case r.URL != nil:
 		validateEndpointURL(&fe, "url", *r.URL)
 	}
 	if r.Description != nil {
@@ -228,8 +257,9 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		if err == nil && req.TrafficClass != nil {
 			err = allowTrafficClass(r, d, "traffic_class", *req.TrafficClass, false)
 		}
-		if err == nil && req.URL != nil {
-			err = checkTarget(r.Context(), d, *req.URL)
+		var target *store.EndpointDestination
+		if err == nil && (req.Type != nil || req.URL != nil || present(req.Destination)) {
+			target, err = updatedTarget(r, d, req)
 		}
 		if err == nil {
 			err = checkScheduleWithinRetention(d, req.RetrySchedule)
@@ -241,6 +271,11 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		p := store.EndpointPatch{
 			URL: req.URL, Description: req.Description, EventTypes: req.EventTypes,
 			TrafficClass: req.TrafficClass, Metadata: req.Metadata, Headers: req.Headers, RateLimit: req.RateLimit.patch(),
+			Destination: target,
+		}
+		if target != nil && target.Type != store.TypeHTTP {
+			noURL := ""
+			p.URL = &noURL
 		}
 		req.endpointOptions.patch(&p)
 		e, err := d.Store.UpdateEndpoint(r.Context(), chi.URLParam(r, "id"), p)

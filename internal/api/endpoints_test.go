@@ -74,6 +74,7 @@ func TestCreateEndpoint(t *testing.T) {
 			tc.want.ID, tc.want.CreatedAt, tc.want.UpdatedAt = got.ID, got.CreatedAt, got.UpdatedAt
 			// No case sets delivery options: the defaults.
 			tc.want.Ordering, tc.want.OnExhausted, tc.want.Filter = "unordered", "skip", json.RawMessage("null")
+			tc.want.Type, tc.want.Destination = "http", json.RawMessage("null")
 			require.Equal(t, tc.want, got)
 
 			fetched := b.do(t, "GET", r.Header.Get("Location"), nil)

@@ -28,6 +28,8 @@ func FuzzDecodeEndpoint(f *testing.F) {
 	f.Add("application/json", []byte(`{"tenant_id":"acme","url":"https://acme.example/hook","headers":{"X-Key":"v","x-key":"w","Webhook-Id":"x","X-Bad":"a\r\nb"},"signing":"ed25519"}`))
 	f.Add("application/json", []byte(`{"tenant_id":"acme","url":"https://acme.example/hook","ordering":"fifo","on_exhausted":"block","filter":{ "$or" : [{"a": 1}, {"b.0": {"$in": [null, "x"]}}]},"retry_schedule":["0s", " 1.5s"],"timeout":"5s"}`))
 	f.Add("", []byte(`{"ordering":"unordered","filter":null,"retry_schedule":null,"timeout":null,"on_exhausted":"skip"}`))
+	f.Add("application/json", []byte(`{"tenant_id":"acme","type":"rabbitmq","destination":{"url":"amqp://mq.acme.example","exchange":"x","username":"u","password":"p"}}`))
+	f.Add("", []byte(`{"type":"kafka","destination":{"brokers":["k:9092"],"topic":"t","Password":"p"},"url":""}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		checkDecode[createEndpointRequest](t, contentType, body, maxRequestBytes, nil)
 		checkDecode[updateEndpointRequest](t, contentType, body, maxRequestBytes, nil)

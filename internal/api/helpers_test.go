@@ -391,6 +391,8 @@ type (
 		Status         string            `json:"status"`
 		DisabledReason *string           `json:"disabled_reason"`
 		RateLimit      *int              `json:"rate_limit"`
+		Type           string            `json:"type"`
+		Destination    json.RawMessage   `json:"destination"`
 		Ordering       string            `json:"ordering"`
 		OnExhausted    string            `json:"on_exhausted"`
 		Filter         json.RawMessage   `json:"filter"`

@@ -37,7 +37,8 @@ func walkOrder(method string) int {
 // writable admin, reads first: an answer holding a secret or credential
 // comes from a route marked revealing in the route table, and every marked
 // route's answer holds one. No route shows an Ed25519 endpoint's private
-// key.
+// key, and no route (marked revealing or not) shows a destination's
+// credentials: they are write-only everywhere.
 func TestEveryRouteRevealingASecretIsMarked(t *testing.T) {
 	t.Parallel()
 	in := setupIsolation(t)
@@ -45,6 +46,10 @@ func TestEveryRouteRevealingASecretIsMarked(t *testing.T) {
 	r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "initech", "url": "https://initech.example/ed", "signing": "ed25519"})
 	requireStatus(t, http.StatusCreated, r)
 	ed := decodeJSON[endpointJSON](t, r)
+	r = b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "initech", "type": "rabbitmq",
+		"destination": map[string]any{"url": "amqp://mq.initech.example", "exchange": "hooks", "username": "u", "password": destPassword}})
+	requireStatus(t, http.StatusCreated, r)
+	dest := decodeJSON[endpointJSON](t, r)
 	marked := api.RevealingRoutes()
 	require.NotEmpty(t, marked)
 
@@ -75,10 +80,14 @@ func TestEveryRouteRevealingASecretIsMarked(t *testing.T) {
 			require.True(t, marked[key], "%s answered a secret but is not marked revealing in routes.go: %s", key, a.body)
 		}
 		require.False(t, marked[key] && !revealed[key], "%s is marked revealing but answered %d without a secret: %s", key, a.status, a.body)
+		require.NotContains(t, string(a.body), destPassword, "%s shows a destination credential", key)
 		if safeMethod(method) && strings.HasPrefix(pattern, "/v1/endpoints/{id}") {
 			edPath := strings.Replace(path, in.initechEndpoint.ID, ed.ID, 1)
 			a := b.raw(t, method, edPath, auth, body)
 			require.NotContains(t, string(a.body), "whsk_", "%s shows an Ed25519 private key", edPath)
+			destPath := strings.Replace(path, in.initechEndpoint.ID, dest.ID, 1)
+			a = b.raw(t, method, destPath, auth, body)
+			require.NotContains(t, string(a.body), destPassword, "%s shows a destination credential", destPath)
 		}
 	}
 	require.Equal(t, marked, revealed)

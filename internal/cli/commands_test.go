@@ -200,7 +200,7 @@ func TestRecoverAsksFirst(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	admin := adminClient(t)
 	// Nothing listens at port 1 of loopback: every attempt fails.
-	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:1/hooks"})
+	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr("http://127.0.0.1:1/hooks")})
 	require.NoError(t, err)
 	for i := range 3 {
 		_, err := admin.Messages.Send(ctx, hookd.NewMessage{TenantID: tenant, EventType: "cli.fail", Payload: map[string]int{"i": i}})
@@ -237,7 +237,7 @@ func TestTenantTokenRefused(t *testing.T) {
 	mine, theirs := newTenant(t), newTenant(t)
 	tok, err := admin.Tokens.Create(ctx, hookd.CreateTokenRequest{Name: "cli-" + mine, TenantID: &mine})
 	require.NoError(t, err)
-	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: theirs, URL: "http://127.0.0.1:1/hooks"})
+	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: theirs, URL: hookd.Ptr("http://127.0.0.1:1/hooks")})
 	require.NoError(t, err)
 	env := map[string]string{"HOOKD_API": server.API, "HOOKD_TOKEN": tok.Token}
 

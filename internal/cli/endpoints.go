@@ -143,9 +143,11 @@ func (a *app) endpointsCreate() *cobra.Command {
 				req.TenantID = tenant
 			}
 			if f.url != "" {
-				req.URL = f.url
+				req.URL = &f.url
 			}
-			if req.TenantID == "" || req.URL == "" {
+			// A destination endpoint (type and destination in --body) has
+			// no url.
+			if req.TenantID == "" || ((req.URL == nil || *req.URL == "") && req.Destination == nil) {
 				return usagef("endpoints create needs --tenant and --url")
 			}
 			if f.description != "" {

@@ -172,7 +172,7 @@ func (a *app) listen(ctx context.Context, client *hookd.Client, l *listener, o l
 		target = "http://" + ln.Addr().String() + "/"
 	}
 	req := hookd.CreateEndpointRequest{
-		TenantID: o.tenant, URL: target, Description: hookd.Ptr("hookd listen (temporary)"),
+		TenantID: o.tenant, URL: &target, Description: hookd.Ptr("hookd listen (temporary)"),
 		Secret: optString(o.secret),
 	}
 	if len(o.eventTypes) > 0 {

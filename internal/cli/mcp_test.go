@@ -61,7 +61,7 @@ func TestMCP(t *testing.T) {
 	tenant := newTenant(t)
 	// An endpoint nobody answers: its delivery fails, which is what the
 	// tools explain and retry.
-	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:1/hooks", Secret: hookd.Ptr(newSecret())})
+	ep, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr("http://127.0.0.1:1/hooks"), Secret: hookd.Ptr(newSecret())})
 	require.NoError(t, err)
 	sent, err := admin.Messages.Send(ctx, hookd.NewMessage{TenantID: tenant, EventType: "mcp.test", Payload: map[string]string{"k": "v"}})
 	require.NoError(t, err)

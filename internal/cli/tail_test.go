@@ -49,7 +49,7 @@ func TestTail(t *testing.T) {
 		}
 	}))
 	t.Cleanup(recv.Close)
-	_, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: recv.URL + "/hooks"})
+	_, err := admin.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr(recv.URL + "/hooks")})
 	require.NoError(t, err)
 
 	since := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -448,31 +449,80 @@ func (w *Worker) attempt(ctx context.Context, r *run, a *admitted) sent {
 		}
 	}
 	actx, cancel := attemptContext(ctx)
-	res.resp = sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, res.start)
+	// answered: the endpoint answered (an HTTP status, a destination's
+	// confirmation or refusal), which a shutdown's cut does not undo.
+	var answered bool
+	if t.Publishes() {
+		// A destination other than HTTP: the same message, id, timestamp
+		// and signature, published through the pool.
+		res.resp, res.class = w.publish(actx, args, t, req, res.timeout)
+		answered = res.resp.ErrorClass == ErrNone || res.resp.ErrorClass == ErrRefused || res.resp.ErrorClass == ErrAuthRefused
+	} else {
+		res.resp = sender.Send(actx, req, func(s time.Time) time.Duration { return w.deps.Now().Sub(s) }, res.start)
+		res.class = Classify(res.resp.Status, res.resp.ErrorClass)
+		answered = res.resp.Status != 0
+	}
 	res.cut = context.Cause(actx)
 	cancel()
 	a.took = res.resp.Duration
 	a.releaseRequest()
-	if res.resp.Status != 0 {
+	if answered {
 		// The cap bounds requests in flight to the endpoint: the slot
 		// goes back as soon as an answer is in, not after the ledger's
 		// commit.
 		a.releaseSlot()
 	}
-	if res.cut != nil && res.resp.Status == 0 {
+	if res.cut != nil && !answered {
 		// Shutdown cut the request short: it says nothing about the
 		// endpoint (an abandoned outcome).
 		a.adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
 		return res
 	}
 	res.cut = nil
-	res.class = Classify(res.resp.Status, res.resp.ErrorClass)
 	recordAttemptSpan(a.span, res.class, res.resp)
 	// The outcome must be reported even when the job's context has ended.
 	a.adm.Finish(context.WithoutCancel(ctx), Outcome{Class: res.class, ErrorClass: res.resp.ErrorClass, At: res.start.Add(res.resp.Duration)})
 	w.count(t.ID, res.class, res.resp)
 	return res
 }
+
+// publish makes an attempt to a non-HTTP destination: req's payload with
+// its Standard Webhooks id, timestamp and signature (those an HTTP
+// attempt would send), and the event type, published through the pool within
+// the attempt's timeout (a broker that does not answer holds the worker
+// no longer). Its verdict is classified as an HTTP answer would be
+// (ClassifyPublish); there is no status, and the excerpt is what the
+// destination said (its error, or its reference to the stored message).
+func (w *Worker) publish(ctx context.Context, args DeliverArgs, t *Target, req Request, timeout time.Duration) (Response, Classification) {
+	start := req.Timestamp
+	m := destination.Message{
+		ID: args.MessageID, DeliveryID: args.DeliveryID, EndpointID: t.ID, EventType: args.EventType,
+		Timestamp: start, Signature: req.Signature, Body: req.Body,
+	}
+	if t.Ordered() {
+		m.OrderingKey = t.ID
+	}
+	var pr destination.Result
+	if w.deps.Publisher == nil {
+		pr = destination.Result{Outcome: destination.Failed, Reason: destination.Unreachable, Err: errNoPublisher}
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		pr = w.deps.Publisher.Publish(pctx, t.destination, m)
+		cancel()
+	}
+	class, ec := ClassifyPublish(pr)
+	resp := Response{ErrorClass: ec, Err: pr.Err, Duration: w.deps.Now().Sub(start)}
+	switch {
+	case pr.Err != nil:
+		resp.Excerpt = Excerpt([]byte(t.Type + ": " + pr.Err.Error()))
+	case pr.Ref != "":
+		resp.Excerpt = Excerpt([]byte(t.Type + " confirmed: " + pr.Ref))
+	}
+	return resp, class
+}
+
+// errNoPublisher fails the publishes of a worker built without one.
+var errNoPublisher = errors.New("no destination publisher in this process")
 
 // record hands the attempt's record to the ledger with the delivery's
 // next step (delivered, a retry on its schedule, failed once the

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"syscall"
+
+	"github.com/hookd/hookd/internal/destination"
 )
 
 // Classification is the verdict on one delivery attempt. Classify is the one
@@ -61,6 +63,15 @@ const (
 	ErrBlocked ErrorClass = "blocked"
 	// ErrOther is any other transport error.
 	ErrOther ErrorClass = "other"
+	// ErrRefused is a publish the destination answered and did not take
+	// (a nack, a missing exchange, stream, topic or queue).
+	ErrRefused ErrorClass = "refused"
+	// ErrUnreachable is a publish that found no connection to its
+	// destination, or lost it.
+	ErrUnreachable ErrorClass = "unreachable"
+	// ErrAuthRefused is a publish whose credentials, or their rights, the
+	// destination refused.
+	ErrAuthRefused ErrorClass = "auth_refused"
 )
 
 // ErrBlockedTarget is returned (wrapped) by the SSRF-guarded dialer when the
@@ -88,6 +99,29 @@ func Classify(status int, ec ErrorClass) Classification {
 	default:
 		return ClassFailure
 	}
+}
+
+// ClassifyPublish classifies one publish to a non-HTTP destination by its
+// verdict, as Classify does an HTTP answer: confirmed is success; failed
+// is a failure (timeout, refused, unreachable) like a 5xx or a transport
+// error, or blocked when the SSRF guard refused its address; auth refused
+// is an auth failure, the auth wall a 401 or 403 meets.
+func ClassifyPublish(r destination.Result) (Classification, ErrorClass) {
+	switch r.Outcome {
+	case destination.Confirmed:
+		return ClassSuccess, ErrNone
+	case destination.AuthRefused:
+		return ClassAuthFailure, ErrAuthRefused
+	}
+	switch r.Reason {
+	case destination.Blocked:
+		return ClassBlocked, ErrBlocked
+	case destination.Timeout:
+		return ClassFailure, ErrTimeout
+	case destination.Unreachable:
+		return ClassFailure, ErrUnreachable
+	}
+	return ClassFailure, ErrRefused
 }
 
 // Breaker outcome strings, as understood by the circuit breaker.

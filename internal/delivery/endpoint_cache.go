@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -31,9 +33,17 @@ type Target struct {
 	secrets        []Secret
 	keys           []PrivateKey
 	previousExpiry time.Time
-	// hostKey is the URL's host:port (hostOf), the unit MaxPerHost bounds.
+	// hostKey is the URL's host:port (hostOf), the unit MaxPerHost bounds;
+	// a destination's first host.
 	hostKey string
+	// destination is where a non-HTTP endpoint publishes, its credentials
+	// opened (in this process's memory only); nil for http.
+	destination destination.Config
 }
+
+// Publishes reports whether the endpoint's attempts are publishes to a
+// destination rather than HTTP requests.
+func (t *Target) Publishes() bool { return t.destination != nil }
 
 // host is the destination the endpoint's requests go to (hostOf).
 func (t *Target) host() string {
@@ -279,6 +289,48 @@ func (c *EndpointCache) InvalidateAll() {
 }
 
 func newTarget(ep store.Endpoint) (*Target, error) {
+	t, err := newSigningTarget(ep)
+	if err != nil {
+		return nil, err
+	}
+	if ep.Type == "" || ep.Type == store.TypeHTTP {
+		return t, nil
+	}
+	if t.destination, err = targetDestination(ep); err != nil {
+		return nil, err
+	}
+	if hosts := t.destination.Targets(); len(hosts) > 0 {
+		t.hostKey = ep.Type + ":" + hosts[0].Host
+	}
+	return t, nil
+}
+
+// targetDestination is the destination of a non-HTTP endpoint: its stored
+// config made whole with its credentials, parsed as the API did.
+func targetDestination(ep store.Endpoint) (destination.Config, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(ep.Destination, &members); err != nil {
+		return nil, fmt.Errorf("endpoint %s destination: %w", ep.ID, err)
+	}
+	for name, v := range ep.DestinationCredentials {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s destination: %w", ep.ID, err)
+		}
+		members[name] = b
+	}
+	raw, err := json.Marshal(members)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s destination: %w", ep.ID, err)
+	}
+	c, err := destination.Parse(destination.Type(ep.Type), raw)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s destination: %w", ep.ID, err)
+	}
+	return c, nil
+}
+
+func newSigningTarget(ep store.Endpoint) (*Target, error) {
 	if ep.Signing == store.SigningEd25519 {
 		return newEd25519Target(ep)
 	}

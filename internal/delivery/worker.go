@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookd/hookd/internal/breaker"
+	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/store"
 )
 
@@ -148,8 +149,11 @@ type WorkerDeps struct {
 	// operator's own services, often internal, so it may skip the SSRF
 	// guard Sender applies. Nil sends them with Sender.
 	OperationalSender *Sender
-	Metrics           *Metrics
-	Logger            *slog.Logger
+	// Publisher publishes to the endpoints whose type is not http (a
+	// destination.Pool); nil fails their attempts as unreachable.
+	Publisher Publisher
+	Metrics   *Metrics
+	Logger    *slog.Logger
 	// Now is the clock attempts are stamped with (the database-synced clock).
 	Now func() time.Time
 	// LocalNow is this process's clock, the one River schedules by.
@@ -168,6 +172,14 @@ type WorkerDeps struct {
 	// the fleet can have taken its jobs (Fleet.Holds). Nil: always.
 	Lease Lease
 }
+
+// Publisher publishes one attempt to a non-HTTP destination and says
+// what came of it, never past ctx's deadline.
+type Publisher interface {
+	Publish(ctx context.Context, c destination.Config, m destination.Message) destination.Result
+}
+
+var _ Publisher = (*destination.Pool)(nil)
 
 // Lease is this process's hold on its running jobs.
 type Lease interface {

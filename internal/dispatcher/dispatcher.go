@@ -32,8 +32,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/api/option"
 
 	"github.com/hookd/hookd/internal/delivery"
+	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/retention"
 	"github.com/hookd/hookd/internal/secretbox"
 	"github.com/hookd/hookd/internal/store"
@@ -64,6 +66,10 @@ type Deps struct {
 	// Tracing makes a span per delivery attempt, joined to the trace its
 	// job carries; nil (or tracing off) makes none.
 	Tracing *telemetry.Tracing
+	// PubSubOptions replace the Pub/Sub client's connection and
+	// credentials for pubsub endpoints (a test server); nil in
+	// production.
+	PubSubOptions []option.ClientOption
 }
 
 // Timings of the loops that have no setting of their own.
@@ -80,6 +86,9 @@ const (
 	// endpointWarmMax is the most endpoints a dispatcher loads at its
 	// start (delivery.EndpointCache.Warm); those past it load when used.
 	endpointWarmMax = 20000
+	// destinationIdle closes a destination's pooled connection unused
+	// this long (endpoints whose type is not http).
+	destinationIdle = 5 * time.Minute
 	unparkInterval  = 2 * time.Second
 	// fetchBackoff is how long a dispatcher (not the fleet's first) whose
 	// fetch of deliveries found nothing leaves the fetches to the others.
@@ -132,6 +141,10 @@ type Dispatcher struct {
 	// senders are closed once River has stopped: their idle keep-alive
 	// connections would otherwise hold goroutines past Run.
 	senders []*delivery.Sender
+	// destinations holds one publisher, and so one connection, per
+	// destination of the endpoints whose type is not http; closed as Run
+	// ends, once River has stopped.
+	destinations *destination.Pool
 
 	ran atomic.Bool
 }
@@ -177,6 +190,13 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		enq:   enq,
 	}
 	d.metrics = RegisterMetrics(d.reg, cfg.MetricsEndpointCap)
+	// A publish dials through the SSRF guard, as a request does.
+	destDeps := destination.Deps{Logger: d.logger, Now: d.clock.Now, DialControl: delivery.GuardDial,
+		ErrBlocked: delivery.ErrBlockedTarget, PubSubOptions: deps.PubSubOptions}
+	if cfg.AllowPrivateTargets {
+		destDeps.DialControl = nil
+	}
+	d.destinations = destination.NewPool(destination.PoolConfig{IdleTimeout: destinationIdle, DialTimeout: cfg.RequestTimeout}, destDeps)
 
 	d.cache = delivery.NewEndpointCache(d.store, endpointCacheTTL, d.clock.Now)
 	d.listener = store.NewListener(d.url, d.logger)
@@ -325,6 +345,9 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.metrics.Queue.Poll(gctx, d.store, d.cfg.QueueMetricsInterval, d.logger); return nil })
 	g.Go(func() error { d.maintainer.Run(gctx); return nil })
 	g.Go(func() error { d.tuner.Run(gctx); return nil })
+	// Closes idle destinations' connections; every one once the loops
+	// end, after River has stopped.
+	g.Go(func() error { return d.destinations.Run(gctx) })
 	// The first heartbeat comes before any delivery, so the fleet counts
 	// this dispatcher from its first delivery on; a dispatcher that would
 	// take the fleet past the server's connections does not start.
@@ -468,6 +491,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		AuthRules:         d.classes,
 		Sender:            sender,
 		OperationalSender: opsSender,
+		Publisher:         d.destinations,
 		Metrics:           d.metrics.Delivery,
 		Logger:            d.logger,
 		Now:               d.clock.Now,

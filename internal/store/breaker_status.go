@@ -237,13 +237,14 @@ func (s *Store) ListBreakers(ctx context.Context, f BreakerFilter, configFor fun
 			until   *time.Time
 			now     time.Time
 			updated time.Time
+			creds   string
 		)
-		dest := append(endpointDest(&e), &bID, &bstate, &b.Generation, &opened, &until, &b.TrialSuccesses, &b.OpenStreak, &b.Trips, &b.Consecutive, &now, &updated)
+		dest := append(endpointDest(&e, &creds), &bID, &bstate, &b.Generation, &opened, &until, &b.TrialSuccesses, &b.OpenStreak, &b.Trips, &b.Consecutive, &now, &updated)
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list breakers: %w", err)
 		}
-		if err := s.openEndpointSecrets(&e); err != nil {
+		if err := s.openEndpointSecrets(&e, creds); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list breakers: %w", err)
 		}

@@ -24,6 +24,9 @@ const (
 	SigningEd25519 = "ed25519"
 )
 
+// TypeHTTP is the type of an endpoint delivering to its URL, the default.
+const TypeHTTP = "http"
+
 // Endpoint orderings: a FIFO endpoint's deliveries are sent one at a time,
 // in the order their messages were accepted (fifo.go).
 const (
@@ -76,6 +79,15 @@ type Endpoint struct {
 	// Timeout is the endpoint's own attempt timeout; zero uses the
 	// dispatcher's.
 	Timeout time.Duration
+	// Type is what the endpoint delivers to: TypeHTTP (URL) or a
+	// destination type of internal/destination.
+	Type string
+	// Destination is a non-HTTP endpoint's destination config without its
+	// credentials (the JSON a read shows); nil for HTTP.
+	Destination json.RawMessage
+	// DestinationCredentials are the destination's write-only fields by
+	// JSON name; stored sealed like Secret (see secrets.go), nil for none.
+	DestinationCredentials map[string]string
 	// BlockedBy names the failed delivery that stops a FIFO queue whose
 	// on_exhausted is block; nil when the queue moves.
 	BlockedBy *string
@@ -87,7 +99,7 @@ const endpointColumns = `id, tenant_id, url, description, event_types, secret,
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
 	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit,
 	ordering, on_exhausted, filter, retry_schedule, coalesce(timeout_ms, 0) * interval '1 millisecond',
-	` + blockedByColumn
+	type, destination, coalesce(destination_credentials, ''), ` + blockedByColumn
 
 // endpointColumnsQualified is endpointColumns for a query aliasing
 // endpoints as e.
@@ -95,26 +107,30 @@ const endpointColumnsQualified = `e.id, e.tenant_id, e.url, e.description, e.eve
 	coalesce(e.previous_secret, ''), e.previous_secret_expires_at, e.traffic_class, e.assigned_class, e.metadata,
 	e.headers, e.signing, e.status, e.disabled_reason, e.created_at, e.updated_at, e.rate_limit,
 	e.ordering, e.on_exhausted, e.filter, e.retry_schedule, coalesce(e.timeout_ms, 0) * interval '1 millisecond',
-	` + blockedByColumnQualified
+	e.type, e.destination, coalesce(e.destination_credentials, ''), ` + blockedByColumnQualified
 
-// endpointDest returns scan destinations for endpointColumns.
-func endpointDest(e *Endpoint) []any {
+// endpointDest returns scan destinations for endpointColumns; the
+// sealed destination credentials go to creds (openEndpointSecrets opens
+// them).
+func endpointDest(e *Endpoint, creds *string) []any {
 	return []any{&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.Secret,
 		&e.PreviousSecret, &e.PreviousSecretExpiresAt, &e.TrafficClass, &e.AssignedClass, &e.Metadata,
 		&e.Headers, &e.Signing, &e.Status, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &e.RateLimit,
-		&e.Ordering, &e.OnExhausted, &e.Filter, &e.RetrySchedule, &e.Timeout, &e.BlockedBy}
+		&e.Ordering, &e.OnExhausted, &e.Filter, &e.RetrySchedule, &e.Timeout,
+		&e.Type, &e.Destination, creds, &e.BlockedBy}
 }
 
 func (s *Store) scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(endpointDest(&e)...)
+	var creds string
+	err := row.Scan(endpointDest(&e, &creds)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
 	}
 	if err != nil {
 		return Endpoint{}, err
 	}
-	if err := s.openEndpointSecrets(&e); err != nil {
+	if err := s.openEndpointSecrets(&e, creds); err != nil {
 		return Endpoint{}, err
 	}
 	return e, nil
@@ -148,12 +164,19 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 	if e.OnExhausted == "" {
 		e.OnExhausted = ExhaustedSkip
 	}
+	if e.Type == "" {
+		e.Type = TypeHTTP
+	}
 	id := NewID("ep", time.Now())
 	sealed, err := s.secrets.Seal(e.Secret, endpointSecretContext(id))
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
 	}
 	headers, err := s.sealEndpointHeaders(id, e.Headers)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
+	}
+	creds, err := s.sealDestinationCredentials(id, e.DestinationCredentials)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
 	}
@@ -165,11 +188,12 @@ func (s *Store) CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error
 		var err error
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			INSERT INTO endpoints (id, tenant_id, url, description, event_types, secret, traffic_class, metadata, headers, signing, rate_limit,
-				ordering, on_exhausted, filter, retry_schedule, timeout_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, nullif($16::int, 0))
+				ordering, on_exhausted, filter, retry_schedule, timeout_ms, type, destination, destination_credentials)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, nullif($16::int, 0), $17, $18, $19)
 			RETURNING `+endpointColumns,
 			id, e.TenantID, e.URL, e.Description, e.EventTypes, sealed, e.TrafficClass, e.Metadata, headers, e.Signing, e.RateLimit,
-			e.Ordering, e.OnExhausted, nullJSON(e.Filter), e.RetrySchedule, e.Timeout.Milliseconds()))
+			e.Ordering, e.OnExhausted, nullJSON(e.Filter), e.RetrySchedule, e.Timeout.Milliseconds(),
+			e.Type, nullJSON(e.Destination), creds))
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}
@@ -213,7 +237,7 @@ const deliveryEndpointColumns = `id, tenant_id, url, description, event_types, s
 	coalesce(previous_secret, ''), previous_secret_expires_at, traffic_class, assigned_class, metadata,
 	headers, signing, status, disabled_reason, created_at, updated_at, rate_limit,
 	ordering, on_exhausted, filter, retry_schedule, coalesce(timeout_ms, 0) * interval '1 millisecond',
-	NULL::text`
+	type, destination, coalesce(destination_credentials, ''), NULL::text`
 
 // GetEndpoints returns the live endpoints among ids, keyed by id, as a
 // dispatcher sends to them: BlockedBy is not read (always nil). One
@@ -302,6 +326,17 @@ type EndpointPatch struct {
 	// Timeout sets the endpoint's attempt timeout; a pointer to 0 removes
 	// it.
 	Timeout *time.Duration
+	// Destination sets the endpoint's type, destination config and
+	// credentials together.
+	Destination *EndpointDestination
+}
+
+// EndpointDestination is what an endpoint delivers to: Type, and for a
+// non-HTTP type its Config (without credentials) and Credentials.
+type EndpointDestination struct {
+	Type        string
+	Config      json.RawMessage
+	Credentials map[string]string
 }
 
 // UpdateEndpoint applies patch and notifies dispatchers.
@@ -344,8 +379,21 @@ func (s *Store) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch) 
 		ms := p.Timeout.Milliseconds()
 		timeoutMS = &ms
 	}
+	var destType *string
+	var destConfig json.RawMessage
+	var destCreds *string
+	if d := p.Destination; d != nil {
+		destType = &d.Type
+		destConfig = nullJSON(d.Config)
+		sealed, err := s.sealDestinationCredentials(id, d.Credentials)
+		if err != nil {
+			return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
+		}
+		destCreds = sealed
+	}
 	args := []any{p.URL, p.Description, eventTypes, p.TrafficClass, metadata, headers, p.RateLimit,
-		p.Ordering, p.OnExhausted, p.Filter != nil, filter, p.RetrySchedule != nil, schedule, timeoutMS}
+		p.Ordering, p.OnExhausted, p.Filter != nil, filter, p.RetrySchedule != nil, schedule, timeoutMS,
+		destType, destConfig, destCreds}
 	lockClass := p.TrafficClass != nil && *p.TrafficClass != trafficclass.Auto
 	if !lockClass && s.ops == nil && p.Ordering == nil {
 		return s.updateEndpoint(ctx, id, endpointPatchSet, args...)
@@ -391,7 +439,10 @@ const endpointPatchSet = `
 		on_exhausted = coalesce($10, on_exhausted),
 		filter = CASE WHEN $11::bool THEN $12::jsonb ELSE filter END,
 		retry_schedule = CASE WHEN $13::bool THEN $14::interval[] ELSE retry_schedule END,
-		timeout_ms = CASE WHEN $15::int IS NULL THEN timeout_ms ELSE nullif($15::int, 0) END`
+		timeout_ms = CASE WHEN $15::int IS NULL THEN timeout_ms ELSE nullif($15::int, 0) END,
+		destination = CASE WHEN $16::text IS NULL THEN destination ELSE $17::jsonb END,
+		destination_credentials = CASE WHEN $16::text IS NULL THEN destination_credentials ELSE $18::text END,
+		type = coalesce($16, type)`
 
 // updateEndpoint runs UPDATE endpoints SET <set> on a live endpoint ($1 is the
 // id), bumps updated_at and notifies dispatchers in the same statement.

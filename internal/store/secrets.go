@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,29 @@ func endpointHeaderContext(id, name string) string {
 	return "endpoint:" + id + ":header:" + name
 }
 
+// endpointDestinationContext is the context the destination credentials
+// of endpoint id are sealed for.
+func endpointDestinationContext(id string) string {
+	return "endpoint:" + id + ":destination-credentials"
+}
+
+// sealDestinationCredentials returns c as the stored JSON object, sealed
+// for endpoint id when the store has a keyring; nil for none.
+func (s *Store) sealDestinationCredentials(id string, c map[string]string) (*string, error) {
+	if len(c) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("destination credentials: %w", err)
+	}
+	sealed, err := s.secrets.Seal(string(b), endpointDestinationContext(id))
+	if err != nil {
+		return nil, fmt.Errorf("seal destination credentials: %w", err)
+	}
+	return &sealed, nil
+}
+
 // sealEndpointHeaders returns h with every value sealed for endpoint id;
 // without a keyring, h as it is.
 func (s *Store) sealEndpointHeaders(id string, h map[string]string) (map[string]string, error) {
@@ -52,8 +76,18 @@ func (s *Store) sealEndpointHeaders(id string, h map[string]string) (map[string]
 func (s *Store) Keyring() *secretbox.Keyring { return s.secrets }
 
 // openEndpointSecrets replaces e's stored secrets and header values by
-// their plaintext.
-func (s *Store) openEndpointSecrets(e *Endpoint) error {
+// their plaintext and sets its destination credentials from creds, as
+// stored ("" for none).
+func (s *Store) openEndpointSecrets(e *Endpoint, creds string) error {
+	if creds != "" {
+		pt, err := s.secrets.Open(creds, endpointDestinationContext(e.ID))
+		if err != nil {
+			return fmt.Errorf("open destination credentials of endpoint %s: %w", e.ID, err)
+		}
+		if err := json.Unmarshal([]byte(pt), &e.DestinationCredentials); err != nil {
+			return fmt.Errorf("destination credentials of endpoint %s: %w", e.ID, err)
+		}
+	}
 	ctx := endpointSecretContext(e.ID)
 	var err error
 	if e.Secret, err = s.secrets.Open(e.Secret, ctx); err != nil {
@@ -92,16 +126,18 @@ var ErrSecretKey = errors.New("stored endpoint secrets cannot be opened with the
 func (s *Store) CheckSecrets(ctx context.Context) (SecretsReport, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH v AS (
-			SELECT id, secret AS value, NULL::text AS header FROM endpoints
+			SELECT id, secret AS value, NULL::text AS header, false AS dest FROM endpoints
 			UNION ALL
-			SELECT id, previous_secret, NULL FROM endpoints WHERE previous_secret IS NOT NULL
+			SELECT id, previous_secret, NULL, false FROM endpoints WHERE previous_secret IS NOT NULL
 			UNION ALL
-			SELECT e.id, h.value, h.key FROM endpoints e, jsonb_each_text(e.headers) h
+			SELECT e.id, h.value, h.key, false FROM endpoints e, jsonb_each_text(e.headers) h
+			UNION ALL
+			SELECT id, destination_credentials, NULL, true FROM endpoints WHERE destination_credentials IS NOT NULL
 		), k AS (
-			SELECT id, value, header, CASE WHEN value LIKE 'hks1.%' THEN split_part(value, '.', 2) ELSE '' END AS key_id FROM v
+			SELECT id, value, header, dest, CASE WHEN value LIKE 'hks1.%' THEN split_part(value, '.', 2) ELSE '' END AS key_id FROM v
 		)
-		SELECT DISTINCT ON (key_id) key_id, id, value, header, count(*) OVER (PARTITION BY key_id)
-		FROM k ORDER BY key_id, id, header NULLS FIRST`)
+		SELECT DISTINCT ON (key_id) key_id, id, value, header, dest, count(*) OVER (PARTITION BY key_id)
+		FROM k ORDER BY key_id, id, dest, header NULLS FIRST`)
 	if err != nil {
 		return SecretsReport{}, fmt.Errorf("check secrets: %w", err)
 	}
@@ -110,8 +146,9 @@ func (s *Store) CheckSecrets(ctx context.Context) (SecretsReport, error) {
 	for rows.Next() {
 		var keyID, id, value string
 		var header *string
+		var dest bool
 		var n int64
-		if err := rows.Scan(&keyID, &id, &value, &header, &n); err != nil {
+		if err := rows.Scan(&keyID, &id, &value, &header, &dest, &n); err != nil {
 			return SecretsReport{}, fmt.Errorf("check secrets: %w", err)
 		}
 		switch {
@@ -122,7 +159,10 @@ func (s *Store) CheckSecrets(ctx context.Context) (SecretsReport, error) {
 			rep.Stale += n
 		}
 		aad := endpointSecretContext(id)
-		if header != nil {
+		switch {
+		case dest:
+			aad = endpointDestinationContext(id)
+		case header != nil:
 			aad = endpointHeaderContext(id, *header)
 		}
 		if _, err := s.secrets.Open(value, aad); err != nil {
@@ -181,11 +221,13 @@ type resealRow struct {
 	id, secret string
 	previous   *string
 	headers    map[string]string
+	// destCreds are the sealed destination credentials, nil for none.
+	destCreds *string
 }
 
 // current reports whether every value of r is sealed under k's primary key.
 func (r resealRow) current(k *secretbox.Keyring) bool {
-	if !k.Current(r.secret) || (r.previous != nil && !k.Current(*r.previous)) {
+	if !k.Current(r.secret) || (r.previous != nil && !k.Current(*r.previous)) || (r.destCreds != nil && !k.Current(*r.destCreds)) {
 		return false
 	}
 	for _, v := range r.headers {
@@ -211,6 +253,13 @@ func (r resealRow) resealed(k *secretbox.Keyring) (resealRow, error) {
 		}
 		out.previous = &p
 	}
+	if r.destCreds != nil {
+		c, _, err := k.Reseal(*r.destCreds, endpointDestinationContext(r.id))
+		if err != nil {
+			return resealRow{}, secretKeyError(k, keyIDOf(*r.destCreds), 1, err)
+		}
+		out.destCreds = &c
+	}
 	for name, v := range r.headers {
 		if out.headers[name], _, err = k.Reseal(v, endpointHeaderContext(r.id, name)); err != nil {
 			return resealRow{}, secretKeyError(k, keyIDOf(v), 1, err)
@@ -225,7 +274,7 @@ func (s *Store) resealBatch(ctx context.Context, after string, batch int) (chang
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		changed, last = 0, ""
 		rows, err := tx.Query(ctx, `
-			SELECT id, secret, previous_secret, headers FROM endpoints WHERE id > $1 ORDER BY id LIMIT $2`, after, batch)
+			SELECT id, secret, previous_secret, headers, destination_credentials FROM endpoints WHERE id > $1 ORDER BY id LIMIT $2`, after, batch)
 		if err != nil {
 			return fmt.Errorf("reseal secrets: %w", err)
 		}
@@ -233,7 +282,7 @@ func (s *Store) resealBatch(ctx context.Context, after string, batch int) (chang
 		n := 0
 		for rows.Next() {
 			var r resealRow
-			if err := rows.Scan(&r.id, &r.secret, &r.previous, &r.headers); err != nil {
+			if err := rows.Scan(&r.id, &r.secret, &r.previous, &r.headers, &r.destCreds); err != nil {
 				rows.Close()
 				return fmt.Errorf("reseal secrets: %w", err)
 			}
@@ -265,9 +314,10 @@ func (s *Store) resealBatch(ctx context.Context, after string, batch int) (chang
 			// Stale count tells of. jsonb compares by value, so the
 			// headers read compare equal to those stored.
 			tag, err := tx.Exec(ctx, `
-				UPDATE endpoints SET secret = $2, previous_secret = $3, headers = $4
-				WHERE id = $1 AND secret = $5 AND previous_secret IS NOT DISTINCT FROM $6 AND headers = $7`,
-				r.id, nr.secret, nr.previous, nr.headers, r.secret, r.previous, r.headers)
+				UPDATE endpoints SET secret = $2, previous_secret = $3, headers = $4, destination_credentials = $8
+				WHERE id = $1 AND secret = $5 AND previous_secret IS NOT DISTINCT FROM $6 AND headers = $7
+					AND destination_credentials IS NOT DISTINCT FROM $9`,
+				r.id, nr.secret, nr.previous, nr.headers, r.secret, r.previous, r.headers, nr.destCreds, r.destCreds)
 			if err != nil {
 				return fmt.Errorf("reseal secrets of endpoint %s: %w", r.id, err)
 			}

@@ -41,12 +41,12 @@ func TestSendIsDeliveredAndVerified(t *testing.T) {
 	hmacRecv, edRecv := newReceiver(t), newReceiver(t)
 
 	secret := newSecret()
-	hmacEp, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hmacRecv.url("/hooks"), Secret: &secret})
+	hmacEp, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr(hmacRecv.url("/hooks")), Secret: &secret})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(hmacEp.ID, "ep_"))
 	hmacRecv.verifyWith(t, secret)
 
-	edEp, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: edRecv.url("/hooks"), Signing: hookd.Ptr(hookd.SigningEd25519)})
+	edEp, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr(edRecv.url("/hooks")), Signing: hookd.Ptr(hookd.SigningEd25519)})
 	require.NoError(t, err)
 	key, err := c.Endpoints.Secret(ctx, edEp.ID)
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestListsPageThrough(t *testing.T) {
 	tenant := newTenant(t)
 	var created []string
 	for range 7 {
-		ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:9/hooks"})
+		ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr("http://127.0.0.1:9/hooks")})
 		require.NoError(t, err)
 		created = append(created, ep.ID)
 	}
@@ -243,7 +243,7 @@ func TestRetryFailedDelivery(t *testing.T) {
 	secret := newSecret()
 	recv.verifyWith(t, secret)
 	recv.status.Store(http.StatusInternalServerError)
-	_, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: recv.url("/hooks"), Secret: &secret})
+	_, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr(recv.url("/hooks")), Secret: &secret})
 	require.NoError(t, err)
 	msg, err := c.Messages.Send(ctx, hookd.NewMessage{TenantID: tenant, EventType: "invoice.paid", Payload: "x"})
 	require.NoError(t, err)
@@ -299,7 +299,7 @@ func TestTypedErrors(t *testing.T) {
 	ctx := testContext(t)
 	c := newClient(t, "")
 
-	_, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: newTenant(t), URL: "ftp://example.com/hooks"})
+	_, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: newTenant(t), URL: hookd.Ptr("ftp://example.com/hooks")})
 	var herr *hookd.Error
 	require.ErrorAs(t, err, &herr)
 	require.Equal(t, http.StatusBadRequest, herr.Status)
@@ -356,7 +356,7 @@ func TestPortalSessionAndRecover(t *testing.T) {
 	require.ErrorAs(t, c.PortalSessions.End(ctx, s.ID), &ended)
 	require.Equal(t, http.StatusNotFound, ended.Status, "an ended session is not live")
 
-	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:9/hooks"})
+	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr("http://127.0.0.1:9/hooks")})
 	require.NoError(t, err)
 	rec, err := c.Endpoints.Recover(ctx, ep.ID, hookd.RecoverRequest{Since: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
@@ -378,7 +378,7 @@ func TestBreakerOperationsAndTrafficClasses(t *testing.T) {
 	ctx := testContext(t)
 	c := newClient(t, "")
 	tenant := newTenant(t)
-	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: "http://127.0.0.1:1/hooks"})
+	ep, err := c.Endpoints.Create(ctx, hookd.CreateEndpointRequest{TenantID: tenant, URL: hookd.Ptr("http://127.0.0.1:1/hooks")})
 	require.NoError(t, err)
 
 	b, err := c.Breakers.Isolate(ctx, ep.ID, "sdk test")

@@ -29,7 +29,7 @@ func main() {
 	secret := os.Getenv("WEBHOOK_SECRET")
 	ep, err := client.Endpoints.Create(ctx, hookd.CreateEndpointRequest{
 		TenantID: "acme",
-		URL:      os.Getenv("RECEIVER_URL"),
+		URL:      hookd.Ptr(os.Getenv("RECEIVER_URL")),
 		Secret:   &secret,
 	})
 	if err != nil {

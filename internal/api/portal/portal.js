@@ -213,12 +213,22 @@ async function act(fn, done) {
   try { await fn(); say(done); await load(); } catch (e) { say("Failed: " + e.message); }
 }
 
+// target names what an endpoint delivers to: its URL, or its type and
+// the destination's address (credentials are never part of a read).
+function target(ep) {
+  if (!ep.type || ep.type === "http") return ep.url;
+  const d = ep.destination || {};
+  const where = d.url || d.queue_url || (d.brokers || []).join(", ") || d.project || "";
+  const what = d.exchange || d.subject || d.topic || d.stream || d.routing_key || "";
+  return ep.type + ": " + [where, what].filter(Boolean).join(" ");
+}
+
 function card(ep, b) {
   const h = health(ep, b);
   const attempts = el("div", { class: "attempts" });
   const secret = el("p", { class: "secret", hidden: "" });
   const li = el("li", { class: "card", "data-endpoint": ep.id },
-    el("h3", {}, ep.url),
+    el("h3", {}, target(ep)),
     el("p", { class: "health " + h.cls, "data-health": "" }, h.text),
     el("p", { class: "meta" }, "Events: " + (ep.event_types.length ? ep.event_types.join(", ") : "all")),
     el("p", { class: "meta", "data-options": "" }, "Delivery: " + options(ep)),
@@ -238,15 +248,15 @@ function card(ep, b) {
       } }, "Reveal secret"),
       el("button", { type: "button", "data-action": "rotate", onclick: () => act(() => call("POST", "/v1/endpoints/" + ep.id + "/secret/rotate"), "Secret rotated; the old one signs for 24 hours more") }, "Rotate secret"),
       el("button", { type: "button", "data-action": "test", onclick: () => act(() => call("POST", "/v1/messages", { tenant_id: state.tenant, event_type: ep.event_types[0] || "hookd.test", payload: { test: true, sent_at: new Date().toISOString() } }), "Test event sent") }, "Send test event"),
-      el("button", { type: "button", "data-action": "edit", onclick: () => {
+      ...(!ep.type || ep.type === "http" ? [el("button", { type: "button", "data-action": "edit", onclick: () => {
         const url = prompt("New URL", ep.url);
         if (url) act(() => call("PATCH", "/v1/endpoints/" + ep.id, { url }), "Endpoint updated");
-      } }, "Edit URL"),
+      } }, "Edit URL")] : []),
       ep.status === "disabled"
         ? el("button", { type: "button", "data-action": "enable", onclick: () => act(() => call("POST", "/v1/endpoints/" + ep.id + "/enable"), "Endpoint enabled") }, "Enable")
         : el("button", { type: "button", "data-action": "disable", onclick: () => act(() => call("POST", "/v1/endpoints/" + ep.id + "/disable"), "Endpoint disabled") }, "Disable"),
       el("button", { type: "button", "data-action": "delete", class: "danger", onclick: () => {
-        if (confirm("Delete " + ep.url + "?")) act(() => call("DELETE", "/v1/endpoints/" + ep.id), "Endpoint deleted");
+        if (confirm("Delete " + target(ep) + "?")) act(() => call("DELETE", "/v1/endpoints/" + ep.id), "Endpoint deleted");
       } }, "Delete"));
   }
   li.append(el("div", {}, ...buttons));

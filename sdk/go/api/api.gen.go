@@ -365,6 +365,63 @@ func (e EndpointStatsTransitionTo) Valid() bool {
 	}
 }
 
+// Defines values for EndpointType.
+const (
+	HTTP     EndpointType = "http"
+	Kafka    EndpointType = "kafka"
+	Mqtt     EndpointType = "mqtt"
+	Nats     EndpointType = "nats"
+	Pubsub   EndpointType = "pubsub"
+	Rabbitmq EndpointType = "rabbitmq"
+	Redis    EndpointType = "redis"
+	Sqs      EndpointType = "sqs"
+)
+
+// Valid indicates whether the value is a known member of the EndpointType enum.
+func (e EndpointType) Valid() bool {
+	switch e {
+	case HTTP:
+		return true
+	case Kafka:
+		return true
+	case Mqtt:
+		return true
+	case Nats:
+		return true
+	case Pubsub:
+		return true
+	case Rabbitmq:
+		return true
+	case Redis:
+		return true
+	case Sqs:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KafkaDestinationSaslMechanism.
+const (
+	Plain       KafkaDestinationSaslMechanism = "plain"
+	ScramSha256 KafkaDestinationSaslMechanism = "scram-sha-256"
+	ScramSha512 KafkaDestinationSaslMechanism = "scram-sha-512"
+)
+
+// Valid indicates whether the value is a known member of the KafkaDestinationSaslMechanism enum.
+func (e KafkaDestinationSaslMechanism) Valid() bool {
+	switch e {
+	case Plain:
+		return true
+	case ScramSha256:
+		return true
+	case ScramSha512:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OnExhausted.
 const (
 	Block OnExhausted = "block"
@@ -966,6 +1023,9 @@ type ConflictProblem struct {
 type CreateEndpointRequest struct {
 	Description *Description `json:"description,omitempty"`
 
+	// Destination A non-HTTP endpoint's destination, of the object for its `type`. Credentials (write-only) are given when it is written and never shown.
+	Destination *Destination `json:"destination,omitempty"`
+
 	// EventTypes The event types the endpoint receives; empty means all of them.
 	EventTypes *EventTypeFilters `json:"event_types,omitempty"`
 
@@ -1025,10 +1085,13 @@ type CreateEndpointRequest struct {
 	// Examples: auto
 	TrafficClass *TrafficClass `json:"traffic_class,omitempty"`
 
+	// Type What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+	Type *EndpointType `json:"type,omitempty"`
+
 	// URL An absolute http or https URL of at most 2048 characters, without credentials (`user:pass@`), a fragment or whitespace. The server also checks where it points before each delivery.
 	//
 	// Examples: https://hooks.acme.example/hookd
-	URL EndpointURL `json:"url"`
+	URL *EndpointURL `json:"url,omitempty"`
 }
 
 // CreateEventTypeRequest defines model for CreateEventTypeRequest.
@@ -1285,6 +1348,11 @@ type DeliveryList struct {
 // Description defines model for Description.
 type Description = string
 
+// Destination A non-HTTP endpoint's destination, of the object for its `type`. Credentials (write-only) are given when it is written and never shown.
+type Destination struct {
+	union json.RawMessage
+}
+
 // Duration A non-negative Go duration string: numbers with units `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`, such as `500ms`, `30s`, `5m` or `1h30m`, or `0`. Responses write it without trailing zero units (`5m`, not `5m0s`).
 //
 // Examples: 30s
@@ -1296,6 +1364,9 @@ type EnabledEndpoint struct {
 	BlockedBy   *string   `json:"blocked_by"`
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
+
+	// Destination The destination of a non-HTTP endpoint, without its credentials; null for `http`.
+	Destination *Destination `json:"destination"`
 
 	// DisabledReason Why the endpoint is disabled (`manual` from the API, `auth_failures` after a streak of 401/403 answers); null when enabled.
 	DisabledReason *string  `json:"disabled_reason"`
@@ -1347,20 +1418,26 @@ type EnabledEndpoint struct {
 	Timeout *EndpointTimeout `json:"timeout"`
 
 	// TrafficClass `auto` or the name of the traffic class the endpoint runs under.
-	TrafficClass string    `json:"traffic_class"`
-	UpdatedAt    time.Time `json:"updated_at"`
-	URL          string    `json:"url"`
+	TrafficClass string `json:"traffic_class"`
+
+	// Type What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+	Type      EndpointType `json:"type"`
+	UpdatedAt time.Time    `json:"updated_at"`
+	URL       string       `json:"url"`
 }
 
 // EnabledEndpointStatus defines model for EnabledEndpoint.Status.
 type EnabledEndpointStatus string
 
-// Endpoint An endpoint. Its secret is never part of it.
+// Endpoint An endpoint. Its secret and its destination's credentials are never part of it.
 type Endpoint struct {
 	// BlockedBy The failed delivery that stops this `fifo` endpoint's queue (`on_exhausted` `block`) until it is retried or skipped; null when the queue moves.
 	BlockedBy   *string   `json:"blocked_by"`
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
+
+	// Destination The destination of a non-HTTP endpoint, without its credentials; null for `http`.
+	Destination *Destination `json:"destination"`
 
 	// DisabledReason Why the endpoint is disabled (`manual` from the API, `auth_failures` after a streak of 401/403 answers); null when enabled.
 	DisabledReason *string  `json:"disabled_reason"`
@@ -1409,9 +1486,12 @@ type Endpoint struct {
 	Timeout *EndpointTimeout `json:"timeout"`
 
 	// TrafficClass `auto` or the name of the traffic class the endpoint runs under.
-	TrafficClass string    `json:"traffic_class"`
-	UpdatedAt    time.Time `json:"updated_at"`
-	URL          string    `json:"url"`
+	TrafficClass string `json:"traffic_class"`
+
+	// Type What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+	Type      EndpointType `json:"type"`
+	UpdatedAt time.Time    `json:"updated_at"`
+	URL       string       `json:"url"`
 }
 
 // EndpointStatus defines model for Endpoint.Status.
@@ -1551,6 +1631,9 @@ type EndpointTraffic struct {
 	TrafficClass TrafficClass `json:"traffic_class"`
 }
 
+// EndpointType What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+type EndpointType string
+
 // EndpointURL An absolute http or https URL of at most 2048 characters, without credentials (`user:pass@`), a fragment or whitespace. The server also checks where it points before each delivery.
 //
 // Examples: https://hooks.acme.example/hookd
@@ -1631,6 +1714,46 @@ type InternalProblem struct {
 // JSONSchema A JSON Schema (draft 2020-12 unless its `$schema` names another draft) of the type's payloads. `$ref` may point only within the schema. A schema that does not compile is refused with 400 naming `schema`.
 type JSONSchema = json.RawMessage
 
+// KafkaDestination `kafka`: an idempotent producer with acks from all in-sync replicas.
+//
+// Examples: {"brokers":["kafka-1.acme.example:9093","kafka-2.acme.example:9093"],"key_path":"customer.id","password":"s3cret-kafka","sasl_mechanism":"scram-sha-512","tls":true,"topic":"webhooks","username":"hookd"}
+type KafkaDestination struct {
+	// Brokers Seed brokers, `host:port`.
+	Brokers []string `json:"brokers"`
+
+	// KeyPath A dotted path into the payload whose value keys the record; without one, a FIFO endpoint's ordering key, else the message id.
+	KeyPath *string `json:"key_path,omitempty"`
+
+	// Password The SASL password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Password      *string                        `json:"password,omitempty"`
+	SaslMechanism *KafkaDestinationSaslMechanism `json:"sasl_mechanism,omitempty"`
+	TLS           *bool                          `json:"tls,omitempty"`
+	Topic         string                         `json:"topic"`
+
+	// Username With `sasl_mechanism`.
+	Username *string `json:"username,omitempty"`
+}
+
+// KafkaDestinationSaslMechanism defines model for KafkaDestination.SaslMechanism.
+type KafkaDestinationSaslMechanism string
+
+// MQTTDestination `mqtt`: MQTT 3.1.1, QoS 1; the message is a JSON envelope of the four `webhook-*` names and `body`.
+//
+// Examples: {"password":"s3cret-mqtt","topic":"acme/webhooks","url":"mqtts://mqtt.acme.example:8883","username":"hookd"}
+type MQTTDestination struct {
+	// Password The password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Password *string `json:"password,omitempty"`
+
+	// Topic No wildcards, not starting with `$`.
+	Topic string `json:"topic"`
+
+	// URL `tcp://`, `ssl://`, `mqtt://` or `mqtts://host[:port]`, without credentials.
+	URL string `json:"url"`
+
+	// Username With `password`.
+	Username *string `json:"username,omitempty"`
+}
+
 // Message defines model for Message.
 type Message struct {
 	CreatedAt  time.Time  `json:"created_at"`
@@ -1691,6 +1814,26 @@ type MessageSummary struct {
 
 // Metadata Inert key/value labels: at most 50 keys of 1-64 letters, digits and `_ . -`; values of at most 1024 characters without control characters.
 type Metadata map[string]string
+
+// NATSDestination `nats`: NATS JetStream, acknowledged publish; a stream must capture the subject.
+//
+// Examples: {"subject":"webhooks.invoices","token":"s3cret-nats","url":"tls://nats.acme.example:4222"}
+type NATSDestination struct {
+	// Password The password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Password *string `json:"password,omitempty"`
+
+	// Subject Dot-separated tokens, no wildcards.
+	Subject string `json:"subject"`
+
+	// Token A token, instead of a username and password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Token *string `json:"token,omitempty"`
+
+	// URL `nats://` or `tls://host[:port]`, without credentials.
+	URL string `json:"url"`
+
+	// Username With `password`.
+	Username *string `json:"username,omitempty"`
+}
 
 // NotFoundProblem defines model for NotFoundProblem.
 type NotFoundProblem struct {
@@ -1857,6 +2000,16 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
+// PubSubDestination `pubsub`: Google Cloud Pub/Sub. `credentials_json` is required when the destination is written.
+//
+// Examples: {"credentials_json":"{\"type\":\"service_account\",\"project_id\":\"acme-prod\"}","project":"acme-prod","topic":"webhooks"}
+type PubSubDestination struct {
+	// CredentialsJSON A service account key (required). Write-only: never shown; an update leaving it out keeps the stored value.
+	CredentialsJSON *string `json:"credentials_json,omitempty"`
+	Project         string  `json:"project"`
+	Topic           string  `json:"topic"`
+}
+
 // PublicKey A Standard Webhooks Ed25519 public key: `whpk_` and the standard base64 of its 32 bytes.
 //
 // Examples: whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=
@@ -1864,6 +2017,26 @@ type PublicKey = string
 
 // PutTrafficClassRequest The whole class: every omitted member takes its default. `name`, if given, must be the name in the path.
 type PutTrafficClassRequest = TrafficClassFields
+
+// RabbitMQDestination `rabbitmq`: AMQP 0-9-1 with publisher confirms.
+//
+// Examples: {"exchange":"webhooks","password":"s3cret-amqp","routing_key":"invoices","url":"amqps://mq.acme.example/billing","username":"hookd"}
+type RabbitMQDestination struct {
+	// Exchange The exchange; empty is the default exchange, which routes by queue name.
+	Exchange *string `json:"exchange,omitempty"`
+
+	// Password The password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Password *string `json:"password,omitempty"`
+
+	// RoutingKey Required with the default exchange.
+	RoutingKey *string `json:"routing_key,omitempty"`
+
+	// URL `amqp://` or `amqps://host[:port][/vhost]`, without credentials.
+	URL string `json:"url"`
+
+	// Username With `password`.
+	Username *string `json:"username,omitempty"`
+}
 
 // RateLimit The most deliveries per second hookd sends to the endpoint, across every dispatcher together; null means no limit. A delivery over the limit waits (its `next_attempt_at` shows when it goes next) without using an attempt or counting against the breaker.
 //
@@ -1893,6 +2066,24 @@ type Recovery struct {
 	Queued int `json:"queued"`
 }
 
+// RedisDestination `redis`: a Redis stream, `XADD` with `MAXLEN ~`.
+//
+// Examples: {"max_len":100000,"password":"s3cret-redis","stream":"webhooks","url":"rediss://redis.acme.example:6380/0"}
+type RedisDestination struct {
+	// MaxLen The approximate bound; 0 or left out is 10,000.
+	MaxLen *int `json:"max_len,omitempty"`
+
+	// Password The password. Write-only: never shown; an update leaving it out keeps the stored value.
+	Password *string `json:"password,omitempty"`
+	Stream   string  `json:"stream"`
+
+	// URL `redis://` or `rediss://host[:port][/db]`, without credentials.
+	URL string `json:"url"`
+
+	// Username An ACL user (needs `password`).
+	Username *string `json:"username,omitempty"`
+}
+
 // RetryDeliveriesRequest defines model for RetryDeliveriesRequest.
 type RetryDeliveriesRequest struct {
 	// Ids Delivery ids to retry. An id that names no delivery (or, for a tenant token, another tenant's) is refused as not found; an id given twice is answered once.
@@ -1917,6 +2108,24 @@ type RetryDeliveriesResult struct {
 //
 // Examples: ["0s","10s","1m","10m"]
 type RetrySchedule = []string
+
+// SQSDestination `sqs`: Amazon SQS. `access_key_id` and `secret_access_key` are required when the destination is written.
+//
+// Examples: {"access_key_id":"AKIAEXAMPLE","queue_url":"https://sqs.us-east-1.amazonaws.com/123456789012/webhooks","region":"us-east-1","secret_access_key":"s3cret-sqs"}
+type SQSDestination struct {
+	// AccessKeyID The access key id (required). Write-only: never shown; an update leaving it out keeps the stored value.
+	AccessKeyID *string `json:"access_key_id,omitempty"`
+
+	// MessageGroupID FIFO queues only; empty is the endpoint's id.
+	MessageGroupID *string `json:"message_group_id,omitempty"`
+
+	// QueueURL `https://host/<account>/<queue>`.
+	QueueURL string `json:"queue_url"`
+	Region   string `json:"region"`
+
+	// SecretAccessKey The secret access key (required). Write-only: never shown; an update leaving it out keeps the stored value.
+	SecretAccessKey *string `json:"secret_access_key,omitempty"`
+}
 
 // Secret A Standard Webhooks signing secret: `whsec_` and the canonical standard base64 of a 24- to 64-byte key.
 //
@@ -2316,9 +2525,12 @@ type UnsupportedMediaTypeProblem struct {
 	Type     interface{} `json:"type"`
 }
 
-// UpdateEndpointRequest A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog.
+// UpdateEndpointRequest A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog. `url` applies to an `http` endpoint only; `type` and `destination` change what the endpoint delivers to.
 type UpdateEndpointRequest struct {
 	Description *Description `json:"description,omitempty"`
+
+	// Destination A non-HTTP endpoint's destination, of the object for its `type`. Credentials (write-only) are given when it is written and never shown.
+	Destination *Destination `json:"destination,omitempty"`
 
 	// EventTypes The event types the endpoint receives; empty means all of them.
 	EventTypes *EventTypeFilters `json:"event_types,omitempty"`
@@ -2365,6 +2577,9 @@ type UpdateEndpointRequest struct {
 	//
 	// Examples: auto
 	TrafficClass *TrafficClass `json:"traffic_class,omitempty"`
+
+	// Type What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+	Type *EndpointType `json:"type,omitempty"`
 
 	// URL An absolute http or https URL of at most 2048 characters, without credentials (`user:pass@`), a fragment or whitespace. The server also checks where it points before each delivery.
 	//
@@ -2820,6 +3035,198 @@ func (t CreateMessagesResult_Results_Item) MarshalJSON() ([]byte, error) {
 }
 
 func (t *CreateMessagesResult_Results_Item) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsRabbitMQDestination returns the union data inside the Destination as a RabbitMQDestination
+func (t Destination) AsRabbitMQDestination() (RabbitMQDestination, error) {
+	var body RabbitMQDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRabbitMQDestination overwrites any union data inside the Destination as the provided RabbitMQDestination
+func (t *Destination) FromRabbitMQDestination(v RabbitMQDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRabbitMQDestination performs a merge with any union data inside the Destination, using the provided RabbitMQDestination
+func (t *Destination) MergeRabbitMQDestination(v RabbitMQDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsNATSDestination returns the union data inside the Destination as a NATSDestination
+func (t Destination) AsNATSDestination() (NATSDestination, error) {
+	var body NATSDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromNATSDestination overwrites any union data inside the Destination as the provided NATSDestination
+func (t *Destination) FromNATSDestination(v NATSDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeNATSDestination performs a merge with any union data inside the Destination, using the provided NATSDestination
+func (t *Destination) MergeNATSDestination(v NATSDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsKafkaDestination returns the union data inside the Destination as a KafkaDestination
+func (t Destination) AsKafkaDestination() (KafkaDestination, error) {
+	var body KafkaDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromKafkaDestination overwrites any union data inside the Destination as the provided KafkaDestination
+func (t *Destination) FromKafkaDestination(v KafkaDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeKafkaDestination performs a merge with any union data inside the Destination, using the provided KafkaDestination
+func (t *Destination) MergeKafkaDestination(v KafkaDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSQSDestination returns the union data inside the Destination as a SQSDestination
+func (t Destination) AsSQSDestination() (SQSDestination, error) {
+	var body SQSDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSQSDestination overwrites any union data inside the Destination as the provided SQSDestination
+func (t *Destination) FromSQSDestination(v SQSDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeSQSDestination performs a merge with any union data inside the Destination, using the provided SQSDestination
+func (t *Destination) MergeSQSDestination(v SQSDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsPubSubDestination returns the union data inside the Destination as a PubSubDestination
+func (t Destination) AsPubSubDestination() (PubSubDestination, error) {
+	var body PubSubDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromPubSubDestination overwrites any union data inside the Destination as the provided PubSubDestination
+func (t *Destination) FromPubSubDestination(v PubSubDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergePubSubDestination performs a merge with any union data inside the Destination, using the provided PubSubDestination
+func (t *Destination) MergePubSubDestination(v PubSubDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsRedisDestination returns the union data inside the Destination as a RedisDestination
+func (t Destination) AsRedisDestination() (RedisDestination, error) {
+	var body RedisDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRedisDestination overwrites any union data inside the Destination as the provided RedisDestination
+func (t *Destination) FromRedisDestination(v RedisDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRedisDestination performs a merge with any union data inside the Destination, using the provided RedisDestination
+func (t *Destination) MergeRedisDestination(v RedisDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsMQTTDestination returns the union data inside the Destination as a MQTTDestination
+func (t Destination) AsMQTTDestination() (MQTTDestination, error) {
+	var body MQTTDestination
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromMQTTDestination overwrites any union data inside the Destination as the provided MQTTDestination
+func (t *Destination) FromMQTTDestination(v MQTTDestination) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeMQTTDestination performs a merge with any union data inside the Destination, using the provided MQTTDestination
+func (t *Destination) MergeMQTTDestination(v MQTTDestination) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Destination) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Destination) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }

@@ -987,7 +987,12 @@ export interface components {
         Secret: string;
         CreateEndpointRequest: {
             tenant_id: components["schemas"]["TenantID"];
-            url: components["schemas"]["EndpointURL"];
+            /** @description Required for type `http`; left out for any other type. */
+            url?: components["schemas"]["EndpointURL"];
+            /** @description Omitted, `http`: `url` is then required. Any other type takes `destination` instead of `url`. */
+            type?: components["schemas"]["EndpointType"];
+            /** @description Required for a type other than `http`, whose object it must be; credentials included. */
+            destination?: components["schemas"]["Destination"];
             description?: components["schemas"]["Description"];
             event_types?: components["schemas"]["EventTypeFilters"];
             /** @description The signing secret; omitted, one is generated. Read it back with GET /v1/endpoints/{id}/secret. */
@@ -1006,9 +1011,13 @@ export interface components {
             retry_schedule?: components["schemas"]["RetrySchedule"];
             timeout?: components["schemas"]["EndpointTimeout"];
         };
-        /** @description A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog. */
+        /** @description A partial update: fields left out keep their value. `event_types`, `metadata` and `headers` are replaced as a whole. `rate_limit`, `filter`, `retry_schedule` and `timeout` null remove them (the dispatcher's defaults then apply). Switching `ordering` keeps every delivery: to `fifo`, the deliveries already queued go as they were and those accepted after the switch wait behind them; to `unordered`, those waiting in the queue are released at the pace of a breaker's parked backlog. `url` applies to an `http` endpoint only; `type` and `destination` change what the endpoint delivers to. */
         UpdateEndpointRequest: {
             url?: components["schemas"]["EndpointURL"];
+            /** @description Changing it needs `destination` (to a non-HTTP type) or `url` (to `http`). */
+            type?: components["schemas"]["EndpointType"];
+            /** @description Replaces the destination as a whole, except its credentials: one left out keeps its stored value when the type is unchanged. */
+            destination?: components["schemas"]["Destination"];
             description?: components["schemas"]["Description"];
             event_types?: components["schemas"]["EventTypeFilters"];
             traffic_class?: components["schemas"]["TrafficClass"];
@@ -1023,7 +1032,7 @@ export interface components {
             retry_schedule?: components["schemas"]["RetrySchedule"];
             timeout?: components["schemas"]["EndpointTimeout"];
         };
-        /** @description An endpoint. Its secret is never part of it. */
+        /** @description An endpoint. Its secret and its destination's credentials are never part of it. */
         Endpoint: {
             id: components["schemas"]["EndpointID"];
             tenant_id: string;
@@ -1047,6 +1056,9 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             rate_limit: components["schemas"]["RateLimit"];
+            type: components["schemas"]["EndpointType"];
+            /** @description The destination of a non-HTTP endpoint, without its credentials; null for `http`. */
+            destination: null | components["schemas"]["Destination"];
             ordering: components["schemas"]["Ordering"];
             on_exhausted: components["schemas"]["OnExhausted"];
             filter: components["schemas"]["PayloadFilter"];
@@ -1079,6 +1091,9 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             rate_limit: components["schemas"]["RateLimit"];
+            type: components["schemas"]["EndpointType"];
+            /** @description The destination of a non-HTTP endpoint, without its credentials; null for `http`. */
+            destination: null | components["schemas"]["Destination"];
             ordering: components["schemas"]["Ordering"];
             on_exhausted: components["schemas"]["OnExhausted"];
             filter: components["schemas"]["PayloadFilter"];
@@ -2191,6 +2206,157 @@ export interface components {
             /** @description Pass as `after` for the next page; null on the last page. */
             next_cursor: string | null;
         };
+        /**
+         * @description What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+         * @enum {string}
+         */
+        EndpointType: "http" | "rabbitmq" | "nats" | "kafka" | "sqs" | "pubsub" | "redis" | "mqtt";
+        /**
+         * @description `rabbitmq`: AMQP 0-9-1 with publisher confirms.
+         * @example {
+         *       "url": "amqps://mq.acme.example/billing",
+         *       "exchange": "webhooks",
+         *       "routing_key": "invoices",
+         *       "username": "hookd",
+         *       "password": "s3cret-amqp"
+         *     }
+         */
+        RabbitMQDestination: {
+            /** @description `amqp://` or `amqps://host[:port][/vhost]`, without credentials. */
+            url: string;
+            /** @description The exchange; empty is the default exchange, which routes by queue name. */
+            exchange?: string;
+            /** @description Required with the default exchange. */
+            routing_key?: string;
+            /** @description With `password`. */
+            username?: string;
+            /** @description The password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            password?: string;
+        };
+        /**
+         * @description `nats`: NATS JetStream, acknowledged publish; a stream must capture the subject.
+         * @example {
+         *       "url": "tls://nats.acme.example:4222",
+         *       "subject": "webhooks.invoices",
+         *       "token": "s3cret-nats"
+         *     }
+         */
+        NATSDestination: {
+            /** @description `nats://` or `tls://host[:port]`, without credentials. */
+            url: string;
+            /** @description Dot-separated tokens, no wildcards. */
+            subject: string;
+            /** @description With `password`. */
+            username?: string;
+            /** @description The password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            password?: string;
+            /** @description A token, instead of a username and password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            token?: string;
+        };
+        /**
+         * @description `kafka`: an idempotent producer with acks from all in-sync replicas.
+         * @example {
+         *       "brokers": [
+         *         "kafka-1.acme.example:9093",
+         *         "kafka-2.acme.example:9093"
+         *       ],
+         *       "topic": "webhooks",
+         *       "key_path": "customer.id",
+         *       "tls": true,
+         *       "sasl_mechanism": "scram-sha-512",
+         *       "username": "hookd",
+         *       "password": "s3cret-kafka"
+         *     }
+         */
+        KafkaDestination: {
+            /** @description Seed brokers, `host:port`. */
+            brokers: string[];
+            topic: string;
+            /** @description A dotted path into the payload whose value keys the record; without one, a FIFO endpoint's ordering key, else the message id. */
+            key_path?: string;
+            tls?: boolean;
+            /** @enum {string} */
+            sasl_mechanism?: "plain" | "scram-sha-256" | "scram-sha-512";
+            /** @description With `sasl_mechanism`. */
+            username?: string;
+            /** @description The SASL password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            password?: string;
+        };
+        /**
+         * @description `sqs`: Amazon SQS. `access_key_id` and `secret_access_key` are required when the destination is written.
+         * @example {
+         *       "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/webhooks",
+         *       "region": "us-east-1",
+         *       "access_key_id": "AKIAEXAMPLE",
+         *       "secret_access_key": "s3cret-sqs"
+         *     }
+         */
+        SQSDestination: {
+            /** @description `https://host/<account>/<queue>`. */
+            queue_url: string;
+            region: string;
+            /** @description FIFO queues only; empty is the endpoint's id. */
+            message_group_id?: string;
+            /** @description The access key id (required). Write-only: never shown; an update leaving it out keeps the stored value. */
+            access_key_id?: string;
+            /** @description The secret access key (required). Write-only: never shown; an update leaving it out keeps the stored value. */
+            secret_access_key?: string;
+        };
+        /**
+         * @description `pubsub`: Google Cloud Pub/Sub. `credentials_json` is required when the destination is written.
+         * @example {
+         *       "project": "acme-prod",
+         *       "topic": "webhooks",
+         *       "credentials_json": "{\"type\":\"service_account\",\"project_id\":\"acme-prod\"}"
+         *     }
+         */
+        PubSubDestination: {
+            project: string;
+            topic: string;
+            /** @description A service account key (required). Write-only: never shown; an update leaving it out keeps the stored value. */
+            credentials_json?: string;
+        };
+        /**
+         * @description `redis`: a Redis stream, `XADD` with `MAXLEN ~`.
+         * @example {
+         *       "url": "rediss://redis.acme.example:6380/0",
+         *       "stream": "webhooks",
+         *       "max_len": 100000,
+         *       "password": "s3cret-redis"
+         *     }
+         */
+        RedisDestination: {
+            /** @description `redis://` or `rediss://host[:port][/db]`, without credentials. */
+            url: string;
+            stream: string;
+            /** @description The approximate bound; 0 or left out is 10,000. */
+            max_len?: number;
+            /** @description An ACL user (needs `password`). */
+            username?: string;
+            /** @description The password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            password?: string;
+        };
+        /**
+         * @description `mqtt`: MQTT 3.1.1, QoS 1; the message is a JSON envelope of the four `webhook-*` names and `body`.
+         * @example {
+         *       "url": "mqtts://mqtt.acme.example:8883",
+         *       "topic": "acme/webhooks",
+         *       "username": "hookd",
+         *       "password": "s3cret-mqtt"
+         *     }
+         */
+        MQTTDestination: {
+            /** @description `tcp://`, `ssl://`, `mqtt://` or `mqtts://host[:port]`, without credentials. */
+            url: string;
+            /** @description No wildcards, not starting with `$`. */
+            topic: string;
+            /** @description With `password`. */
+            username?: string;
+            /** @description The password. Write-only: never shown; an update leaving it out keeps the stored value. */
+            password?: string;
+        };
+        /** @description A non-HTTP endpoint's destination, of the object for its `type`. Credentials (write-only) are given when it is written and never shown. */
+        Destination: components["schemas"]["RabbitMQDestination"] | components["schemas"]["NATSDestination"] | components["schemas"]["KafkaDestination"] | components["schemas"]["SQSDestination"] | components["schemas"]["PubSubDestination"] | components["schemas"]["RedisDestination"] | components["schemas"]["MQTTDestination"];
     };
     responses: {
         /** @description The request is invalid: `errors` names every field at fault (`body` for the body as a whole). */
