@@ -210,11 +210,14 @@ func TestMQTTDestinationKeepsOrder(t *testing.T) {
 }
 
 // TestRabbitMQDestinationWrongCredentials: RabbitMQ refusing the
-// password disables the endpoint for its auth failures.
+// password disables the endpoint for its auth failures. RabbitMQ delays
+// its refusal: on a busy machine past the harness's 2 s timeout, and a
+// timeout between two refusals restarts the auth streak, so this test's
+// attempts may take 15 s (the dispatcher's default).
 func TestRabbitMQDestinationWrongCredentials(t *testing.T) {
 	t.Parallel()
 	requireListening(t, "RabbitMQ", rabbitMQAddr)
-	h := startDest(t, dispatcherDeps())
+	h := startDest(t, dispatcherDeps(), func(c *dispatcher.Config) { c.RequestTimeout = 15 * time.Second })
 	e := h.endpoint(destination.RabbitMQ, &destination.RabbitMQConfig{URL: "amqp://" + rabbitMQAddr, RoutingKey: testName(t),
 		Username: "guest", Password: "not-the-password"}, false)
 	h.send(10)

@@ -49,8 +49,9 @@ type destHarness struct {
 }
 
 // startDest runs a dispatcher with breakers on against a fresh database
-// holding destClass; deps may carry the Pub/Sub test server's options.
-func startDest(t *testing.T, deps dispatcher.Deps) *destHarness {
+// holding destClass; deps may carry the Pub/Sub test server's options, and
+// each of tune changes the dispatcher's configuration.
+func startDest(t *testing.T, deps dispatcher.Deps, tune ...func(*dispatcher.Config)) *destHarness {
 	t.Helper()
 	db := storetest.New(t)
 	st := store.New(db.Pool, nil)
@@ -72,6 +73,9 @@ func startDest(t *testing.T, deps dispatcher.Deps) *destHarness {
 	cfg.RetrySchedule = destRetrySchedule
 	cfg.RequestTimeout = 2 * time.Second
 	cfg.ShutdownGrace = time.Second
+	for _, f := range tune {
+		f(&cfg)
+	}
 	deps.Pool = db.Pool
 	_, cancel, done := startRunWith(t, cfg, deps, slog.LevelError)
 	t.Cleanup(func() {
