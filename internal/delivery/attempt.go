@@ -91,6 +91,9 @@ type run struct {
 	// sendBy is when, on the database-synced clock, the run must have
 	// started its request, or send nothing (Worker.sendBy).
 	sendBy time.Time
+	// leasedFrom is when the run began, on the local clock (the fleet
+	// lease's): the lease must have held since then for it to send.
+	leasedFrom time.Time
 
 	// What a panic in the run must put right (recoverPanic): the
 	// endpoint, once loaded; the breaker's admission, until its outcome
@@ -103,7 +106,7 @@ type run struct {
 // Work runs a delivery job: one attempt of its delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	err := w.work(ctx, &run{jobID: job.ID, jobAttempt: job.Attempt, args: job.Args, metadata: job.Metadata,
-		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget), sendBy: w.sendBy(job.JobRow)})
+		startBy: w.deps.LocalNow().Add(w.cfg.StartBudget), sendBy: w.sendBy(job.JobRow), leasedFrom: w.deps.LocalNow()})
 	var wait *waitError
 	if errors.As(err, &wait) {
 		// The delivery's own job waits, snoozed: River gives a snoozed job
@@ -385,11 +388,11 @@ func (w *Worker) decide(ctx context.Context, r *run) (_ context.Context, _ *admi
 		}
 		return ctx, nil, waitFor(100*time.Millisecond + w.jitter())
 	}
-	if w.deps.Lease != nil && !w.deps.Lease.Holds() {
-		// This process's heartbeats lapsed (failing, or frozen past
-		// them): the fleet may have made its jobs another's. Send nothing;
-		// the delivery waits in a job of its own, if this run still owns
-		// it.
+	if w.deps.Lease != nil && !w.deps.Lease.HoldsSince(r.leasedFrom) {
+		// This process's heartbeats lapsed since the run began (failing,
+		// or frozen past them), even if they are back: the fleet may
+		// have made its jobs another's. Send nothing; the delivery waits
+		// in a job of its own, if this run still owns it.
 		a.adm.Finish(context.WithoutCancel(ctx), Outcome{At: w.deps.Now()})
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.StartDeferred.WithLabelValues(string(boundLease)).Inc()

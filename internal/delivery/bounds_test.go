@@ -256,7 +256,7 @@ func TestAttemptCutByShutdownIsRecorded(t *testing.T) {
 // lapsed is a lease that does not hold.
 type lapsed struct{}
 
-func (lapsed) Holds() bool { return false }
+func (lapsed) HoldsSince(time.Time) bool { return false }
 
 // TestRunWithoutItsLeaseSendsNothing: a process whose fleet lease lapsed
 // (its heartbeats failing, or it was frozen past them) starts no request:

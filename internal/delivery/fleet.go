@@ -130,6 +130,15 @@ func (f *Fleet) Holds() bool {
 	return sent != 0 && f.cfg.Now().Sub(time.Unix(0, sent)) < f.cfg.Stale-leaseMargin
 }
 
+// HoldsSince reports whether this process holds its lease (Holds) and
+// has held it without a break since t. A run that began before a break
+// starts no request, whatever the lease is now: while the lease was
+// lapsed the fleet may have given its job to another dispatcher, which
+// may have sent its deliveries since.
+func (f *Fleet) HoldsSince(t time.Time) bool {
+	return f.Holds() && !time.Unix(0, f.heldSince.Load()).After(t)
+}
+
 // beat sends one heartbeat and, for the dispatchers it found gone, makes
 // their running jobs available again.
 func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {

@@ -71,13 +71,17 @@ func TestFleetLeaseAndRescue(t *testing.T) {
 	require.NoError(t, f.Join(context.Background()))
 	require.Equal(t, 2, f.Live())
 	require.True(t, f.Holds())
+	runBegan := now.Add(time.Second)
 	now = now.Add(4900 * time.Millisecond)
 	require.True(t, f.Holds(), "within Stale less the margin")
+	require.True(t, f.HoldsSince(runBegan), "held without a break since the run began")
 	now = now.Add(200 * time.Millisecond)
 	require.False(t, f.Holds(), "past Stale less the margin: the others may take its jobs soon")
 
 	require.NoError(t, f.Beat(context.Background()))
 	require.True(t, f.Holds(), "a heartbeat renews it")
+	require.False(t, f.HoldsSince(runBegan), "a run that began before the lapse sends nothing: its job may be another's")
+	require.True(t, f.HoldsSince(now), "a run that began since holds it")
 	require.Equal(t, [][]string{{"dispatcher-2/ab"}}, st.rescued, "the gone dispatcher's jobs")
 	require.Equal(t, []bool{false, false}, st.rescue, "no rescue from a first heartbeat, nor from one after the lease lapsed")
 	for range 3 {

@@ -94,11 +94,12 @@ func (m *MessageWorker) Work(ctx context.Context, job *river.Job[MessageArgs]) e
 		return river.JobSnooze(w.cfg.UnknownJobWait + w.jitter())
 	}
 	rerun := job.Attempt > 1 || len(job.AttemptedBy) > 1
-	startBy, sendBy := w.deps.LocalNow().Add(w.cfg.StartBudget), w.sendBy(job.JobRow)
+	began := w.deps.LocalNow()
+	startBy, sendBy := began.Add(w.cfg.StartBudget), w.sendBy(job.JobRow)
 	deliveries := job.Args.deliveries()
 	runs := make([]*run, len(deliveries))
 	for i, args := range deliveries {
-		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy, sendBy: sendBy,
+		runs[i] = &run{jobID: job.ID, jobAttempt: job.Attempt, rerun: rerun, startBy: startBy, sendBy: sendBy, leasedFrom: began,
 			args: args, metadata: job.Metadata, shared: true}
 	}
 	claim := store.Claim{JobID: job.ID, Attempt: job.Attempt}

@@ -168,8 +168,9 @@ type WorkerDeps struct {
 	Tracer trace.Tracer
 	// Propagator reads the trace context a job carries; nil ignores it.
 	Propagator propagation.TextMapPropagator
-	// Lease says whether this process may still start requests: whether
-	// the fleet can have taken its jobs (Fleet.Holds). Nil: always.
+	// Lease says whether this process may still start a run's requests:
+	// whether the fleet can have taken its jobs since the run began
+	// (Fleet.HoldsSince). Nil: always.
 	Lease Lease
 }
 
@@ -183,7 +184,9 @@ var _ Publisher = (*destination.Pool)(nil)
 
 // Lease is this process's hold on its running jobs.
 type Lease interface {
-	Holds() bool
+	// HoldsSince reports whether the process holds its lease and has
+	// held it without a break since t (Fleet.HoldsSince).
+	HoldsSince(t time.Time) bool
 }
 
 var _ Lease = (*Fleet)(nil)
