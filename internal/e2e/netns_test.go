@@ -240,6 +240,9 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 	loadAtCut, trialsAtCut := fromCut(atCut)
 	require.Equal(t, 1, trialsAtCut, "the cut lands mid-trial")
 	require.Positive(t, loadAtCut, "the cut lands mid-load")
+	if len(lost) == 0 {
+		logInFlightJobs(t, db.Pool, cutAddr, client, atCut, front)
+	}
 	require.NotEmpty(t, lost, "the cut host had deliveries in its running jobs")
 	t.Logf("cut %s (%s) with %d requests of its own in flight (%d load, 1 trial; %d in all) and %d undelivered deliveries in its running jobs",
 		cut.Name, cutAddr, loadAtCut+trialsAtCut, loadAtCut, len(atCut), len(lost))
@@ -559,4 +562,42 @@ func logDelivery(t *testing.T, pool *pgxpool.Pool, cutAt time.Time, id string, f
 			t.Logf("  request from %s: %+.2f s to %+.2f s of the cut, answered %d", r.Source, r.Start.Sub(cutAt).Seconds(), r.End.Sub(cutAt).Seconds(), r.Status)
 		}
 	}
+}
+
+// logInFlightJobs logs, for each request of the cut host's in flight at
+// the cut, its delivery and that delivery's job as the server has them:
+// why the cut host's running jobs held none of them.
+func logInFlightJobs(t *testing.T, pool *pgxpool.Pool, cutAddr netip.Addr, client string, atCut []SourcedRequest, front *Front) {
+	t.Helper()
+	ctx := context.Background()
+	t.Logf("the cut host's River client: %s", client)
+	for _, r := range atCut {
+		if r.Source != cutAddr {
+			continue
+		}
+		var id, status, kind, state string
+		var jobID *int64
+		var by []string
+		err := pool.QueryRow(ctx, `
+			SELECT d.id, d.status, d.job_id, coalesce(j.kind, ''), coalesce(j.state::text, ''), coalesce(j.attempted_by, '{}')
+			FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id LEFT JOIN river_job j ON j.id = d.job_id
+			WHERE e.url = $1 AND d.message_id = $2`, front.base+r.Path, r.MsgID).Scan(&id, &status, &jobID, &kind, &state, &by)
+		if err != nil {
+			t.Logf("in flight at the cut: %s %s since %s: %v", r.Path, r.MsgID, r.Start.Format(time.StampMilli), err)
+			continue
+		}
+		t.Logf("in flight at the cut: %s %s since %s: delivery %s %s, job %v %s %s attempted by %v",
+			r.Path, r.MsgID, r.Start.Format(time.StampMilli), id, status, jobID, kind, state, by)
+	}
+	rows, err := pool.Query(ctx, `SELECT id, kind, state::text, attempted_by, args::text FROM river_job WHERE state = 'running' ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var kind, state, args string
+		var by []string
+		require.NoError(t, rows.Scan(&id, &kind, &state, &by, &args))
+		t.Logf("running job %d %s attempted by %v: %s", id, kind, by, args)
+	}
+	require.NoError(t, rows.Err())
 }
