@@ -76,6 +76,18 @@ type LedgerConfig struct {
 	// Linger is how long the flusher waits for more records after the first
 	// arrives when the previous flush was small. Default 2ms.
 	Linger time.Duration
+	// Fleet returns how many dispatchers share the database (Fleet.Live);
+	// nil: this one alone. In a fleet of n the flusher spaces its flushes
+	// by n - 1 times the last one's length (at most MaxSpacing), so that
+	// the fleet commits about as often as one dispatcher would at the
+	// same total rate, each batch as large: flushed back to back, n
+	// processes would each commit batches n times smaller, and
+	// PostgreSQL's cost per delivery would grow with n.
+	Fleet func() int
+	// MaxSpacing caps that spacing. Default 100ms.
+	MaxSpacing time.Duration
+	// Now is the clock flushes are timed with; nil: time.Now.
+	Now func() time.Time
 }
 
 // NewLedger returns a ledger; call Run to start flushing.
@@ -88,6 +100,12 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultLedgerWriteTimeout
+	}
+	if cfg.MaxSpacing <= 0 {
+		cfg.MaxSpacing = 100 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Ledger{
 		store:    s,
@@ -146,6 +164,7 @@ func (l *Ledger) enqueue(e ledgerEntry) bool {
 // Run flushes until Stop, then flushes what is left and returns.
 func (l *Ledger) Run(ctx context.Context) {
 	defer close(l.done)
+	var spaceUntil time.Time
 	for {
 		l.mu.Lock()
 		n := len(l.pending)
@@ -159,10 +178,46 @@ func (l *Ledger) Run(ctx context.Context) {
 			continue
 		}
 		if n < l.maxBatch && !stopped {
-			// Let concurrent workers join this transaction.
-			time.Sleep(l.linger)
+			// Let concurrent workers join this transaction, and in a
+			// fleet let the batch grow for the fleet's spacing.
+			l.waitFor(max(l.linger, spaceUntil.Sub(l.cfg.Now())))
 		}
+		began := l.cfg.Now()
 		l.flush(ctx)
+		ended := l.cfg.Now()
+		spaceUntil = ended.Add(l.spacing(ended.Sub(began)))
+	}
+}
+
+// spacing is how long after a flush that took took the next one waits in
+// a fleet (LedgerConfig.Fleet).
+func (l *Ledger) spacing(took time.Duration) time.Duration {
+	if l.cfg.Fleet == nil {
+		return 0
+	}
+	n := l.cfg.Fleet()
+	if n <= 1 {
+		return 0
+	}
+	return min(time.Duration(n-1)*took, l.cfg.MaxSpacing)
+}
+
+// waitFor waits d, or less once a full batch is pending or Stop is called.
+func (l *Ledger) waitFor(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-l.wake:
+			l.mu.Lock()
+			full := len(l.pending) >= l.maxBatch || l.stopped
+			l.mu.Unlock()
+			if full {
+				return
+			}
+		}
 	}
 }
 

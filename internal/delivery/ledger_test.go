@@ -87,3 +87,55 @@ func TestLedgerRidesOutWritesThatWroteNothing(t *testing.T) {
 		})
 	}
 }
+
+// clockedLedgerStore's writes take an hour on its clock; it tells
+// batches of each write's size.
+type clockedLedgerStore struct {
+	mu      sync.Mutex
+	now     time.Time
+	batches chan int
+}
+
+func (c *clockedLedgerStore) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clockedLedgerStore) RecordBatch(_ context.Context, b store.LedgerBatch, _ store.AfterDisable) (store.LedgerResult, error) {
+	c.mu.Lock()
+	c.now = c.now.Add(time.Hour)
+	c.mu.Unlock()
+	c.batches <- len(b.Updates)
+	return store.LedgerResult{}, nil
+}
+
+// TestLedgerSpacingGivesWayToAFullBatchAndStop: in a fleet the ledger
+// spaces its flushes (here by the cap, an hour: the last flush took an
+// hour), but a full batch is written at once, and so is what is pending
+// at Stop.
+func TestLedgerSpacingGivesWayToAFullBatchAndStop(t *testing.T) {
+	t.Parallel()
+	st := &clockedLedgerStore{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), batches: make(chan int, 10)}
+	l := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{
+		MaxBatch: 3, Fleet: func() int { return 4 }, MaxSpacing: time.Hour, Now: st.Now,
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(context.Background()) })
+	update := func(i int) store.StatusUpdate {
+		return store.StatusUpdate{DeliveryID: fmt.Sprintf("dlv_%d", i), Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1}
+	}
+	require.NoError(t, l.Record(context.Background(), nil, nil, update(0)))
+	require.Equal(t, 1, <-st.batches)
+	// The next flush is spaced by an hour unless its batch is full.
+	var records sync.WaitGroup
+	for i := 1; i <= 3; i++ {
+		records.Go(func() { require.NoError(t, l.Record(context.Background(), nil, nil, update(i))) })
+	}
+	records.Wait()
+	require.Equal(t, 3, <-st.batches, "a full batch is written without waiting out the spacing")
+	l.RecordAsync(update(4))
+	l.Stop()
+	wg.Wait()
+	require.Equal(t, 1, <-st.batches, "Stop writes what is pending")
+}

@@ -218,7 +218,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 
 	d.autoDisables = &delivery.AutoDisables{Logger: d.logger, Disabled: d.metrics.AutoDisabled}
 	d.ledger = delivery.NewLedger(d.store, d.logger, delivery.LedgerConfig{OnDisabled: d.autoDisables.After, Queue: enq,
-		WriteTimeout: cfg.LedgerWriteTimeout, OnRetry: d.metrics.Delivery.LedgerRetries.Inc})
+		WriteTimeout: cfg.LedgerWriteTimeout, OnRetry: d.metrics.Delivery.LedgerRetries.Inc,
+		Fleet: func() int { return d.fleet.Live() }})
 	// Deliveries refused by an open breaker or queued again by a recovery
 	// are parked without a job, and so are those waiting in a FIFO queue;
 	// the unparker gives them one back when the breaker lets traffic
