@@ -40,7 +40,8 @@ func (f *flushRecorder) endpoints(i int) []string {
 // successes alone waits up to three flush intervals for the next flush,
 // so the fleet writes successes as often as one dispatcher does; a tally
 // with a failure, and a consecutive-failure breaker's successes (a success
-// resets its count), go at the next flush; alone, nothing waits.
+// resets its count), go at the next flush, and the tallies held then go
+// with them, in the same statement; alone, nothing waits.
 func TestFleetHoldsSuccessesNotFailures(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -54,26 +55,38 @@ func TestFleetHoldsSuccessesNotFailures(t *testing.T) {
 	require.Equal(t, 300*time.Millisecond, g.successHold())
 
 	g.count("ep_quiet", 1, rate, true, Outcome{Class: ClassSuccess, At: now})
-	g.count("ep_failing", 1, rate, true, Outcome{Class: ClassFailure, At: now})
-	g.count("ep_consecutive", 1, consecutive, true, Outcome{Class: ClassSuccess, At: now})
 	ctx := context.Background()
 	g.flush(ctx, g.successHold())
-	require.ElementsMatch(t, []string{"ep_failing", "ep_consecutive"}, rec.endpoints(0), "successes alone wait")
+	require.Empty(t, rec.flushed, "successes alone wait")
 
+	g.count("ep_failing", 1, rate, true, Outcome{Class: ClassFailure, At: now})
+	g.flush(ctx, g.successHold())
+	require.ElementsMatch(t, []string{"ep_quiet", "ep_failing"}, rec.endpoints(0),
+		"a failure is written at once, the held successes with it in the same statement")
+
+	g.count("ep_consecutive", 1, consecutive, true, Outcome{Class: ClassSuccess, At: now})
+	g.flush(ctx, g.successHold())
+	require.Equal(t, []string{"ep_consecutive"}, rec.endpoints(1), "a consecutive-failure breaker's success is written at once")
+
+	g.count("ep_quiet", 1, rate, true, Outcome{Class: ClassSuccess, At: now})
 	now = now.Add(200 * time.Millisecond)
 	g.count("ep_quiet", 1, rate, true, Outcome{Class: ClassSuccess, At: now})
+	g.count("ep_other", 1, rate, true, Outcome{Class: ClassSuccess, At: now})
 	g.flush(ctx, g.successHold())
-	require.Len(t, rec.flushed, 1, "still within the hold: nothing to write")
+	require.Len(t, rec.flushed, 2, "still within the hold: nothing to write")
 
 	now = now.Add(100 * time.Millisecond)
 	g.flush(ctx, g.successHold())
-	require.Equal(t, []string{"ep_quiet"}, rec.endpoints(1), "the hold is over")
-	require.Len(t, rec.flushed[1], 1)
-	require.Equal(t, 2, rec.flushed[1][0].Successes, "both successes, in one row")
+	require.ElementsMatch(t, []string{"ep_quiet", "ep_other"}, rec.endpoints(2), "the hold is over: the oldest tally and the younger with it")
+	for _, c := range rec.flushed[2] {
+		if c.EndpointID == "ep_quiet" {
+			require.Equal(t, 2, c.Successes, "both successes, in one row")
+		}
+	}
 
 	g.count("ep_quiet", 1, rate, true, Outcome{Class: ClassSuccess, At: now})
 	g.Flush(ctx)
-	require.Equal(t, []string{"ep_quiet"}, rec.endpoints(2), "Flush (a stop's) takes everything")
+	require.Equal(t, []string{"ep_quiet"}, rec.endpoints(3), "Flush (a stop's) takes everything")
 
 	live = 1
 	require.Zero(t, g.successHold(), "alone, nothing waits")

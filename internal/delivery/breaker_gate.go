@@ -554,21 +554,20 @@ func (g *BreakerGate) successHold() time.Duration {
 // endpoint that saw a failure on the shared evidence.
 func (g *BreakerGate) Flush(ctx context.Context) { g.flush(ctx, 0) }
 
-// flush is Flush of the tallies with a failure, of consecutive-failure
-// breakers, or counting for hold or longer; the others wait.
+// flush is Flush when a tally is due: one with a failure, of a
+// consecutive-failure breaker, or counting for hold or longer. The
+// tallies not yet due ride along in the same statement (a later flush
+// would cost one more); with none due, all wait. So a dispatcher of a
+// fleet whose traffic all succeeds writes its tallies once a hold, not
+// at every interval as some endpoint's tally comes due.
 func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 	g.mu.Lock()
 	pending := g.pending
-	g.pending = map[tallyKey]*tally{}
-	if hold > 0 {
-		now := g.now()
-		for k, t := range pending {
-			if t.failures == 0 && t.cfg.Trip != breaker.TripConsecutive && now.Sub(t.since) < hold {
-				g.pending[k] = t
-				delete(pending, k)
-			}
-		}
+	if hold > 0 && !anyDue(pending, g.now(), hold) {
+		g.mu.Unlock()
+		return
 	}
+	g.pending = map[tallyKey]*tally{}
 	g.mu.Unlock()
 	if len(pending) == 0 {
 		return
@@ -616,6 +615,18 @@ func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 	for _, ev := range evs {
 		g.evaluate(ctx, ev, cfgs[ev.EndpointID], shadow[ev.EndpointID], transport[ev.EndpointID])
 	}
+}
+
+// anyDue reports whether a tally of pending must be written at now:
+// one with a failure, of a consecutive-failure breaker (a success resets
+// its count), or counting for hold or longer.
+func anyDue(pending map[tallyKey]*tally, now time.Time, hold time.Duration) bool {
+	for _, t := range pending {
+		if t.failures > 0 || t.cfg.Trip == breaker.TripConsecutive || now.Sub(t.since) >= hold {
+			return true
+		}
+	}
+	return false
 }
 
 // maxCarriedTallies bounds the tallies a failed flush hands to the next:
