@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -40,10 +41,14 @@ type breakerResponse struct {
 	// count down to open_until without trusting its own clock.
 	Now time.Time `json:"now"`
 	// Endpoint fields, for lists and the dashboard.
-	TenantID       string  `json:"tenant_id"`
-	URL            string  `json:"url"`
-	EndpointStatus string  `json:"endpoint_status"`
-	DisabledReason *string `json:"disabled_reason"`
+	TenantID string `json:"tenant_id"`
+	// URL is an http endpoint's; Type and Destination say what any other
+	// delivers to (its destination without credentials; null for http).
+	URL            string          `json:"url"`
+	Type           string          `json:"type"`
+	Destination    json.RawMessage `json:"destination"`
+	EndpointStatus string          `json:"endpoint_status"`
+	DisabledReason *string         `json:"disabled_reason"`
 	// Tripped is the trip that took a breaker that is not closed out of
 	// closed, with the window that tripped it; null when closed.
 	Tripped *tripResponse `json:"tripped"`
@@ -105,6 +110,8 @@ func toBreaker(sum store.BreakerSummary, class trafficclass.Class) breakerRespon
 		Now:            st.Now,
 		TenantID:       e.TenantID,
 		URL:            e.URL,
+		Type:           endpointTypeOf(e),
+		Destination:    destinationResponse(e),
 		EndpointStatus: e.Status,
 		DisabledReason: e.DisabledReason,
 		EndpointID:     st.EndpointID,

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -64,7 +65,7 @@ func TestGetBreaker(t *testing.T) {
 		require.Equal(t, breakerJSON{
 			EndpointID: e.ID, State: "closed", Generation: 1, TrafficClass: "trickle", FailureRateThreshold: 0.5,
 			MinThroughput: 20, Window: "1m", HalfOpenTrials: 3, Enforce: true, UpdatedAt: got.UpdatedAt, Now: got.Now,
-			TenantID: "acme", URL: e.URL, EndpointStatus: "enabled",
+			TenantID: "acme", URL: e.URL, Type: "http", Destination: json.RawMessage("null"), EndpointStatus: "enabled",
 		}, got, "closed, empty, under the default class, and no transitions member at all")
 	})
 

@@ -15,8 +15,8 @@ import (
 const destPassword = "amqp-credential-9d41c7e2"
 
 // TestCreateDestinationEndpoint: a rabbitmq endpoint is created with its
-// password; every read shows its type and destination without the
-// password, which the store keeps (sealed) for the dispatcher; an update
+// password; every read (its breaker's too, for the dashboard) shows its
+// type and destination without the password, which the store keeps (sealed) for the dispatcher; an update
 // of the destination that leaves the password out keeps it; switching to
 // http needs a url and drops the destination.
 func TestCreateDestinationEndpoint(t *testing.T) {
@@ -31,11 +31,12 @@ func TestCreateDestinationEndpoint(t *testing.T) {
 	require.Equal(t, "rabbitmq", e.Type)
 	require.Empty(t, e.URL)
 	require.JSONEq(t, `{"url":"amqps://mq.acme.example/billing","exchange":"webhooks","routing_key":"invoices","username":"hookd"}`, string(e.Destination))
-	for _, path := range []string{"/v1/endpoints/" + e.ID, "/v1/endpoints?tenant_id=acme"} {
+	for _, path := range []string{"/v1/endpoints/" + e.ID, "/v1/endpoints?tenant_id=acme", "/v1/endpoints/" + e.ID + "/breaker", "/v1/breakers?tenant_id=acme"} {
 		got := b.do(t, "GET", path, nil)
 		requireStatus(t, http.StatusOK, got)
 		require.NotContains(t, string(got.Body), destPassword, path)
 		require.Contains(t, string(got.Body), `"type":"rabbitmq"`, path)
+		require.Contains(t, string(got.Body), `"destination":{"url":"amqps://mq.acme.example/billing"`, path)
 	}
 	stored, err := b.store.GetEndpoint(t.Context(), e.ID)
 	require.NoError(t, err)

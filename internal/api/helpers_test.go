@@ -478,31 +478,33 @@ type (
 		Shadow       bool       `json:"shadow"`
 	}
 	breakerJSON struct {
-		EndpointID           string     `json:"endpoint_id"`
-		State                string     `json:"state"`
-		Generation           int64      `json:"generation"`
-		OpenedAt             *time.Time `json:"opened_at"`
-		OpenUntil            *time.Time `json:"open_until"`
-		FailureRate          float64    `json:"failure_rate"`
-		Observations         int        `json:"observations"`
-		Failures             int        `json:"failures"`
-		TrafficClass         string     `json:"traffic_class"`
-		FailureRateThreshold float64    `json:"failure_rate_threshold"`
-		MinThroughput        int        `json:"min_throughput"`
-		Window               string     `json:"window"`
-		TrialSuccesses       int        `json:"trial_successes"`
-		HalfOpenTrials       int        `json:"half_open_trials"`
-		TrialInFlight        bool       `json:"trial_in_flight"`
-		ConsecutiveFailures  int        `json:"consecutive_failures"`
-		Trips                int64      `json:"trips"`
-		TripsLast24h         int        `json:"trips_last_24h"`
-		Enforce              bool       `json:"enforce"`
-		UpdatedAt            time.Time  `json:"updated_at"`
-		Now                  time.Time  `json:"now"`
-		TenantID             string     `json:"tenant_id"`
-		URL                  string     `json:"url"`
-		EndpointStatus       string     `json:"endpoint_status"`
-		DisabledReason       *string    `json:"disabled_reason"`
+		EndpointID           string          `json:"endpoint_id"`
+		State                string          `json:"state"`
+		Generation           int64           `json:"generation"`
+		OpenedAt             *time.Time      `json:"opened_at"`
+		OpenUntil            *time.Time      `json:"open_until"`
+		FailureRate          float64         `json:"failure_rate"`
+		Observations         int             `json:"observations"`
+		Failures             int             `json:"failures"`
+		TrafficClass         string          `json:"traffic_class"`
+		FailureRateThreshold float64         `json:"failure_rate_threshold"`
+		MinThroughput        int             `json:"min_throughput"`
+		Window               string          `json:"window"`
+		TrialSuccesses       int             `json:"trial_successes"`
+		HalfOpenTrials       int             `json:"half_open_trials"`
+		TrialInFlight        bool            `json:"trial_in_flight"`
+		ConsecutiveFailures  int             `json:"consecutive_failures"`
+		Trips                int64           `json:"trips"`
+		TripsLast24h         int             `json:"trips_last_24h"`
+		Enforce              bool            `json:"enforce"`
+		UpdatedAt            time.Time       `json:"updated_at"`
+		Now                  time.Time       `json:"now"`
+		TenantID             string          `json:"tenant_id"`
+		URL                  string          `json:"url"`
+		Type                 string          `json:"type"`
+		Destination          json.RawMessage `json:"destination"`
+		EndpointStatus       string          `json:"endpoint_status"`
+		DisabledReason       *string         `json:"disabled_reason"`
 		Tripped              *struct {
 			At           time.Time `json:"at"`
 			Reason       string    `json:"reason"`

@@ -311,6 +311,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
 
+	// A destination other than HTTP, of a tenant no message goes to: its
+	// row names its type and destination (it has no URL).
+	broker := api.CreateEndpoint(t, map[string]any{"tenant_id": "globex", "type": "rabbitmq",
+		"destination": map[string]any{"url": "amqp://127.0.0.1:5672/", "exchange": "webhooks", "routing_key": "orders"}})
+
 	h := startHeadless(t)
 
 	// Log in: /dashboard sends the browser to the login form.
@@ -329,6 +334,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	require.Contains(t, h.text(row(held.ID, "")+" td.state"), "reason: manual")
 	require.Contains(t, h.text(row(isolated.ID, "")+" .countdown"), "held until reset")
+	h.do("the destination endpoint", 10*time.Second, chromedp.WaitVisible(chromedp.CSS(row(broker.ID, ""))))
+	require.Equal(t, "rabbitmq: amqp://127.0.0.1:5672/ webhooks", h.text(row(broker.ID, "")+" a.url"))
 
 	// The receiver fails: the breaker opens and the page shows it.
 	for i := range 60 {
@@ -360,6 +367,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	h.do("search", 5*time.Second, chromedp.SendKeys(chromedp.ID("search"), "/isol"))
 	require.True(t, visible(isolated.ID))
 	require.False(t, visible(sick.ID))
+	require.False(t, visible(broker.ID))
+	eval[chromedp.Void](h, `(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); })()`)
+	h.do("search a destination", 5*time.Second, chromedp.SendKeys(chromedp.ID("search"), "rabbitmq"))
+	require.True(t, visible(broker.ID))
+	require.False(t, visible(isolated.ID))
 	eval[chromedp.Void](h, `(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); })()`)
 	require.True(t, visible(sick.ID))
 

@@ -785,6 +785,9 @@ type Breaker struct {
 	// ConsecutiveFailures The current run of failures while closed.
 	ConsecutiveFailures int `json:"consecutive_failures"`
 
+	// Destination The destination of a non-HTTP endpoint, without its credentials; null for `http`.
+	Destination *Destination `json:"destination"`
+
 	// DisabledReason Why the endpoint is disabled (`manual`, `auth_failures`); null when enabled.
 	DisabledReason *string `json:"disabled_reason"`
 
@@ -855,9 +858,14 @@ type Breaker struct {
 	Trips int64 `json:"trips"`
 
 	// TripsLast24H Opens in the last 24 hours (shadow ones not counted).
-	TripsLast24H int       `json:"trips_last_24h"`
-	UpdatedAt    time.Time `json:"updated_at"`
-	URL          string    `json:"url"`
+	TripsLast24H int `json:"trips_last_24h"`
+
+	// Type What the endpoint delivers to: `http` (the default) POSTs to its `url`; any other type publishes to the broker, queue or stream its `destination` describes, with the same Standard Webhooks `webhook-id`, `webhook-timestamp` and `webhook-signature` and the `webhook-event-type` as message headers or attributes (MQTT: a JSON envelope). See docs/destinations.md.
+	Type      EndpointType `json:"type"`
+	UpdatedAt time.Time    `json:"updated_at"`
+
+	// URL An `http` endpoint's URL; empty for another type (see `type` and `destination`).
+	URL string `json:"url"`
 
 	// Window A Go duration string above zero (one with a non-zero digit; a fraction of a nanosecond counts as zero).
 	//

@@ -14,6 +14,17 @@
   const STATE_LABEL = { closed: 'closed', open: 'open', half_open: 'half-open', isolated: 'isolated' };
   const SEVERITY = { open: 0, half_open: 1, isolated: 2, closed: 3 };
 
+  // target names what an endpoint delivers to: an http endpoint's URL, or
+  // another's type and its destination's address (a breaker's read never
+  // carries credentials).
+  function target(b) {
+    if (!b.type || b.type === 'http') return b.url;
+    const d = b.destination || {};
+    const where = d.url || d.queue_url || (d.brokers || []).join(', ') || d.project || '';
+    const what = d.exchange || d.subject || d.topic || d.stream || d.routing_key || '';
+    return b.type + ': ' + [where, what].filter(Boolean).join(' ');
+  }
+
   // ---- HTTP -------------------------------------------------------------
 
   class Unauthorized extends Error {}
@@ -167,21 +178,21 @@
   const ACTIONS = {
     reset: {
       label: 'Reset', cls: 'go',
-      confirm: (b) => `Reset the breaker of ${b.url}?\n\nIt closes now with a fresh window; deliveries resume at once.`,
+      confirm: (b) => `Reset the breaker of ${target(b)}?\n\nIt closes now with a fresh window; deliveries resume at once.`,
       path: (id) => `/v1/endpoints/${id}/breaker/reset`, body: { reason: 'reset from the dashboard' },
       done: 'Breaker reset: closed',
       shown: (b) => b.state !== 'closed',
     },
     isolate: {
       label: 'Isolate', cls: 'warn',
-      confirm: (b) => `Isolate the breaker of ${b.url}?\n\nIt stays open, refusing every delivery, until someone resets it.`,
+      confirm: (b) => `Isolate the breaker of ${target(b)}?\n\nIt stays open, refusing every delivery, until someone resets it.`,
       path: (id) => `/v1/endpoints/${id}/breaker/isolate`, body: { reason: 'isolated from the dashboard' },
       done: 'Breaker isolated',
       shown: (b) => b.state !== 'isolated',
     },
     enable: {
       label: 'Enable', cls: 'go',
-      confirm: (b) => `Enable ${b.url}?\n\nIts held deliveries are released in order.`,
+      confirm: (b) => `Enable ${target(b)}?\n\nIts held deliveries are released in order.`,
       path: (id) => `/v1/endpoints/${id}/enable`, body: undefined,
       done: 'Endpoint enabled',
       shown: (b) => b.endpoint_status === 'disabled',
@@ -213,7 +224,7 @@
       btn._breaker = b;
       btn._refresh = refresh;
       btn.hidden = !a.shown(b);
-      btn.setAttribute('aria-label', `${a.label} ${b.url}`);
+      btn.setAttribute('aria-label', `${a.label} ${target(b)}`);
     }
   }
 
@@ -315,7 +326,7 @@
         default: if (b.state !== filter.state) return false;
       }
       if (filter.cls && b.traffic_class !== filter.cls) return false;
-      if (filter.q && !b.url.toLowerCase().includes(filter.q.toLowerCase())) return false;
+      if (filter.q && !target(b).toLowerCase().includes(filter.q.toLowerCase())) return false;
       return true;
     }
     for (const btn of document.querySelectorAll('#state-filter button')) {
@@ -345,7 +356,7 @@
       tr.dataset.state = b.state;
       tr.dataset.endpointStatus = b.endpoint_status;
       const link = $('a.url', tr);
-      link.textContent = b.url;
+      link.textContent = target(b);
       $('.ids', tr).textContent = `${b.tenant_id} · ${b.endpoint_id}`;
       const state = $('td.state', tr);
       const parts = [badge(b.state)];
@@ -399,7 +410,7 @@
       const sorted = [...items].sort((a, b) =>
         (SEVERITY[a.state] - SEVERITY[b.state]) ||
         ((a.endpoint_status === 'disabled' ? 0 : 1) - (b.endpoint_status === 'disabled' ? 0 : 1)) ||
-        a.url.localeCompare(b.url) || a.endpoint_id.localeCompare(b.endpoint_id));
+        target(a).localeCompare(target(b)) || a.endpoint_id.localeCompare(b.endpoint_id));
       let shown = 0;
       for (const b of sorted) {
         seen.add(b.endpoint_id);
@@ -452,9 +463,9 @@
     let refresh = () => {};
 
     function renderHead(b) {
-      document.title = 'hookd · ' + b.url;
-      here.textContent = b.url;
-      $('#d-url').textContent = b.url;
+      document.title = 'hookd · ' + target(b);
+      here.textContent = target(b);
+      $('#d-url').textContent = target(b);
       $('#d-sub').textContent = `${b.tenant_id} · ${b.endpoint_id}`;
       const badges = [badge(b.state)];
       badges.push(b.endpoint_status === 'disabled'

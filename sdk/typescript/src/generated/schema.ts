@@ -1577,7 +1577,11 @@ export interface components {
              */
             now: string;
             tenant_id: string;
+            /** @description An `http` endpoint's URL; empty for another type (see `type` and `destination`). */
             url: string;
+            type: components["schemas"]["EndpointType"];
+            /** @description The destination of a non-HTTP endpoint, without its credentials; null for `http`. */
+            destination: null | components["schemas"]["Destination"];
             /** @enum {string} */
             endpoint_status: "enabled" | "disabled";
             /** @description Why the endpoint is disabled (`manual`, `auth_failures`); null when enabled. */
