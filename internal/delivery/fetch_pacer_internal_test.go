@@ -46,47 +46,19 @@ func TestFetchPacerFollowsWhatFetchesFind(t *testing.T) {
 	p := NewFetchPacer(QueueDeliver, 100*time.Millisecond, func() (int, int) { return 2, 3 }, func() time.Time { return now })
 	ctx := context.Background()
 	require.True(t, p.Fetch(ctx, QueueDeliver), "no fetch yet")
-	p.Fetched(QueueDeliver, 0, 100)
+	p.Fetched(QueueDeliver, 0)
 	require.False(t, p.Fetch(ctx, QueueDeliver), "found nothing: the others fetch")
 	require.True(t, p.Fetch(ctx, "default"), "another queue")
 	now = now.Add(60 * time.Millisecond)
 	require.False(t, p.Fetch(ctx, QueueDeliver))
 	now = now.Add(40 * time.Millisecond)
 	require.True(t, p.Fetch(ctx, QueueDeliver), "the back-off is over")
-	p.Fetched(QueueDeliver, 0, 100)
+	p.Fetched(QueueDeliver, 0)
 	require.False(t, p.Fetch(ctx, QueueDeliver), "nothing again: another back-off")
 	now = now.Add(100 * time.Millisecond)
 	require.True(t, p.Fetch(ctx, QueueDeliver))
-	p.Fetched(QueueDeliver, 7, 100)
+	p.Fetched(QueueDeliver, 7)
 	require.True(t, p.Fetch(ctx, QueueDeliver), "finding work: every fetch")
-	p.Fetched(QueueDeliver, 3, 100)
+	p.Fetched(QueueDeliver, 3)
 	require.True(t, p.Fetch(ctx, QueueDeliver))
-}
-
-// TestFetchDelaySpacesAFleetsFetches: alone, after a full fetch or with
-// no fetch yet, a fetch runs at once; in a fleet of n it waits until
-// (n - 1) x FetchSpacing (capped) after the last one.
-func TestFetchDelaySpacesAFleetsFetches(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name string
-		last time.Time
-		full bool
-		n    int
-		want time.Duration
-	}{
-		{"alone", now.Add(-time.Millisecond), false, 1, 0},
-		{"no fetch yet", time.Time{}, false, 4, 0},
-		{"the last filled its slots", now.Add(-time.Millisecond), true, 4, 0},
-		{"two, just fetched", now, false, 2, FetchSpacing},
-		{"four, 10ms after", now.Add(-10 * time.Millisecond), false, 4, 3*FetchSpacing - 10*time.Millisecond},
-		{"four, spacing over", now.Add(-3 * FetchSpacing), false, 4, 0},
-		{"twenty: capped", now, false, 20, MaxFetchSpacing},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			require.Equal(t, tc.want, fetchDelay(now, tc.last, tc.full, tc.n))
-		})
-	}
 }

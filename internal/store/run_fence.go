@@ -52,9 +52,8 @@ type FetchPacer interface {
 	// Fetch reports whether this fetch from queue runs; a fetch that does
 	// not finds no jobs.
 	Fetch(ctx context.Context, queue string) bool
-	// Fetched is told how many jobs a fetch from queue found, of the
-	// limit it asked for.
-	Fetched(queue string, jobs, limit int)
+	// Fetched is told how many jobs a fetch from queue found.
+	Fetched(queue string, jobs int)
 }
 
 // FencedDriverConfig is what NewFencedDriver adds to River's driver.
@@ -103,7 +102,7 @@ func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdrive
 	}
 	res, err := e.Executor.JobGetAvailable(ctx, params)
 	if err == nil {
-		e.pace.Fetched(params.Queue, len(res.Jobs), params.MaxToLock)
+		e.pace.Fetched(params.Queue, len(res.Jobs))
 	}
 	return res, err
 }
