@@ -86,6 +86,11 @@ type LedgerConfig struct {
 	Fleet func() int
 	// MaxSpacing caps that spacing. Default 100ms.
 	MaxSpacing time.Duration
+	// MinSpacedBatch is the smallest flush spaced so: a process whose
+	// flushes hold fewer records is not busy enough for a wait to grow its
+	// batches, and its records (a FIFO queue's head, whose next delivery
+	// waits for this commit) would only wait. Default 16.
+	MinSpacedBatch int
 	// Now is the clock flushes are timed with; nil: time.Now.
 	Now func() time.Time
 }
@@ -103,6 +108,9 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 	}
 	if cfg.MaxSpacing <= 0 {
 		cfg.MaxSpacing = 100 * time.Millisecond
+	}
+	if cfg.MinSpacedBatch <= 0 {
+		cfg.MinSpacedBatch = 16
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -183,16 +191,16 @@ func (l *Ledger) Run(ctx context.Context) {
 			l.waitFor(max(l.linger, spaceUntil.Sub(l.cfg.Now())))
 		}
 		began := l.cfg.Now()
-		l.flush(ctx)
+		size := l.flush(ctx)
 		ended := l.cfg.Now()
-		spaceUntil = ended.Add(l.spacing(ended.Sub(began)))
+		spaceUntil = ended.Add(l.spacing(ended.Sub(began), size))
 	}
 }
 
-// spacing is how long after a flush that took took the next one waits in
-// a fleet (LedgerConfig.Fleet).
-func (l *Ledger) spacing(took time.Duration) time.Duration {
-	if l.cfg.Fleet == nil {
+// spacing is how long after a flush of size records that took took the
+// next one waits in a fleet (LedgerConfig.Fleet).
+func (l *Ledger) spacing(took time.Duration, size int) time.Duration {
+	if l.cfg.Fleet == nil || size < l.cfg.MinSpacedBatch {
 		return 0
 	}
 	n := l.cfg.Fleet()
@@ -267,7 +275,9 @@ func (l *Ledger) Stop() {
 	<-l.done
 }
 
-func (l *Ledger) flush(ctx context.Context) {
+// flush writes the pending records (at most a batch) and returns how
+// many it took.
+func (l *Ledger) flush(ctx context.Context) int {
 	l.mu.Lock()
 	batch := l.pending
 	if len(batch) > l.maxBatch {
@@ -320,4 +330,5 @@ func (l *Ledger) flush(ctx context.Context) {
 		}
 		e.result <- err
 	}
+	return len(batch)
 }

@@ -118,7 +118,7 @@ func TestLedgerSpacingGivesWayToAFullBatchAndStop(t *testing.T) {
 	t.Parallel()
 	st := &clockedLedgerStore{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), batches: make(chan int, 10)}
 	l := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{
-		MaxBatch: 3, Fleet: func() int { return 4 }, MaxSpacing: time.Hour, Now: st.Now,
+		MaxBatch: 3, Fleet: func() int { return 4 }, MaxSpacing: time.Hour, MinSpacedBatch: 1, Now: st.Now,
 	})
 	var wg sync.WaitGroup
 	wg.Go(func() { l.Run(context.Background()) })
@@ -138,4 +138,28 @@ func TestLedgerSpacingGivesWayToAFullBatchAndStop(t *testing.T) {
 	l.Stop()
 	wg.Wait()
 	require.Equal(t, 1, <-st.batches, "Stop writes what is pending")
+}
+
+// TestLedgerDoesNotSpaceSmallFlushes: a flush of fewer records than
+// MinSpacedBatch (a process not busy enough for a wait to grow its
+// batches, or a FIFO queue's head whose next delivery waits for the
+// commit) is followed by the next at once, even in a fleet, even when it
+// took an hour.
+func TestLedgerDoesNotSpaceSmallFlushes(t *testing.T) {
+	t.Parallel()
+	st := &clockedLedgerStore{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), batches: make(chan int, 10)}
+	l := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{
+		MaxBatch: 100, Fleet: func() int { return 4 }, MaxSpacing: time.Hour, MinSpacedBatch: 2, Now: st.Now,
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(context.Background()) })
+	defer func() {
+		l.Stop()
+		wg.Wait()
+	}()
+	for i := range 3 {
+		require.NoError(t, l.Record(context.Background(), nil, nil,
+			store.StatusUpdate{DeliveryID: fmt.Sprintf("dlv_%d", i), Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1}))
+		require.Equal(t, 1, <-st.batches)
+	}
 }
