@@ -159,6 +159,43 @@ func endpointTypeOf(e store.Endpoint) string {
 	return e.Type
 }
 
+// A destination's message carries the Standard Webhooks names and the
+// event type as its headers or attributes (docs/destinations.md); an
+// endpoint's own headers go with HTTP requests only. A destination
+// endpoint refuses them rather than keep headers it would never send.
+func headersOnDestination(t destination.Type) string {
+	return fmt.Sprintf("must be left out for type %s: an endpoint's headers are sent with HTTP requests only", t)
+}
+
+// checkUpdatedHeaders refuses an update that would leave a non-HTTP
+// endpoint holding headers: headers given for one, or a change of type to
+// one while the endpoint's headers are kept (clearing them, "headers":
+// {}, in the same update is accepted).
+func checkUpdatedHeaders(r *http.Request, d Deps, req updateEndpointRequest) error {
+	clears := req.Headers != nil && len(*req.Headers) == 0
+	toHTTP := req.Type != nil && endpointType(*req.Type) == destination.HTTP
+	if clears || toHTTP || (req.Headers == nil && req.Type == nil) {
+		return nil
+	}
+	current, err := d.Store.GetEndpoint(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	t := destination.Type(endpointTypeOf(current))
+	if req.Type != nil {
+		t = endpointType(*req.Type)
+	}
+	switch {
+	case t == destination.HTTP:
+		return nil
+	case req.Headers != nil:
+		return invalid("headers", headersOnDestination(t))
+	case len(current.Headers) > 0:
+		return invalid("headers", fmt.Sprintf(`must be cleared ("headers": {}) to change to type %s: an endpoint's headers are sent with HTTP requests only`, t))
+	}
+	return nil
+}
+
 // updatedTarget checks an update's url, type and destination against the
 // endpoint as stored and returns the destination to store (nil to keep
 // it): a url only for an http endpoint, a destination object for any

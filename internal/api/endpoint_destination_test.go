@@ -128,3 +128,63 @@ func TestAllowPrivateTargetsLiftsTheDestinationGuard(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.Body, &e))
 	require.Equal(t, "nats", e.Type)
 }
+
+// TestDestinationRefusesCustomHeaders: an endpoint's own headers go with
+// HTTP requests only (a destination's message carries the Standard
+// Webhooks names and the event type), so a destination endpoint refuses
+// them, naming the field, on create and on every update that would leave
+// it holding some, and nothing is written; clearing them is accepted.
+func TestDestinationRefusesCustomHeaders(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	redis := map[string]any{"url": "redis://redis.acme.example", "stream": "hooks"}
+	headers := map[string]string{"X-Tenant": "acme"}
+
+	r := b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "type": "redis", "destination": redis, "headers": headers})
+	requireFieldError(t, http.StatusBadRequest, r, "headers")
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM endpoints`).Scan(&n))
+	require.Zero(t, n, "nothing written")
+
+	dest := decodeJSON[endpointJSON](t, b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "type": "redis", "destination": redis, "headers": map[string]string{}}))
+	web := decodeJSON[endpointJSON](t, b.do(t, "POST", "/v1/endpoints", map[string]any{"tenant_id": "acme", "url": "https://acme.example/hooks", "headers": headers}))
+	stored, err := b.store.GetEndpoint(t.Context(), web.ID)
+	require.NoError(t, err)
+	require.Equal(t, headers, stored.Headers)
+
+	// The document can tell only the second: the others depend on the
+	// endpoint as stored.
+	asStored := docBlind("the endpoint's stored type or headers")
+	for _, tc := range []struct {
+		name string
+		id   string
+		body map[string]any
+		opts []callOpt
+	}{
+		{"headers on a destination", dest.ID, map[string]any{"headers": headers}, []callOpt{asStored}},
+		{"headers with a change to a destination", web.ID, map[string]any{"type": "redis", "destination": redis, "headers": headers}, nil},
+		{"a change to a destination keeping its headers", web.ID, map[string]any{"type": "redis", "destination": redis}, []callOpt{asStored}},
+	} {
+		r := b.do(t, "PATCH", "/v1/endpoints/"+tc.id, tc.body, tc.opts...)
+		requireFieldError(t, http.StatusBadRequest, r, "headers")
+		e, err := b.store.GetEndpoint(t.Context(), tc.id)
+		require.NoError(t, err, tc.name)
+		if tc.id == web.ID {
+			require.Equal(t, "https://acme.example/hooks", e.URL, tc.name)
+			require.Equal(t, headers, e.Headers, tc.name)
+		} else {
+			require.Empty(t, e.Headers, tc.name)
+		}
+	}
+
+	// Cleared in the same update, the change is accepted; a destination's
+	// other fields change as before.
+	r = b.do(t, "PATCH", "/v1/endpoints/"+web.ID, map[string]any{"type": "redis", "destination": redis, "headers": map[string]string{}})
+	requireStatus(t, http.StatusOK, r)
+	stored, err = b.store.GetEndpoint(t.Context(), web.ID)
+	require.NoError(t, err)
+	require.Equal(t, "redis", stored.Type)
+	require.Empty(t, stored.Headers)
+	r = b.do(t, "PATCH", "/v1/endpoints/"+dest.ID, map[string]any{"description": "billing stream", "headers": map[string]string{}})
+	requireStatus(t, http.StatusOK, r)
+}

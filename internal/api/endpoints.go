@@ -110,6 +110,9 @@ func (r createEndpointRequest) validate() error {
 	}
 	validateMetadata(&fe, "metadata", r.Metadata)
 	validateEndpointHeaders(&fe, "headers", r.Headers)
+	if t := endpointType(r.Type); t != destination.HTTP && len(r.Headers) > 0 {
+		fe.add("headers", headersOnDestination(t))
+	}
 	validateRateLimit(&fe, "rate_limit", r.RateLimit)
 	r.endpointOptions.validate(&fe)
 	return fe.err()
@@ -260,6 +263,9 @@ func handleUpdateEndpoint(d Deps) http.Handler {
 		var target *store.EndpointDestination
 		if err == nil && (req.Type != nil || req.URL != nil || present(req.Destination)) {
 			target, err = updatedTarget(r, d, req)
+		}
+		if err == nil {
+			err = checkUpdatedHeaders(r, d, req)
 		}
 		if err == nil {
 			err = checkScheduleWithinRetention(d, req.RetrySchedule)

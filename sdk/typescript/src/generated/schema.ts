@@ -1793,7 +1793,7 @@ export interface components {
             results: (components["schemas"]["MessageAccepted"] | components["schemas"]["Problem"])[];
         };
         /**
-         * @description Headers sent with every delivery to the endpoint: at most 20, each name an HTTP token (case-insensitive, named once) and each value a field value of at most 4 KiB (4096 bytes), not starting with hks1. (the prefix of values sealed at rest). Host, Content-Length, Content-Type, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Proxy-* and Webhook-* are hookd's or HTTP's and refused. Values are write-only: no answer shows them; with a secret key they are stored sealed.
+         * @description Headers sent with every HTTP request to the endpoint (an `http` endpoint's only: another type's message carries the Standard Webhooks names and the event type as its headers, and refuses these, an update to another type included unless it clears them with `{}`): at most 20, each name an HTTP token (case-insensitive, named once) and each value a field value of at most 4 KiB (4096 bytes), not starting with hks1. (the prefix of values sealed at rest). Host, Content-Length, Content-Type, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Proxy-* and Webhook-* are hookd's or HTTP's and refused. Values are write-only: no answer shows them; with a secret key they are stored sealed.
          * @example {
          *       "Authorization": "Bearer rcv_3c9f1e",
          *       "X-Route": "billing"
