@@ -46,6 +46,7 @@ func TestRefusedValuesNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{args: []string{"--workers", "0"}, want: "--workers (WORKERS): must be from 1 to 10000"},
+		{args: []string{"--workers", "10", "--max-jobs", "5"}, want: "--max-jobs (MAX_JOBS): must be 0 (3 x workers) or from workers (10) to 30000"},
 		{env: map[string]string{"SHUTDOWN_GRACE": "0s"}, want: "--shutdown-grace (SHUTDOWN_GRACE): must be positive"},
 		{args: []string{"run", "--retry-schedule", "0s,-1s"}, want: "--retry-schedule (RETRY_SCHEDULE): parse schedule: entry 2: negative delay -1s"},
 		{args: []string{"--rescue-stuck-after", "10s"}, want: "--rescue-stuck-after (RESCUE_STUCK_AFTER): must exceed the request timeout + 5s (20s)"},

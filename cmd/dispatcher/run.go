@@ -42,6 +42,7 @@ type settings struct {
 	database          *config.Database
 	metricsAddr       *string
 	workers           *int
+	maxJobs           *int
 	requestTimeout    *time.Duration
 	retrySchedule     *string
 	maxPerEndpoint    *int
@@ -87,7 +88,8 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		database: config.BindDatabase(fs, "; River polls for jobs every --fetch-poll-interval instead of LISTENing",
 			"migrations, the LISTEN connection, the tuning and partition maintenance locks and the ledger's connections (required with --db-pooled)"),
 		metricsAddr:       fs.String("metrics-addr", "METRICS_ADDR", def.MetricsAddr, "address serving /metrics, /healthz and /readyz"),
-		workers:           fs.Int("workers", "WORKERS", def.Workers, "requests in flight at once in this process (and River's delivery jobs at once)"),
+		workers:           fs.Int("workers", "WORKERS", def.Workers, "requests in flight at once in this process"),
+		maxJobs:           fs.Int("max-jobs", "MAX_JOBS", def.MaxJobs, "delivery jobs River runs at once in this process (0: 3 x --workers); a job also waits for its payload, its turn and the ledger's commit, which hold no request"),
 		requestTimeout:    fs.Duration("request-timeout", "REQUEST_TIMEOUT", def.RequestTimeout, "timeout of one delivery attempt"),
 		retrySchedule:     fs.String("retry-schedule", "RETRY_SCHEDULE", def.RetrySchedule, "delay before each attempt, comma-separated (full jitter)"),
 		maxPerEndpoint:    fs.Int("max-per-endpoint", "MAX_PER_ENDPOINT", def.MaxPerEndpoint, "attempts in flight to one endpoint in this process; excess deliveries are snoozed"),
@@ -130,6 +132,7 @@ func (s *settings) config() dispatcher.Config {
 	return dispatcher.Config{
 		MetricsAddr:              *s.metricsAddr,
 		Workers:                  *s.workers,
+		MaxJobs:                  *s.maxJobs,
 		RequestTimeout:           *s.requestTimeout,
 		RetrySchedule:            *s.retrySchedule,
 		MaxPerEndpoint:           *s.maxPerEndpoint,
@@ -168,6 +171,7 @@ func (s *settings) config() dispatcher.Config {
 var flagOf = map[string]string{
 	"MetricsAddr":              "metrics-addr",
 	"Workers":                  "workers",
+	"MaxJobs":                  "max-jobs",
 	"RequestTimeout":           "request-timeout",
 	"RetrySchedule":            "retry-schedule",
 	"MaxPerEndpoint":           "max-per-endpoint",

@@ -16,9 +16,14 @@ import (
 type Config struct {
 	// MetricsAddr serves /metrics, /healthz and /readyz.
 	MetricsAddr string
-	// Workers is how many requests are in flight at once in this process,
-	// and how many delivery jobs River runs at once.
+	// Workers is how many requests are in flight at once in this process.
 	Workers int
+	// MaxJobs is how many delivery and message jobs River runs at once in
+	// this process; 0 means JobsPerWorker x Workers. A job also waits for
+	// its payload, its endpoint's and host's turn and the ledger's commit,
+	// none of which holds a request: with as many jobs as requests, those
+	// waits take the places of requests and a burst queues behind them.
+	MaxJobs int
 	// RequestTimeout bounds one delivery attempt.
 	RequestTimeout time.Duration
 	// RetrySchedule is the delay before each attempt, comma-separated, in
@@ -111,6 +116,12 @@ type Config struct {
 	PollOnly bool
 }
 
+// JobsPerWorker is River's running jobs per request place when
+// Config.MaxJobs is 0. Measured (docs/benchmarks.md, S1rate): with one job
+// per place one dispatcher fell behind 2,000 messages/s (p99 436 ms, or
+// 5.3 s and growing); with three it kept up with a p99 of 53-56 ms.
+const JobsPerWorker = 3
+
 // DefaultConfig returns the defaults the dispatcher's flags document.
 func DefaultConfig() Config {
 	return Config{
@@ -169,6 +180,7 @@ type resolved struct {
 	jobTimeout  time.Duration
 	rescueAfter time.Duration
 	retention   retention.Config
+	maxJobs     int
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -182,6 +194,8 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("MetricsAddr", "must be set")
 	case c.Workers < 1 || c.Workers > 10000:
 		return r, invalid("Workers", "must be from 1 to 10000")
+	case c.MaxJobs != 0 && (c.MaxJobs < c.Workers || c.MaxJobs > 30000):
+		return r, invalid("MaxJobs", "must be 0 (%d x workers) or from workers (%d) to 30000", JobsPerWorker, c.Workers)
 	case c.RequestTimeout < 100*time.Millisecond || c.RequestTimeout > 5*time.Minute:
 		return r, invalid("RequestTimeout", "must be from 100ms to 5m")
 	case c.MaxPerEndpoint < 1:
@@ -233,6 +247,10 @@ func (c Config) resolve() (resolved, error) {
 		if r.opsSecret, err = delivery.ParseSecret(c.OperationalWebhookSecret); err != nil {
 			return r, invalid("OperationalWebhookSecret", "%v (required with the operational webhook URL)", err)
 		}
+	}
+	r.maxJobs = c.MaxJobs
+	if r.maxJobs == 0 {
+		r.maxJobs = JobsPerWorker * c.Workers
 	}
 	r.jobTimeout = c.RequestTimeout + delivery.JobTimeoutMargin
 	r.rescueAfter = c.RescueStuckAfter

@@ -26,6 +26,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		reason string
 	}{
 		{"no workers", func(c *dispatcher.Config) { c.Workers = 0 }, "Workers", "must be from 1 to 10000"},
+		{"fewer jobs than workers", func(c *dispatcher.Config) { c.Workers, c.MaxJobs = 50, 49 }, "MaxJobs", "must be 0 (3 x workers) or from workers (50) to 30000"},
+		{"too many jobs", func(c *dispatcher.Config) { c.MaxJobs = 30001 }, "MaxJobs", "or from workers (100) to 30000"},
 		{"request timeout too short", func(c *dispatcher.Config) { c.RequestTimeout = time.Millisecond }, "RequestTimeout", "must be from 100ms to 5m"},
 		{"empty schedule", func(c *dispatcher.Config) { c.RetrySchedule = "" }, "RetrySchedule", "parse schedule"},
 		{"negative step", func(c *dispatcher.Config) { c.RetrySchedule = "0s,-5s" }, "RetrySchedule", "entry 2: negative delay"},

@@ -432,7 +432,7 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 	g.Go(func() error { d.unparker.Run(gctx); return nil })
 	// river_client is the id River records in a running job's
 	// attempted_by: which process holds which job.
-	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.String("retry_schedule", d.r.schedule.String()),
+	d.logger.Info("dispatcher_started", slog.Int("workers", d.cfg.Workers), slog.Int("max_jobs", d.r.maxJobs), slog.String("retry_schedule", d.r.schedule.String()),
 		slog.String("river_client", client.ID()))
 	select {
 	case <-ctx.Done():
@@ -525,7 +525,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Middleware:                  []rivertype.Middleware{&store.RunFence{}},
 		Logger:                      slog.New(minLevel{Handler: d.logger.Handler(), min: slog.LevelWarn}),
 		Workers:                     workers,
-		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.cfg.Workers}, river.QueueDefault: {MaxWorkers: 10}},
+		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.r.maxJobs}, river.QueueDefault: {MaxWorkers: 10}},
 		FetchCooldown:               d.cfg.FetchCooldown,
 		FetchPollInterval:           d.cfg.FetchPollInterval,
 		CompletedJobRetentionPeriod: d.cfg.CompletedJobRetention,
