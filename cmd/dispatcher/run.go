@@ -8,6 +8,10 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/hookd/hookd/internal/config"
 	"github.com/hookd/hookd/internal/dispatcher"
 	"github.com/hookd/hookd/internal/replay"
@@ -43,6 +47,7 @@ type settings struct {
 	metricsAddr       *string
 	workers           *int
 	maxJobs           *int
+	pubsubEmulator    *string
 	requestTimeout    *time.Duration
 	retrySchedule     *string
 	maxPerEndpoint    *int
@@ -114,6 +119,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		tuneShadow:        fs.Duration("tune-shadow", "TUNE_SHADOW", def.TuneShadow, "how long a tuning proposal of a class in auto_tune apply runs in shadow beside the live config before it is judged"),
 		opsWebhookURL:     fs.String("operational-webhook-url", "OPERATIONAL_WEBHOOK_URL", def.OperationalWebhookURL, "registers at start an operational endpoint with this URL receiving every operational event (Standard Webhooks format); empty registers none"),
 		opsWebhookSecret:  fs.String("operational-webhook-secret", "OPERATIONAL_WEBHOOK_SECRET", def.OperationalWebhookSecret, "whsec_ secret of that operational endpoint (required with the URL)"),
+		pubsubEmulator:    fs.String("pubsub-emulator-host", "PUBSUB_EMULATOR_HOST", "", "host:port of a Pub/Sub emulator (Google's, or its Go test server) that every pubsub destination then publishes to, without credentials (development and tests; the variable Google's clients read)"),
 		allowPrivate:      fs.Bool("allow-private-targets", "ALLOW_PRIVATE_TARGETS", def.AllowPrivateTargets, "also deliver to loopback, private, link-local and other non-public addresses (development and tests; by default every dialed address is checked)"),
 		propagateTrace:    fs.Bool("propagate-trace", "PROPAGATE_TRACE", def.PropagateTrace, "send each attempt's W3C traceparent header to the receiver when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER set), so its spans join hookd's trace"),
 		partitionInterval: fs.Duration("partition-interval", "PARTITION_INTERVAL", def.PartitionInterval, "width of one time partition of messages, payloads, deliveries and attempts (at least 1m)"),
@@ -286,7 +292,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := store.New(pool, logger, store.WithKeyring(keyring)).CheckSecretsAtStart(ctx); err != nil {
 		return err
 	}
-	d, err := dispatcher.New(cfg, dispatcher.Deps{Pool: pool, DirectURL: set.database.DirectURL(), Logger: logger, Stdout: stdout, Keyring: keyring, Tracing: tracing})
+	deps := dispatcher.Deps{Pool: pool, DirectURL: set.database.DirectURL(), Logger: logger, Stdout: stdout, Keyring: keyring, Tracing: tracing}
+	if host := *set.pubsubEmulator; host != "" {
+		logger.Warn("pubsub_emulator", slog.String("host", host), slog.String("reason", "--pubsub-emulator-host: every pubsub destination publishes to this emulator, without credentials"))
+		deps.PubSubOptions = []option.ClientOption{option.WithEndpoint(host), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	}
+	d, err := dispatcher.New(cfg, deps)
 	if err != nil {
 		return asFlagError(fs, err)
 	}

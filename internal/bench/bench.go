@@ -20,6 +20,7 @@ import (
 // environment twins), so S0 is the ceiling of exactly that configuration.
 type riverSettings struct {
 	Workers           int    `json:"workers"`
+	MaxJobs           int    `json:"max_jobs"`
 	DBMaxConns        int    `json:"db_max_conns"`
 	FetchCooldown     string `json:"fetch_cooldown"`
 	FetchPollInterval string `json:"fetch_poll_interval"`
@@ -27,13 +28,15 @@ type riverSettings struct {
 }
 
 // defaultRiver is the dispatcher's defaults (dispatcher.DefaultConfig and
-// cmd/dispatcher's --db-max-conns, from this machine's cores).
-var defaultRiver = riverSettings{Workers: 100, DBMaxConns: config.DispatcherPoolSize(0), FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
+// cmd/dispatcher's --db-max-conns, from this machine's cores; MAX_JOBS is
+// dispatcher.JobsPerWorker x WORKERS).
+var defaultRiver = riverSettings{Workers: 100, MaxJobs: 300, DBMaxConns: config.DispatcherPoolSize(0), FetchCooldown: "5ms", FetchPollInterval: "250ms", JobRetention: "1h"}
 
 // env returns the settings as dispatcher environment variables.
 func (r riverSettings) env() map[string]string {
 	return map[string]string{
 		"WORKERS":                 fmt.Sprint(r.Workers),
+		"MAX_JOBS":                fmt.Sprint(r.MaxJobs),
 		"DB_MAX_CONNS":            fmt.Sprint(r.DBMaxConns),
 		"FETCH_COOLDOWN":          r.FetchCooldown,
 		"FETCH_POLL_INTERVAL":     r.FetchPollInterval,
@@ -74,6 +77,7 @@ type plan struct {
 	s11Endpoints    int
 	s11Rate         float64
 	s11Measure      time.Duration
+	s12Messages     int     // S12: messages per destination type's drain
 	s7Rate          float64 // messages/s when S1 has not run first
 	s7Duration      time.Duration
 	s7Retention     time.Duration
@@ -113,7 +117,7 @@ var fullPlan = plan{
 	s4Measure: 20 * time.Second, s4fifoMeasure: 15 * time.Second, s1filterMeasure: 10 * time.Second,
 	s5Healthy: 3 * time.Second, s5Fail: 8 * time.Second, s5Recover: 8 * time.Second,
 	s6Tenants: 1000, s6Measure: 35 * time.Second,
-	s11Endpoints: 10_000, s11Rate: 0.2, s11Measure: 30 * time.Second,
+	s11Endpoints: 10_000, s11Rate: 0.2, s11Measure: 30 * time.Second, s12Messages: 2_500,
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Attempts: 100_000_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
@@ -133,7 +137,7 @@ var smokePlan = plan{
 	s4Measure: 2500 * time.Millisecond, s4fifoMeasure: 1500 * time.Millisecond, s1filterMeasure: time.Second,
 	s5Healthy: 500 * time.Millisecond, s5Fail: 2500 * time.Millisecond, s5Recover: 2500 * time.Millisecond,
 	s6Tenants: 50, s6Measure: 2 * time.Second,
-	s11Endpoints: 300, s11Rate: 2, s11Measure: 1500 * time.Millisecond,
+	s11Endpoints: 300, s11Rate: 2, s11Measure: 1500 * time.Millisecond, s12Messages: 50,
 	s7Rate: 20, s7Duration: 3 * time.Second, s7Retention: 2 * time.Minute, s7Interval: time.Minute,
 	s8Attempts: 12_000, s8AttemptReads: 20,
 	soakRate: 20, soakDuration: 4 * time.Second, soakSample: time.Second, soakRetention: 5 * time.Minute,
@@ -181,6 +185,9 @@ type bench struct {
 // private cluster.
 func newBench(ctx context.Context, opts options, logger *slog.Logger) (_ *bench, err error) {
 	b := &bench{opts: opts, plan: fullPlan, river: defaultRiver, logger: logger}
+	if opts.maxJobs > 0 {
+		b.river.MaxJobs = opts.maxJobs
+	}
 	if opts.dbMaxConns > 0 {
 		b.river.DBMaxConns = opts.dbMaxConns
 	}

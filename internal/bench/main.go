@@ -46,6 +46,8 @@ type options struct {
 	smoke bool
 	// dbMaxConns overrides the dispatchers' pool size (0: their default).
 	dbMaxConns int
+	// maxJobs sets the dispatchers' MAX_JOBS (0: their default).
+	maxJobs int
 	// busyOK runs a full bench on a busy machine (machineBusy).
 	busyOK       bool
 	out          string
@@ -74,6 +76,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var only string
 	fs.BoolVar(&o.smoke, "smoke", false, "run every scenario in a tiny form (CI); prints the tables and writes no results unless -out is given")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 0, "the dispatchers' DB_MAX_CONNS (default: theirs, from the cores; for experiments)")
+	fs.IntVar(&o.maxJobs, "max-jobs", 0, "the dispatchers' MAX_JOBS (default: theirs, 3 x WORKERS; for experiments)")
 	fs.BoolVar(&o.busyOK, "busy-ok", false, "run even when the machine is busy at the start (load average above 1, or other processes using half a core): the figures are then not comparable with a quiet run's")
 	fs.StringVar(&o.out, "out", "", "where to write the JSON results (default: bench-results.json at the module root; with -smoke none)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run (s0,s0i,s1,s1rate,s2,s2s,s1trace,s3,s4,s4fifo,s1filter,s5,s6,s11,s7,s9,s10,s8,soak); default all but s8 and soak (make bench-month: s1,s8; make soak: soak)")

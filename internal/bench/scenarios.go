@@ -36,6 +36,7 @@ var scenarios = []scenario{
 	{"s5", "S5 half-open across two dispatchers", runS5, true, false},
 	{"s6", "S6 10,000 endpoints", runS6, false, false},
 	{"s11", "S11 wide fan-out: one tenant's 10,000 endpoints on one host, at a fixed rate", runS11, false, false},
+	{"s12", "S12 each destination type (RabbitMQ, NATS, Redis, MQTT, Kafka, Pub/Sub) against HTTP: a backlog's drain and the breaker on a broker outage", runS12, true, false},
 	{"s7", "S7 steady state under retention (RETENTION=3m, PARTITION_INTERVAL=1m)", runS7, false, false},
 	{"s9", "S9 scale-out: 1, 2, 4 dispatchers and 2 api processes on one PostgreSQL", runS9, false, false},
 	{"s10", "S10 partition maintainer restarted after 200 one-minute intervals down, under S1's half load", runS10, false, false},

@@ -29,6 +29,7 @@ type stage struct {
 	moreAPIs    []*proc // further api processes (S9)
 	client      *apiClient
 	dispatchers []*proc
+	started     int // dispatchers started in the stage, stopped ones included: each has a log of its own
 	tracker     *tracker
 }
 
@@ -110,7 +111,8 @@ func (s *stage) addAPI(ctx context.Context) error {
 // startDispatcher starts one more dispatcher with the bench's River
 // settings and env on top.
 func (s *stage) startDispatcher(ctx context.Context, env map[string]string) (*proc, error) {
-	name := fmt.Sprintf("%s-dispatcher-%d", s.name, len(s.dispatchers)+1)
+	s.started++
+	name := fmt.Sprintf("%s-dispatcher-%d", s.name, s.started)
 	e := s.b.river.env()
 	e["DATABASE_URL"] = s.b.pg.url(roleDispatcher, s.db)
 	e["METRICS_ADDR"] = "127.0.0.1:0"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -213,6 +214,8 @@ func evaluate(r *results) {
 			add(na("s11", g))
 		}
 	}
+
+	evaluateDestinations(r, add, na)
 
 	if s6 != nil {
 		r.S6RSSMB = s6.DispatcherRSSMB
@@ -601,4 +604,53 @@ func describeSpread(v any) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%.2f-%.2f over %.0f rounds)", m["min"], m["max"], m["rounds"])
+}
+
+// evaluateDestinations states S12's ratios (no target) and checks each
+// type's breaker: open within the window + 1 s of the first failed
+// attempt after its broker's cut, as S4 does for a hanging endpoint.
+func evaluateDestinations(r *results, add func(target), na func(scenario, goal string) target) {
+	goal := func(typ string) string {
+		return fmt.Sprintf("S12 %s breaker opens within window + 1 s (%.0f s) of the first failure after its broker's cut", typ, (outageWindow + time.Second).Seconds())
+	}
+	ratio := func(typ string) string {
+		return fmt.Sprintf("S12 %s deliveries/s against HTTP's (reported, no target)", typ)
+	}
+	s12 := r.find("s12")
+	var types map[string]destTypeResult
+	if s12 != nil {
+		// In memory or read back from a results file alike.
+		raw, err := json.Marshal(s12.Extra["types"])
+		if err == nil {
+			err = json.Unmarshal(raw, &types)
+		}
+		if err != nil {
+			types = nil
+		}
+	}
+	for _, typ := range destTypes[1:] {
+		t, ok := types[typ]
+		switch {
+		case !ok:
+			add(na("s12", ratio(typ)))
+			add(na("s12", goal(typ)))
+			continue
+		case t.Skipped != "":
+			add(target{Scenario: "s12", Goal: ratio(typ), Measured: "not run: " + t.Skipped, Status: "n/a"})
+			add(target{Scenario: "s12", Goal: goal(typ), Measured: "not run", Status: "n/a"})
+			continue
+		case t.Error != "":
+			add(target{Scenario: "s12", Goal: goal(typ), Measured: "failed: " + t.Error, Status: "missed"})
+			continue
+		}
+		http := types["http"]
+		add(target{Scenario: "s12", Goal: ratio(typ), Value: t.RatioToHTTP, Status: "reported",
+			Measured: fmt.Sprintf("%.2f x (%.0f / %.0f deliveries/s)", t.RatioToHTTP, t.DeliveriesPerS, http.DeliveriesPerS)})
+		if !t.Opened {
+			add(target{Scenario: "s12", Goal: goal(typ), Measured: "the breaker never opened", Status: "missed"})
+			continue
+		}
+		add(atMost("s12", goal(typ), t.OpenedAfterFailure, (outageWindow + time.Second).Seconds(),
+			fmt.Sprintf("opened %.2f s after the first failure (%.2f s after the cut)", t.OpenedAfterFailure, t.OpenedAfterCutS)))
+	}
 }
