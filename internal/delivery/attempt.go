@@ -293,7 +293,7 @@ func (w *Worker) decide(ctx context.Context, r *run) (_ context.Context, _ *admi
 		if w.deps.Metrics != nil {
 			w.deps.Metrics.ConcurrencySnoozed.WithLabelValues(w.deps.Metrics.Labels.Label(t.ID)).Inc()
 		}
-		return ctx, nil, waitFor(100*time.Millisecond + w.jitter())
+		return ctx, nil, waitFor(w.slots.retryIn(t.ID) + w.jitter())
 	}
 	// A place within the process's and the host's bounds, waited for
 	// within the run's start budget: past it, the delivery waits in a job

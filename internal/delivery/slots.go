@@ -78,6 +78,28 @@ func (s *endpointSlots) acquire(ctx context.Context, id string) bool {
 	}
 }
 
+// retryIn is how long a delivery refused a slot of endpoint id waits
+// before its job runs again: a fast endpoint's slot frees within
+// milliseconds, so soon (minSlotRetry); a slow endpoint's only as its
+// requests end, so about one answer's time (its average, at most
+// maxSlotRetry). Retried sooner, the delivery would be refused again,
+// its job row rewritten each time: an endpoint answering in 5 s with 100
+// deliveries waiting would cost some 300 job updates a second for nothing.
+func (s *endpointSlots) retryIn(id string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[id]
+	if st == nil || st.latency < s.fast {
+		return minSlotRetry
+	}
+	return min(max(st.latency, minSlotRetry), maxSlotRetry)
+}
+
+const (
+	minSlotRetry = 100 * time.Millisecond
+	maxSlotRetry = 5 * time.Second
+)
+
 // release gives a slot back; took is how long the endpoint took to answer
 // (zero when no request was made).
 func (s *endpointSlots) release(id string, took time.Duration) {

@@ -86,6 +86,32 @@ func TestEndpointSlots(t *testing.T) {
 		})
 	})
 
+	// A refused delivery's job comes back when a slot may be free: soon
+	// for a fast endpoint, after about one answer's time for a slow one.
+	t.Run("a refused delivery waits for about one answer", func(t *testing.T) {
+		t.Parallel()
+		s := newEndpointSlots(1)
+		require.Equal(t, minSlotRetry, s.retryIn("unknown"))
+		for _, tt := range []struct {
+			id   string
+			took time.Duration
+			want time.Duration
+		}{
+			{"fast", 5 * time.Millisecond, minSlotRetry},
+			{"slow", 2 * time.Second, 2 * time.Second},
+			{"hanging", time.Minute, maxSlotRetry},
+		} {
+			// Many answers of the same time: the average converges on it.
+			for range 200 {
+				require.True(t, s.acquire(ctx, tt.id))
+				s.release(tt.id, tt.took)
+			}
+			require.True(t, s.acquire(ctx, tt.id), tt.id)
+			require.InDelta(t, tt.want.Seconds(), s.retryIn(tt.id).Seconds(), tt.want.Seconds()/20, tt.id)
+			s.release(tt.id, tt.took)
+		}
+	})
+
 	t.Run("a full fast endpoint gives up after maxWait", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
