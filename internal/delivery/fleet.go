@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -31,13 +33,18 @@ type Fleet struct {
 	// heldSince is when the lease's unbroken run began: the send of the
 	// first successful heartbeat after it last lapsed (or of the first).
 	heldSince atomic.Int64
+	// pending are gone dispatchers some of whose running jobs the last
+	// rescue skipped (locked by another session) or could not reach:
+	// retried at each heartbeat that may rescue, until none is left.
+	// Only beat uses it (heartbeats are sequential).
+	pending map[string]bool
 }
 
 // FleetStore records heartbeats.
 type FleetStore interface {
 	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (store.FleetBeat, error)
 	LeaveFleet(ctx context.Context, id string) error
-	RescueJobsOf(ctx context.Context, clients []string) (int, error)
+	RescueJobsOf(ctx context.Context, clients []string) (rescued, left int, err error)
 }
 
 var _ FleetStore = (*store.Store)(nil)
@@ -76,7 +83,7 @@ func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics Fleet
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics}
+	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics, pending: map[string]bool{}}
 	f.set(store.FleetBeat{Live: 1})
 	return f
 }
@@ -159,17 +166,32 @@ func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
 	}
 	f.beatSent.Store(sent.UnixNano())
 	f.set(b)
-	if len(b.Gone) > 0 {
-		n, err := f.store.RescueJobsOf(ctx, b.Gone)
-		if err != nil {
-			// Left to River's rescuer, later.
-			f.logger.Warn("fleet_rescue", slog.Any("gone", b.Gone), slog.String("error", err.Error()))
+	// The gone ones' rows are deleted by the heartbeat that finds them:
+	// those whose jobs were not all rescued are retried from pending.
+	gone := b.Gone
+	if rescue {
+		gone = slices.Concat(slices.Sorted(maps.Keys(f.pending)), gone)
+	}
+	if len(gone) == 0 {
+		return b, nil
+	}
+	n, left, err := f.store.RescueJobsOf(ctx, gone)
+	for _, id := range gone {
+		if err != nil || left > 0 {
+			f.pending[id] = true
 		} else {
-			f.logger.Info("fleet_rescued", slog.Any("gone", b.Gone), slog.Int("jobs", n))
-			if f.metrics.Rescued != nil {
-				f.metrics.Rescued.Add(float64(n))
-			}
+			delete(f.pending, id)
 		}
+	}
+	if err != nil {
+		// Retried at the next heartbeat that may rescue; River's
+		// rescuer is the last resort.
+		f.logger.Warn("fleet_rescue", slog.Any("gone", gone), slog.String("error", err.Error()))
+		return b, nil
+	}
+	f.logger.Info("fleet_rescued", slog.Any("gone", gone), slog.Int("jobs", n), slog.Int("left", left))
+	if f.metrics.Rescued != nil {
+		f.metrics.Rescued.Add(float64(n))
 	}
 	return b, nil
 }

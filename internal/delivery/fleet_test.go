@@ -22,6 +22,8 @@ type fleetStore struct {
 	rescued [][]string
 	left    []string
 	rescue  []bool
+	// jobsLeft scripts what each rescue leaves running; none when empty.
+	jobsLeft []int
 }
 
 func (f *fleetStore) Heartbeat(_ context.Context, _ string, _ int, _ time.Duration, rescue bool) (store.FleetBeat, error) {
@@ -45,11 +47,39 @@ func (f *fleetStore) LeaveFleet(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fleetStore) RescueJobsOf(_ context.Context, clients []string) (int, error) {
+func (f *fleetStore) RescueJobsOf(_ context.Context, clients []string) (int, int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rescued = append(f.rescued, clients)
-	return 3, nil
+	left := 0
+	if len(f.jobsLeft) > 0 {
+		left, f.jobsLeft = f.jobsLeft[0], f.jobsLeft[1:]
+	}
+	return 3, left, nil
+}
+
+// TestFleetRetriesARescueThatLeftJobs: a rescue that skipped jobs (their
+// rows locked by the gone dispatcher's own transaction, which lives on
+// until the server ends it) is retried at the next heartbeats that may
+// rescue, until it leaves none; the heartbeat that found them gone
+// deleted their rows, so no later heartbeat would name them again.
+func TestFleetRetriesARescueThatLeftJobs(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	st := &fleetStore{beats: []store.FleetBeat{
+		{Live: 2}, {Live: 2}, {Live: 2}, {Live: 2},
+		{Live: 1, Gone: []string{"cut/1"}},
+		{Live: 1},
+	}, jobsLeft: []int{2, 1, 0}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
+		Now: func() time.Time { return now }}, st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.NoError(t, f.Join(context.Background()))
+	for range 7 {
+		now = now.Add(2 * time.Second)
+		require.NoError(t, f.Beat(context.Background()))
+	}
+	require.Equal(t, [][]string{{"cut/1"}, {"cut/1"}, {"cut/1"}}, st.rescued,
+		"found gone once, retried while jobs were left, then no more")
 }
 
 // TestFleetLeaseAndRescue: a dispatcher holds its lease from each

@@ -69,22 +69,39 @@ func (s *Store) LeaveFleet(ctx context.Context, id string) error {
 // RescueStuckJobsAfter: the next run of each is a new attempt of the job,
 // whose claims fence the lost run's writes (ClaimDeliveries), and a job
 // out of attempts is discarded. Only jobs whose latest run is a gone
-// client's and that are still running are touched. It returns the jobs
-// rescued.
-func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (int, error) {
+// client's and that are still running are touched. A job row another
+// session holds locked is skipped, not waited for: the gone client's own
+// transaction, cut off mid-flight, keeps its locks until the server ends
+// it (idle_in_transaction_session_timeout, or TCP keepalive), and the
+// rescue runs in the rescuer's heartbeat, which must not stall meanwhile.
+// It returns the jobs rescued and those left running (skipped), which a
+// later call rescues.
+func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, left int, err error) {
 	if len(clients) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE river_job SET
-			state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
-			scheduled_at = now(),
-			finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
-			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt,
-				'error', 'rescued: dispatcher ' || attempted_by[array_length(attempted_by, 1)] || ' stopped heartbeating', 'trace', ''))
-		WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])`, clients)
+	// The count reads the snapshot before the update: every such job,
+	// rescued now or skipped.
+	err = s.pool.QueryRow(ctx, `
+		WITH free AS (
+			SELECT id FROM river_job
+			WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
+			FOR UPDATE SKIP LOCKED
+		), rescued AS (
+			UPDATE river_job j SET
+				state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+				scheduled_at = now(),
+				finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+				errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
+					'error', 'rescued: dispatcher ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' stopped heartbeating', 'trace', ''))
+			FROM free WHERE j.id = free.id
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM rescued)::int,
+			(SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[]))::int`,
+		clients).Scan(&rescued, &left)
 	if err != nil {
-		return 0, fmt.Errorf("rescue the jobs of gone dispatchers: %w", err)
+		return 0, 0, fmt.Errorf("rescue the jobs of gone dispatchers: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return rescued, left - rescued, nil
 }

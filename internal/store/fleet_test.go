@@ -126,9 +126,10 @@ func TestRescueJobsOfGoneDispatchers(t *testing.T) {
 	other := insert("running", 1, 25, []string{"alive"})
 	done := insert("completed", 1, 25, []string{"gone"})
 
-	n, err := s.RescueJobsOf(ctx, []string{"gone"})
+	n, left, err := s.RescueJobsOf(ctx, []string{"gone"})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
+	require.Zero(t, left)
 	state := func(id int64) string {
 		var st string
 		var errs int
@@ -143,7 +144,50 @@ func TestRescueJobsOfGoneDispatchers(t *testing.T) {
 	require.Equal(t, "running", state(tookOver))
 	require.Equal(t, "running", state(other))
 	require.Equal(t, "completed", state(done))
-	n, err = s.RescueJobsOf(ctx, nil)
+	n, _, err = s.RescueJobsOf(ctx, nil)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// TestRescueSkipsJobsLockedElsewhere: a gone dispatcher's job row that
+// another session holds locked (the gone one's own transaction, cut off
+// mid-flight, lives on until the server ends it) is skipped, not waited
+// for: the rescue runs inside the rescuer's heartbeat, which must not
+// stall for as long as the lock lives, or the rescuer goes silent in
+// turn and its own jobs are rescued while it runs them.
+func TestRescueSkipsJobsLockedElsewhere(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	s := store.New(db.Pool, nil)
+	var free, locked int64
+	for _, id := range []*int64{&free, &locked} {
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_by, attempted_at)
+			VALUES ('{}', 'deliver', 25, 'deliver', 'running', 1, '{gone}', now()) RETURNING id`).Scan(id))
+	}
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	// Bounded only so that a rescue that waits fails instead of hanging.
+	bounded, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	n, left, err := s.RescueJobsOf(bounded, []string{"gone"})
+	require.NoError(t, err, "the locked row is skipped, not waited for")
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, left, "the locked job is left for a later heartbeat")
+
+	require.NoError(t, tx.Rollback(ctx))
+	n, left, err = s.RescueJobsOf(ctx, []string{"gone"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, left)
+	var states []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(state::text ORDER BY id) FROM river_job WHERE id IN ($1, $2)`, free, locked).Scan(&states))
+	require.Equal(t, []string{"available", "available"}, states)
 }

@@ -78,7 +78,7 @@ func TestRunOfALostJobWritesNothing(t *testing.T) {
 	require.Equal(t, 1, <-probe.started)
 
 	// dispatcher-a is declared gone while its run goes on; b takes the job.
-	n, err := s.RescueJobsOf(ctx, []string{"dispatcher-a"})
+	n, _, err := s.RescueJobsOf(ctx, []string{"dispatcher-a"})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	newClient("dispatcher-b")
