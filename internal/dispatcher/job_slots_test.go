@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,20 +31,11 @@ func TestJobsBeyondWorkersHoldNoRequest(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	secret := newSecret(t)
-	var mu sync.Mutex
-	inFlight, most, arrived := 0, 0, 0
-	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{secret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
-		mu.Lock()
-		inFlight++
-		arrived++
-		most = max(most, inFlight)
-		mu.Unlock()
-		// An answer that takes a while, so that requests would overlap.
-		time.Sleep(20 * time.Millisecond)
-		mu.Lock()
-		inFlight--
-		mu.Unlock()
-		return deliverytest.Response{}
+	// Every endpoint has the same URL, so the receiver's one path counts
+	// the requests in flight to all of them; each answer takes a while,
+	// so that requests would overlap.
+	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{secret}, Respond: func(*deliverytest.Request) deliverytest.Response {
+		return deliverytest.Response{Delay: 20 * time.Millisecond}
 	}})
 	st := store.New(db.Pool, nil)
 	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
@@ -53,7 +43,7 @@ func TestJobsBeyondWorkersHoldNoRequest(t *testing.T) {
 	const n = 6
 	for i := range n {
 		tenant := fmt.Sprintf("t%d", i)
-		_, err := st.CreateEndpoint(t.Context(), store.Endpoint{TenantID: tenant, URL: rc.URL(fmt.Sprintf("/e%d", i)), Secret: secret})
+		_, err := st.CreateEndpoint(t.Context(), store.Endpoint{TenantID: tenant, URL: rc.URL("/hook"), Secret: secret})
 		require.NoError(t, err)
 		_, _, err = st.CreateMessage(t.Context(), store.NewMessage{TenantID: tenant, EventType: "order.created", Payload: json.RawMessage(`{"n":1}`)}, &delivery.Enqueuer{Client: inserter})
 		require.NoError(t, err)
@@ -81,7 +71,7 @@ func TestJobsBeyondWorkersHoldNoRequest(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return arrived >= n },
+	require.Eventually(t, func() bool { return rc.Stats("/hook").Requests >= n },
 		waitFor, 10*time.Millisecond, "every message is sent while the first commits wait")
 	require.NoError(t, tx.Rollback(t.Context()))
 	require.Eventually(t, func() bool {
@@ -89,8 +79,8 @@ func TestJobsBeyondWorkersHoldNoRequest(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE status = 'delivered'`).Scan(&delivered))
 		return delivered == n
 	}, waitFor, 20*time.Millisecond, "every message is delivered")
-	mu.Lock()
-	defer mu.Unlock()
-	require.LessOrEqual(t, most, cfg.Workers, "requests in flight stay within WORKERS")
-	require.Equal(t, n, arrived, "each message sent once")
+	stats := rc.Stats("/hook")
+	require.LessOrEqual(t, stats.MaxInFlight, cfg.Workers, "requests in flight stay within WORKERS")
+	require.Equal(t, n, stats.Requests, "each message sent once")
+	require.Equal(t, n, stats.DistinctDelivered)
 }
