@@ -28,7 +28,9 @@ func TestLedgerCommitAckLost(t *testing.T) {
 		return deliverytest.Response{Status: http.StatusOK, Delay: 20 * time.Millisecond}
 	}})
 	api := StartAPI(t, db.URL, nil)
-	StartDispatcher(t, "dispatcher", proxy.URL(db.Name), map[string]string{"WORKERS": "10", "RETRY_SCHEDULE": "0s,200ms,200ms,200ms"})
+	// MAX_JOBS as WORKERS: the ledger's batches stay small enough that
+	// the 50 messages take more commits than the acknowledgements lost.
+	StartDispatcher(t, "dispatcher", proxy.URL(db.Name), map[string]string{"WORKERS": "10", "MAX_JOBS": "10", "RETRY_SCHEDULE": "0s,200ms,200ms,200ms"})
 	api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/l"), "secret": testSecret})
 
 	const lose, messages = 5, 50
