@@ -257,7 +257,11 @@ func (s *stage) drainRun(ctx context.Context, r *destTypeResult, tenant string, 
 	}
 	defer func() { _ = s.stopDispatchers() }()
 	ready := time.Now()
-	deadline := ready.Add(s.b.plan.drain)
+	// At least 30 s, in the smoke form too: a first attempt that failed
+	// (a broker's first connection on a busy machine) retries after the
+	// schedule's 5 s.
+	limit := max(s.b.plan.drain, 30*time.Second)
+	deadline := ready.Add(limit)
 	for {
 		var delivered, retried int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE attempt_count > 1)
@@ -273,7 +277,7 @@ func (s *stage) drainRun(ctx context.Context, r *destTypeResult, tenant string, 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d delivered after %s", delivered, want, s.b.plan.drain)
+			return fmt.Errorf("%d of %d delivered after %s", delivered, want, limit)
 		}
 		select {
 		case <-ctx.Done():
