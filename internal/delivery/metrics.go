@@ -72,9 +72,13 @@ type Metrics struct {
 	// FleetOutcomesFenced counts job outcomes this process did not write
 	// because their run had lost its job (store.NewFencedDriver).
 	FleetOutcomesFenced prometheus.Counter
-	HeldTotal           prometheus.Counter
-	Parked              prometheus.Counter
-	Unparked            prometheus.Counter
+	// QueueFetches counts this process's fetches of the deliver queue's
+	// jobs by kind (store.FetchWindowConfig): full, from the queue's
+	// start; windowed, from the last fetch's floor.
+	QueueFetches *prometheus.CounterVec
+	HeldTotal    prometheus.Counter
+	Parked       prometheus.Counter
+	Unparked     prometheus.Counter
 	// Expired counts deliveries made final as expired, by reason:
 	// retention (the maintainer, before their partition goes) or payload
 	// (a worker found the payload dropped by payload retention).
@@ -139,6 +143,10 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "dispatcher_fleet_outcomes_fenced_total",
 			Help: "Outcomes of job runs (completed, retry, wait) this dispatcher did not write because the job was no longer the run's: its lease lapsed, another dispatcher rescued the job and ran it again. Each is a run that came back after it was declared gone.",
 		}),
+		QueueFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_queue_fetches_total",
+			Help: "This dispatcher's fetches of the deliver queue's jobs by kind: windowed (from where the last fetch left the queue, reading only the index entries since) or full (from the queue's start, finding jobs made available behind the window: at most once a second, and rarer when slow, so that they take at most 5% of the time). Behind a long transaction a full fetch reads every job fetched since it began.",
+		}, []string{"kind"}),
 		ServerConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_server_db_connections",
 			Help: "The database server's connections for clients like hookd: max_connections less superuser_reserved_connections, read at the last heartbeat.",
@@ -194,8 +202,11 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 	for _, r := range []string{ExpiredRetention, ExpiredPayload} {
 		m.Expired.WithLabelValues(r)
 	}
+	for _, kind := range []string{"full", "windowed"} {
+		m.QueueFetches.WithLabelValues(kind)
+	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.FleetOutcomesFenced, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.FleetOutcomesFenced, m.QueueFetches, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

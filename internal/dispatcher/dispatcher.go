@@ -514,11 +514,21 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	// rescued and run again elsewhere) from writing its outcome over the
 	// live run's.
 	fenced := d.metrics.Delivery.FleetOutcomesFenced
+	fullFetches, windowedFetches := d.metrics.Delivery.QueueFetches.WithLabelValues("full"), d.metrics.Delivery.QueueFetches.WithLabelValues("windowed")
 	// A dispatcher whose fetches of deliveries find nothing leaves the
 	// next notifications to the others for a while (delivery.FetchPacer).
 	driver := store.NewFencedDriver(d.store.Pool(), store.FencedDriverConfig{
 		Stale: func(n int) { fenced.Add(float64(n)) },
 		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, fetchBackoff, d.fleet.Share, d.clock.Now),
+		// Each fetch starts where the last left the queue, so a long
+		// transaction's dead entries are not walked by every fetch.
+		Window: &store.FetchWindowConfig{Queue: delivery.QueueDeliver, Now: d.clock.Now, Fetched: func(full bool, _ int) {
+			if full {
+				fullFetches.Inc()
+			} else {
+				windowedFetches.Inc()
+			}
+		}},
 	})
 	client, err := river.NewClient(driver, &river.Config{
 		ID:                          d.fleetID,

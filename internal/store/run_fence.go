@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,9 @@ type FencedDriverConfig struct {
 	Stale func(n int)
 	// Pace decides which fetches run; nil: every one River makes.
 	Pace FetchPacer
+	// Window, if set, starts its queue's fetches at a floor instead of the
+	// queue's start (fetch_window.go).
+	Window *FetchWindowConfig
 }
 
 // NewFencedDriver is River's pgx driver on pool whose outcome writes drop
@@ -70,7 +74,11 @@ type FencedDriverConfig struct {
 // wait for cfg.Pace.
 func NewFencedDriver(pool *pgxpool.Pool, cfg FencedDriverConfig) riverdriver.Driver[pgx.Tx] {
 	d := riverpgxv5.New(pool)
-	return &fencedDriver{Driver: d, exec: &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: cfg.Stale, pace: cfg.Pace}}
+	exec := &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: cfg.Stale, pace: cfg.Pace}
+	if cfg.Window != nil {
+		exec.window = newFetchWindow(*cfg.Window)
+	}
+	return &fencedDriver{Driver: d, exec: exec}
 }
 
 type fencedDriver struct {
@@ -88,21 +96,32 @@ type fencedExecutor struct {
 	pool   *pgxpool.Pool
 	stale  func(n int)
 	pace   FetchPacer
+	window *fetchWindow
 }
 
 // JobGetAvailable fetches when the pacer lets this process, and tells it
 // what the fetch found. A fetch left out finds nothing: River fetches
 // again at the next notification, its poll or a freed worker slot.
 func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
-	if e.pace == nil {
-		return e.Executor.JobGetAvailable(ctx, params)
-	}
-	if !e.pace.Fetch(ctx, params.Queue) {
+	if e.pace != nil && !e.pace.Fetch(ctx, params.Queue) {
 		return &riverdriver.JobGetAvailableResult{}, nil
 	}
-	res, err := e.Executor.JobGetAvailable(ctx, params)
-	if err == nil {
+	res, err := e.fetch(ctx, params)
+	if err == nil && e.pace != nil {
 		e.pace.Fetched(params.Queue, len(res.Jobs))
+	}
+	return res, err
+}
+
+// fetch is the windowed fetch for the window's queue (fetch_window.go),
+// River's own for the others or where the window does not apply.
+func (e *fencedExecutor) fetch(ctx context.Context, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+	if e.window == nil || params.Queue != e.window.cfg.Queue {
+		return e.Executor.JobGetAvailable(ctx, params)
+	}
+	res, err := e.windowedFetch(ctx, e.window, params)
+	if errors.Is(err, errFetchFallBack) {
+		return e.Executor.JobGetAvailable(ctx, params)
 	}
 	return res, err
 }
