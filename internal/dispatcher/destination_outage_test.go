@@ -50,12 +50,12 @@ func (c *collector) waitFor(t *testing.T, n int) []consumedMessage {
 	return append([]consumedMessage(nil), c.got...)
 }
 
-// TestRabbitMQDestinationOutage: 1,000 messages to a RabbitMQ exchange
-// through a proxy that is cut mid-run and restored: the breaker opens,
-// every message is consumed with a valid signature, the backlog drains,
-// and only attempts in flight at the cut may come twice.
-func TestRabbitMQDestinationOutage(t *testing.T) {
-	t.Parallel()
+// rabbitMQQueue is an exchange of the test's own on the machine's
+// RabbitMQ, with a queue bound to it for the routing key "hooks" whose
+// messages a consumer collects in order; both are deleted at the test's
+// end.
+func rabbitMQQueue(t *testing.T) (string, *collector) {
+	t.Helper()
 	requireListening(t, "RabbitMQ", rabbitMQAddr)
 	conn, err := amqp.Dial("amqp://guest:guest@" + rabbitMQAddr + "/")
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestRabbitMQDestinationOutage(t *testing.T) {
 	require.NoError(t, ch.QueueBind(q.Name, "hooks", exchange, false, nil))
 	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
 	require.NoError(t, err)
-	var c collector
+	c := &collector{}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for d := range deliveries {
@@ -85,7 +85,16 @@ func TestRabbitMQDestinationOutage(t *testing.T) {
 		_ = conn.Close()
 		wg.Wait()
 	})
+	return exchange, c
+}
 
+// TestRabbitMQDestinationOutage: 1,000 messages to a RabbitMQ exchange
+// through a proxy that is cut mid-run and restored: the breaker opens,
+// every message is consumed with a valid signature, the backlog drains,
+// and only attempts in flight at the cut may come twice.
+func TestRabbitMQDestinationOutage(t *testing.T) {
+	t.Parallel()
+	exchange, c := rabbitMQQueue(t)
 	proxy := newTCPProxy(t, rabbitMQAddr)
 	h := startDest(t, dispatcherDeps())
 	e := h.endpoint(destination.RabbitMQ, &destination.RabbitMQConfig{URL: "amqp://" + proxy.addr + "/", Exchange: exchange, RoutingKey: "hooks",

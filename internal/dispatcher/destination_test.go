@@ -53,6 +53,29 @@ type destHarness struct {
 // each of tune changes the dispatcher's configuration.
 func startDest(t *testing.T, deps dispatcher.Deps, tune ...func(*dispatcher.Config)) *destHarness {
 	t.Helper()
+	h := prepareDest(t)
+	cfg := dispatcher.DefaultConfig()
+	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.AllowPrivateTargets = true
+	cfg.RetrySchedule = destRetrySchedule
+	cfg.RequestTimeout = 2 * time.Second
+	cfg.ShutdownGrace = time.Second
+	for _, f := range tune {
+		f(&cfg)
+	}
+	deps.Pool = h.db.Pool
+	_, cancel, done := startRunWith(t, cfg, deps, slog.LevelError)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return h
+}
+
+// prepareDest is startDest without its dispatcher: a fresh database
+// holding destClass, for dispatchers the test runs itself.
+func prepareDest(t *testing.T) *destHarness {
+	t.Helper()
 	db := storetest.New(t)
 	st := store.New(db.Pool, nil)
 	c, ok := trafficclass.Builtin(trafficclass.High)
@@ -66,22 +89,6 @@ func startDest(t *testing.T, deps dispatcher.Deps, tune ...func(*dispatcher.Conf
 	require.NoError(t, err)
 	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
 	require.NoError(t, err)
-
-	cfg := dispatcher.DefaultConfig()
-	cfg.MetricsAddr = "127.0.0.1:0"
-	cfg.AllowPrivateTargets = true
-	cfg.RetrySchedule = destRetrySchedule
-	cfg.RequestTimeout = 2 * time.Second
-	cfg.ShutdownGrace = time.Second
-	for _, f := range tune {
-		f(&cfg)
-	}
-	deps.Pool = db.Pool
-	_, cancel, done := startRunWith(t, cfg, deps, slog.LevelError)
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
 	secret := newSecret(t)
 	v, err := webhook.NewVerifier([]string{secret})
 	require.NoError(t, err)
