@@ -152,6 +152,7 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 		res.APIStatementsPerMessage = round2(float64(rt.api) / float64(msgs))
 	}
 	res.TopStatements = rt.top
+	res.FrequentDispatcherStatements = rt.frequent
 	commits, err := p.s.commits(ctx)
 	if err != nil {
 		return err
@@ -270,6 +271,9 @@ type statement struct {
 type statementCalls struct {
 	api, dispatcher int64
 	top             []statement
+	// frequent are the dispatcher's most frequent statements: what its
+	// statements per delivery are made of.
+	frequent []statement
 }
 
 var spaceRE = regexp.MustCompile(`\s+`)
@@ -308,6 +312,15 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 	}
 	if err := rows.Err(); err != nil {
 		return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	for _, st := range out.top {
+		if st.Role == "dispatcher" {
+			out.frequent = append(out.frequent, st)
+		}
+	}
+	slices.SortFunc(out.frequent, func(a, b statement) int { return cmp.Compare(b.Calls, a.Calls) })
+	if len(out.frequent) > 12 {
+		out.frequent = out.frequent[:12]
 	}
 	// The statements that cost Postgres the most time first.
 	slices.SortFunc(out.top, func(a, b statement) int { return cmp.Compare(b.TotalMs, a.TotalMs) })

@@ -103,8 +103,12 @@ type scenarioResult struct {
 	RoundtripDeliveries     int64       `json:"roundtrip_deliveries"`
 	APIStatementsPerMessage float64     `json:"api_statements_per_message"`
 	TopStatements           []statement `json:"top_statements,omitempty"`
-	CommitsPerDelivery      float64     `json:"commits_per_delivery"`
-	WALBytesPerDelivery     float64     `json:"wal_bytes_per_delivery"`
+	// FrequentDispatcherStatements are the dispatchers' 12 most frequent
+	// statements (calls, not time): what their statements per delivery
+	// are made of.
+	FrequentDispatcherStatements []statement `json:"frequent_dispatcher_statements,omitempty"`
+	CommitsPerDelivery           float64     `json:"commits_per_delivery"`
+	WALBytesPerDelivery          float64     `json:"wal_bytes_per_delivery"`
 	// WALFPIPerDelivery counts full-page images (a page's first change
 	// after a checkpoint, up to 8 KB each) per delivery: the share of the
 	// WAL that depends on the checkpoint interval, not on the rows.

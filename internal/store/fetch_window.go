@@ -23,17 +23,20 @@ import (
 // snapshot's age until the dispatchers fall behind.
 //
 // The fetch window starts each fetch where the last one left the queue:
-// a floor behind the newest job it took (by Margin, which covers inserts
-// that commit late and retries River's scheduler makes available a few
-// seconds after their time) or at the last job it took when it was given
-// all it asked for (the rest of a backlog is after it). A fetch reads
-// only the entries from the floor on, however old the oldest snapshot.
-// A job made available behind the floor (an insert that commits later
-// than the margin, a job whose fetch rolled back) is found by a full
-// fetch, from the queue's start: one is due FullEvery after the last, or
-// 20 times the last one's duration if that is longer, so that full
-// fetches, whose cost is still the long walk, take at most 5% of the
-// time.
+// a floor behind the newest job it found due (by Margin, which covers
+// inserts that commit late and retries River's scheduler makes available
+// a few seconds after their time), or at the last job it took when it was
+// given all it asked for (the rest of a backlog is after it). A windowed
+// fetch reads only the entries from the floor on, however old the oldest
+// snapshot. It costs three statements more than River's (its transaction,
+// and River's read of the rows it took), so it is used only while River's
+// own fetch, which also finds what was made available behind the floor
+// (an insert that committed later than the margin, a job whose fetch
+// rolled back), is slow: every fetch is River's own while its last one
+// took less than WindowAfter; past that, River's own runs FullEvery after
+// the last, or 20 times the last one's duration if that is longer, so
+// that it takes at most 5% of the time, and the fetches between are
+// windowed.
 
 // DefaultFetchMargin is FetchWindowConfig.Margin's default: twice River's
 // scheduler interval (5 s), so a retry made available late is still
@@ -42,6 +45,11 @@ const DefaultFetchMargin = 10 * time.Second
 
 // DefaultFullFetchEvery is FetchWindowConfig.FullEvery's default.
 const DefaultFullFetchEvery = time.Second
+
+// DefaultWindowAfter is FetchWindowConfig.WindowAfter's default: River's
+// fetch takes under a millisecond on a queue whose dead entries vacuum
+// can remove.
+const DefaultWindowAfter = 5 * time.Millisecond
 
 // fullFetchShare bounds the share of fetching time the full fetches take:
 // the next is due after fullFetchShare times the last one's duration.
@@ -55,9 +63,13 @@ type FetchWindowConfig struct {
 	// Margin is how far behind the newest job it found the next fetch
 	// starts; zero means DefaultFetchMargin.
 	Margin time.Duration
-	// FullEvery is the least time between full fetches; zero means
-	// DefaultFullFetchEvery.
+	// FullEvery is the least time between full fetches while fetches are
+	// windowed; zero means DefaultFullFetchEvery.
 	FullEvery time.Duration
+	// WindowAfter is how long River's own fetch must take for the next
+	// fetches to be windowed; zero means DefaultWindowAfter, negative
+	// always.
+	WindowAfter time.Duration
 	// Now is the local clock that times the full fetches (time.Now).
 	Now func() time.Time
 	// Fetched, if set, is told each fetch's kind (true: full) and the
@@ -82,7 +94,7 @@ func (k jobKey) compare(o jobKey) int {
 	return cmp.Compare(k.id, o.id)
 }
 
-// queueStart is before every job: a full fetch starts there.
+// queueStart is before every job: the floor before any fetch.
 var queueStart = jobKey{priority: -32768, scheduledAt: time.Unix(-62135596800, 0).UTC()}
 
 // nextFloor is where the fetch after one that took got (in fetch order)
@@ -120,39 +132,63 @@ func newFetchWindow(cfg FetchWindowConfig) *fetchWindow {
 	if cfg.FullEvery <= 0 {
 		cfg.FullEvery = DefaultFullFetchEvery
 	}
+	if cfg.WindowAfter == 0 {
+		cfg.WindowAfter = DefaultWindowAfter
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return &fetchWindow{cfg: cfg, floor: queueStart}
 }
 
-// start is where this fetch starts, and whether it is a full one.
-func (w *fetchWindow) start(now time.Time) (jobKey, bool) {
+// full reports whether the fetch at now is a full one (River's own) and,
+// if not, the floor it starts at.
+func (w *fetchWindow) full(now time.Time) (bool, jobKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.lastFull.IsZero() || now.Sub(w.lastFull) >= max(w.cfg.FullEvery, fullFetchShare*w.fullCost) {
-		return queueStart, true
+	if w.lastFull.IsZero() || w.fullCost < w.cfg.WindowAfter ||
+		now.Sub(w.lastFull) >= max(w.cfg.FullEvery, fullFetchShare*w.fullCost) {
+		return true, jobKey{}
 	}
-	return w.floor, false
+	return false, w.floor
 }
 
-// done records a fetch: full or not, its start and end on the local
-// clock, the jobs it took of the limit it asked for, the database's time.
-func (w *fetchWindow) done(full bool, began, ended time.Time, got []jobKey, limit int, dbNow time.Time) {
+// fullDone records a full fetch that ran from began to ended on the local
+// clock and took jobs of the limit it asked for. River's fetch does not
+// say the database's time, so the newest job taken stands for it.
+func (w *fetchWindow) fullDone(began, ended time.Time, jobs []*rivertype.JobRow, limit int) {
+	got := make([]jobKey, len(jobs))
+	var newest time.Time
+	for i, j := range jobs {
+		got[i] = jobKey{priority: int16(min(j.Priority, 32767)), scheduledAt: j.ScheduledAt, id: j.ID}
+		if j.ScheduledAt.After(newest) {
+			newest = j.ScheduledAt
+		}
+	}
+	slices.SortFunc(got, jobKey.compare)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if full {
-		w.lastFull, w.fullCost = ended, ended.Sub(began)
+	w.lastFull, w.fullCost = ended, ended.Sub(began)
+	if len(got) > 0 {
+		w.floor = nextFloor(w.floor, got, limit, newest, w.cfg.Margin)
 	}
+}
+
+// windowedDone records a windowed fetch that took got (in fetch order) of
+// the limit it asked for, at the database's time dbNow.
+func (w *fetchWindow) windowedDone(got []jobKey, limit int, dbNow time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.floor = nextFloor(w.floor, got, limit, dbNow, w.cfg.Margin)
 }
 
 // errFetchFallBack makes a windowed fetch give way to River's own.
 var errFetchFallBack = errors.New("fetch window: not applicable")
 
-// windowedFetch is River's fetch of params.Queue's jobs (the same rows
-// taken in the same order, written as River writes them: running, one
-// more attempt, attempted now by this client) from the window's floor.
+// windowedFetch is River's own fetch when a full one is due, else
+// River's fetch of params.Queue's jobs (the same rows taken in the same
+// order, written as River writes them: running, one more attempt,
+// attempted now by this client) from the window's floor.
 // The rows are read back through River's own executor, so River decodes
 // them as it does its own fetch's.
 func (e *fencedExecutor) windowedFetch(ctx context.Context, w *fetchWindow, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
@@ -160,7 +196,18 @@ func (e *fencedExecutor) windowedFetch(ctx context.Context, w *fetchWindow, para
 		return nil, errFetchFallBack
 	}
 	began := w.cfg.Now()
-	from, full := w.start(began)
+	full, from := w.full(began)
+	if full {
+		res, err := e.Executor.JobGetAvailable(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		w.fullDone(began, w.cfg.Now(), res.Jobs, params.MaxToLock)
+		if w.cfg.Fetched != nil {
+			w.cfg.Fetched(true, len(res.Jobs))
+		}
+		return res, nil
+	}
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fetch jobs: %w", err)
@@ -237,9 +284,9 @@ func (e *fencedExecutor) windowedFetch(ctx context.Context, w *fetchWindow, para
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("fetch jobs: %w", err)
 	}
-	w.done(full, began, w.cfg.Now(), got, params.MaxToLock, dbNow)
+	w.windowedDone(got, params.MaxToLock, dbNow)
 	if w.cfg.Fetched != nil {
-		w.cfg.Fetched(full, len(jobs))
+		w.cfg.Fetched(false, len(jobs))
 	}
 	return &riverdriver.JobGetAvailableResult{Jobs: jobs}, nil
 }

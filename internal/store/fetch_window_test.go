@@ -33,6 +33,13 @@ type fetchBundle struct {
 
 func setupFetch(t *testing.T, windowed bool) *fetchBundle {
 	t.Helper()
+	return setupFetchAfter(t, windowed, -1)
+}
+
+// setupFetchAfter is setupFetch whose window starts once River's fetch
+// takes windowAfter (negative: at once).
+func setupFetchAfter(t *testing.T, windowed bool, windowAfter time.Duration) *fetchBundle {
+	t.Helper()
 	ctx := context.Background()
 	b := &fetchBundle{db: storetest.New(t)}
 	b.clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
@@ -42,7 +49,7 @@ func setupFetch(t *testing.T, windowed bool) *fetchBundle {
 	b.pool = pool
 	cfg := store.FencedDriverConfig{}
 	if windowed {
-		cfg.Window = &store.FetchWindowConfig{Queue: windowQueue,
+		cfg.Window = &store.FetchWindowConfig{Queue: windowQueue, WindowAfter: windowAfter,
 			Now: func() time.Time { return time.Unix(0, b.clock.Load()) },
 			Fetched: func(full bool, _ int) {
 				if full {
@@ -240,4 +247,21 @@ func TestFetchWindowWritesAttemptedByAsRiver(t *testing.T) {
 	require.Equal(t, "dispatcher-a", rows[1][99])
 	require.Equal(t, rows[0], rows[1])
 	require.True(t, slices.Equal(rows[0][:99], rows[1][:99]))
+}
+
+// TestFetchWindowLeavesAQuickQueueToRiver: while River's own fetch is
+// quick (the default WindowAfter; the test's clock stands still, so every
+// fetch takes no time), every fetch is River's own, one statement.
+func TestFetchWindowLeavesAQuickQueueToRiver(t *testing.T) {
+	t.Parallel()
+	b := setupFetchAfter(t, true, 0)
+	ids := b.insert(t, "probe", 30, func(i int) time.Duration { return -time.Duration(i) * time.Second })
+	var got []int64
+	for range 3 {
+		for _, j := range b.fetch(t, 10) {
+			got = append(got, j.ID)
+		}
+	}
+	require.ElementsMatch(t, ids, got)
+	require.Equal(t, int64(3), b.full.Load())
 }
