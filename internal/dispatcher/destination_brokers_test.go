@@ -43,7 +43,8 @@ func testName(t *testing.T) string {
 	return "hookdtest" + hex.EncodeToString(b[:])
 }
 
-// kafkaRecords reads n records of topic from the start.
+// kafkaRecords reads topic from the start: at least n records, and on to
+// every partition's high watermark (duplicates included).
 func kafkaRecords(t *testing.T, brokers []string, topic string, n int) []consumedMessage {
 	t.Helper()
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
@@ -52,16 +53,27 @@ func kafkaRecords(t *testing.T, brokers []string, topic string, n int) []consume
 	defer consumer.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	next, end := map[int32]int64{}, map[int32]int64{}
+	behind := func() bool {
+		for p, e := range end {
+			if next[p] < e {
+				return true
+			}
+		}
+		return false
+	}
 	var out []consumedMessage
-	for len(out) < n {
+	for len(out) < n || behind() {
 		fs := consumer.PollFetches(ctx)
 		require.NoError(t, fs.Err0(), "%d of %d records read", len(out), n)
+		fs.EachPartition(func(p kgo.FetchTopicPartition) { end[p.Partition] = p.HighWatermark })
 		fs.EachRecord(func(r *kgo.Record) {
 			h := map[string]string{}
 			for _, rh := range r.Headers {
 				h[rh.Key] = string(rh.Value)
 			}
 			out = append(out, consumedMessage{headers: h, body: r.Value})
+			next[r.Partition] = r.Offset + 1
 		})
 	}
 	return out

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,33 +18,6 @@ import (
 	"github.com/hookd/hookd/internal/e2e"
 	"github.com/hookd/hookd/internal/store"
 )
-
-// kafkaAll reads every record of a one-partition topic from its start,
-// up to its high watermark once at least n are read.
-func kafkaAll(t *testing.T, brokers []string, topic string, n int) []consumedMessage {
-	t.Helper()
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer consumer.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var out []consumedMessage
-	for next, end := int64(0), int64(-1); len(out) < n || next < end; {
-		fs := consumer.PollFetches(ctx)
-		require.NoError(t, fs.Err0(), "%d of %d records read", len(out), n)
-		fs.EachPartition(func(p kgo.FetchTopicPartition) { end = p.HighWatermark })
-		fs.EachRecord(func(r *kgo.Record) {
-			h := map[string]string{}
-			for _, rh := range r.Headers {
-				h[rh.Key] = string(rh.Value)
-			}
-			out = append(out, consumedMessage{headers: h, body: r.Value})
-			next = r.Offset + 1
-		})
-	}
-	return out
-}
 
 // waitForIDs waits until every one of ids has arrived and returns all
 // that did, duplicates included.
@@ -100,7 +71,7 @@ func TestFIFOOrderOfEachTypeThroughAKilledDispatcher(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 	add(destination.Kafka, &destination.KafkaConfig{Brokers: cluster.ListenAddrs(), Topic: "ordered"},
-		func(ids []string) []consumedMessage { return kafkaAll(t, cluster.ListenAddrs(), "ordered", len(ids)) })
+		func(ids []string) []consumedMessage { return kafkaRecords(t, cluster.ListenAddrs(), "ordered", len(ids)) })
 
 	stream, subject := natsStream(t)
 	add(destination.NATS, &destination.NATSConfig{URL: "nats://" + natsAddr, Subject: subject}, func(ids []string) []consumedMessage {
