@@ -71,7 +71,9 @@ func TestFIFOOrderOfEachTypeThroughAKilledDispatcher(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 	add(destination.Kafka, &destination.KafkaConfig{Brokers: cluster.ListenAddrs(), Topic: "ordered"},
-		func(ids []string) []consumedMessage { return kafkaRecords(t, cluster.ListenAddrs(), "ordered", len(ids)) })
+		func(ids []string) []consumedMessage {
+			return kafkaRecords(t, cluster.ListenAddrs(), "ordered", len(ids))
+		})
 
 	stream, subject := natsStream(t)
 	add(destination.NATS, &destination.NATSConfig{URL: "nats://" + natsAddr, Subject: subject}, func(ids []string) []consumedMessage {
