@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/netcut"
 )
 
 // S12 compares each destination type with HTTP in one run: a backlog of
@@ -405,12 +405,12 @@ func setupDest(ctx context.Context, k *destKind, tag string, s *stage, mu *sync.
 		return fmt.Errorf("%s is not listening on %s", k.typ, addr)
 	}
 	_ = c.Close()
-	proxy, err := newCutProxy(addr)
+	proxy, err := netcut.Start(addr)
 	if err != nil {
 		return err
 	}
-	k.cleanup = append(k.cleanup, proxy.cut)
-	k.cut = proxy.cut
+	k.cleanup = append(k.cleanup, proxy.Close)
+	k.cut = proxy.Cut
 	switch k.typ {
 	case "rabbitmq":
 		conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
@@ -433,7 +433,7 @@ func setupDest(ctx context.Context, k *destKind, tag string, s *stage, mu *sync.
 			return fmt.Errorf("bind queue: %w", err)
 		}
 		k.dest = map[string]any{"url": "amqp://" + addr + "/", "exchange": tag, "routing_key": "hooks", "username": "guest", "password": "guest"}
-		k.outageDest = map[string]any{"url": "amqp://" + proxy.addr + "/", "exchange": tag, "routing_key": "hooks", "username": "guest", "password": "guest"}
+		k.outageDest = map[string]any{"url": "amqp://" + proxy.Addr() + "/", "exchange": tag, "routing_key": "hooks", "username": "guest", "password": "guest"}
 	case "nats":
 		nc, err := nats.Connect("nats://" + addr)
 		if err != nil {
@@ -449,15 +449,15 @@ func setupDest(ctx context.Context, k *destKind, tag string, s *stage, mu *sync.
 		}
 		k.cleanup = append(k.cleanup, func() { _ = js.DeleteStream(context.Background(), tag) })
 		k.dest = map[string]any{"url": "nats://" + addr, "subject": tag + ".hooks"}
-		k.outageDest = map[string]any{"url": "nats://" + proxy.addr, "subject": tag + ".outage"}
+		k.outageDest = map[string]any{"url": "nats://" + proxy.Addr(), "subject": tag + ".outage"}
 	case "redis":
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		k.cleanup = append(k.cleanup, func() { _ = rdb.Del(context.Background(), tag+":hooks", tag+":outage").Err(); _ = rdb.Close() })
 		k.dest = map[string]any{"url": "redis://" + addr + "/0", "stream": tag + ":hooks", "max_len": 100000}
-		k.outageDest = map[string]any{"url": "redis://" + proxy.addr + "/0", "stream": tag + ":outage", "max_len": 100000}
+		k.outageDest = map[string]any{"url": "redis://" + proxy.Addr() + "/0", "stream": tag + ":outage", "max_len": 100000}
 	case "mqtt":
 		k.dest = map[string]any{"url": "tcp://" + addr, "topic": tag + "/hooks"}
-		k.outageDest = map[string]any{"url": "tcp://" + proxy.addr, "topic": tag + "/outage"}
+		k.outageDest = map[string]any{"url": "tcp://" + proxy.Addr(), "topic": tag + "/outage"}
 	}
 	return nil
 }
@@ -467,71 +467,4 @@ func randomTag() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "hookdbench" + hex.EncodeToString(b[:])
-}
-
-// cutProxy forwards TCP connections to a broker until cut, which closes
-// its listener and every connection: the broker is then unreachable.
-type cutProxy struct {
-	addr   string
-	target string
-	ln     net.Listener
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newCutProxy(target string) (*cutProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("proxy listen: %w", err)
-	}
-	p := &cutProxy{addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
-	p.wg.Go(p.accept)
-	return p, nil
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_, _ = c.Close(), up.Close()
-			return
-		}
-		p.conns[c], p.conns[up] = true, true
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			_, _ = dst.Close(), src.Close()
-		}
-		p.wg.Go(func() { pipe(up, c) })
-		p.wg.Go(func() { pipe(c, up) })
-	}
-}
-
-// cut closes the listener and every connection, and waits for the
-// proxy's goroutines; a second cut does nothing.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.closed = true
-	_ = p.ln.Close()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }

@@ -97,7 +97,7 @@ func TestRabbitMQDestinationOutage(t *testing.T) {
 	exchange, c := rabbitMQQueue(t)
 	proxy := newTCPProxy(t, rabbitMQAddr)
 	h := startDest(t, dispatcherDeps())
-	e := h.endpoint(destination.RabbitMQ, &destination.RabbitMQConfig{URL: "amqp://" + proxy.addr + "/", Exchange: exchange, RoutingKey: "hooks",
+	e := h.endpoint(destination.RabbitMQ, &destination.RabbitMQConfig{URL: "amqp://" + proxy.Addr() + "/", Exchange: exchange, RoutingKey: "hooks",
 		Username: "guest", Password: "guest"}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
@@ -115,7 +115,7 @@ func TestNATSDestinationOutage(t *testing.T) {
 	st, subject := natsStream(t)
 	proxy := newTCPProxy(t, natsAddr)
 	h := startDest(t, dispatcherDeps())
-	e := h.endpoint(destination.NATS, &destination.NATSConfig{URL: "nats://" + proxy.addr, Subject: subject}, false)
+	e := h.endpoint(destination.NATS, &destination.NATSConfig{URL: "nats://" + proxy.Addr(), Subject: subject}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
 	dups := h.consumedOnce(ids, natsConsumed(t, st, len(ids)))
@@ -131,7 +131,7 @@ func TestMQTTDestinationOutage(t *testing.T) {
 	topic, c := mqttSubscriber(t)
 	proxy := newTCPProxy(t, mqttAddr)
 	h := startDest(t, dispatcherDeps())
-	e := h.endpoint(destination.MQTT, &destination.MQTTConfig{URL: "tcp://" + proxy.addr, Topic: topic}, false)
+	e := h.endpoint(destination.MQTT, &destination.MQTTConfig{URL: "tcp://" + proxy.Addr(), Topic: topic}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
 	dups := h.consumedOnce(ids, c.waitFor(t, len(ids)))

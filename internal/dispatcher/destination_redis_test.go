@@ -67,7 +67,7 @@ func TestRedisDestinationOutage(t *testing.T) {
 	c, stream := redisStream(t, "outage")
 	proxy := newTCPProxy(t, redisAddr)
 	h := startDest(t, dispatcherDeps())
-	e := h.endpoint(destination.Redis, &destination.RedisConfig{URL: "redis://" + proxy.addr, Stream: stream, MaxLen: 100000}, false)
+	e := h.endpoint(destination.Redis, &destination.RedisConfig{URL: "redis://" + proxy.Addr(), Stream: stream, MaxLen: 100000}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
 	dups := h.consumedOnce(ids, redisConsumed(t, c, stream))

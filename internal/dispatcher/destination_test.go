@@ -1,12 +1,12 @@
 package dispatcher_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +17,7 @@ import (
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/destination"
 	"github.com/hookd/hookd/internal/dispatcher"
+	"github.com/hookd/hookd/internal/netcut"
 	"github.com/hookd/hookd/internal/store"
 	"github.com/hookd/hookd/internal/store/storetest"
 	"github.com/hookd/hookd/internal/trafficclass"
@@ -205,97 +206,15 @@ type consumedMessage struct {
 	body    []byte
 }
 
-// tcpProxy forwards a loopback port to a broker; cut closes it and every
-// connection through it (the broker is unreachable), restore listens on
-// the same port again. The broker itself is never touched.
-type tcpProxy struct {
-	t      *testing.T
-	target string
-	addr   string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
+// newTCPProxy forwards a loopback port to a broker (netcut): cutting it
+// makes the broker unreachable without touching it. Closed at the test's
+// end.
+func newTCPProxy(t *testing.T, target string) *netcut.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netcut.Start(target)
 	require.NoError(t, err)
-	p := &tcpProxy{t: t, target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
-	p.serve(ln)
-	t.Cleanup(func() {
-		p.cut()
-		p.wg.Wait()
-	})
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *tcpProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := src.Read(buf)
-					if n > 0 {
-						if _, werr := dst.Write(buf[:n]); werr != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				_ = dst.Close()
-				_ = src.Close()
-			}
-			p.wg.Go(func() { pipe(up, c) })
-			p.wg.Go(func() { pipe(c, up) })
-		}
-	})
-}
-
-// cut stops listening and closes every connection through the proxy.
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
-// restore listens on the proxy's port again.
-func (p *tcpProxy) restore() {
-	p.t.Helper()
-	var ln net.Listener
-	require.Eventually(p.t, func() bool {
-		var err error
-		ln, err = net.Listen("tcp", p.addr)
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "listen on %s again", p.addr)
-	p.serve(ln)
 }
 
 // outage runs the outage scenario on an endpoint publishing through
@@ -309,19 +228,21 @@ type outageFigures struct {
 	drainAfter     time.Duration
 }
 
-func (h *destHarness) outage(e store.Endpoint, proxy *tcpProxy, ids []string) outageFigures {
+func (h *destHarness) outage(e store.Endpoint, proxy *netcut.Proxy, ids []string) outageFigures {
 	h.t.Helper()
 	n := len(ids)
 	var f outageFigures
 	require.Eventually(h.t, func() bool { return h.statuses(e.ID)[store.DeliveryDelivered] >= n/3 }, waitFor, 10*time.Millisecond)
-	proxy.cut()
+	proxy.Cut()
 	cutAt := time.Now()
 	f.deliveredAtCut = h.statuses(e.ID)[store.DeliveryDelivered]
 	require.Eventually(h.t, func() bool { return h.breakerState(e.ID) == "open" }, 20*time.Second, 20*time.Millisecond,
 		"the breaker opens while the broker is unreachable")
 	f.openAfter = time.Since(cutAt)
 	// Trials fail while it stays cut: the breaker stays away from closed.
-	proxy.restore()
+	restoreCtx, cancel := context.WithTimeout(h.t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(h.t, proxy.Restore(restoreCtx))
 	restoredAt := time.Now()
 	h.waitDelivered(e.ID, n, waitFor)
 	f.drainAfter = time.Since(restoredAt)

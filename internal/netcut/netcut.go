@@ -1,0 +1,115 @@
+// Package netcut owns a loopback TCP proxy that can be cut and restored:
+// the server behind it becomes unreachable (its connections closed, its
+// port refusing) without the server itself being touched. The bench's
+// broker outages and the destination tests use it.
+package netcut
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy forwards connections on its loopback address to a target.
+type Proxy struct {
+	target string
+	addr   string
+
+	mu    sync.Mutex
+	ln    net.Listener // nil while cut
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+// Start listens on a free loopback port and forwards every connection to
+// target (host:port).
+func Start(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	p.serve(ln)
+	return p, nil
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.addr }
+
+func (p *Proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln != ln {
+				// Cut while this connection was dialled: it never opens.
+				p.mu.Unlock()
+				_, _ = c.Close(), up.Close()
+				return
+			}
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			p.wg.Go(func() { pipe(up, c) })
+			p.wg.Go(func() { pipe(c, up) })
+		}
+	})
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_, _ = dst.Close(), src.Close()
+}
+
+// Cut stops listening and closes every connection through the proxy; a
+// cut proxy's Cut does nothing.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// Restore listens on the proxy's address again, retrying while the port
+// is not yet free, until ctx ends.
+func (p *Proxy) Restore(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ln, err := net.Listen("tcp", p.addr)
+		if err == nil {
+			p.serve(ln)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("listen on %s again: %w", p.addr, err)
+		case <-t.C:
+		}
+	}
+}
+
+// Close cuts the proxy and waits for its goroutines.
+func (p *Proxy) Close() {
+	p.Cut()
+	p.wg.Wait()
+}
