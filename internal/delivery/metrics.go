@@ -145,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		QueueFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_queue_fetches_total",
-			Help: "This dispatcher's fetches of the deliver queue's jobs by kind: full (River's own, from the queue's start: every fetch while one takes under 5 ms; when slower, at most once a second and at most 5% of the time) or windowed (from where the last fetch left the queue, reading only the index entries since; the fetches between full ones while those are slow). Windowed fetches mean River's fetch has become slow, as behind a long transaction, whose dead entries it walks on every call.",
+			Help: "This dispatcher's fetches of the deliver queue's jobs by kind: full (River's own, from the queue's start: every fetch unless each of the last three took 5 ms or more and twice a windowed fetch's time; then at most once a second and at most 5% of the time) or windowed (from where the last fetch left the queue, reading only the index entries since; the fetches between full ones while those are slow). Windowed fetches mean River's fetch has become slow, as behind a long transaction, whose dead entries it walks on every call.",
 		}, []string{"kind"}),
 		ServerConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatcher_server_db_connections",

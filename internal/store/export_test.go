@@ -92,3 +92,16 @@ func PartitionIndexName(index, table, part string) string {
 
 // QueueHeadSQL is the statement that finds FIFO queues' heads.
 const QueueHeadSQL = queueHeadSQL
+
+// WindowPays is windowPays of the kinds' last fetches, given in
+// milliseconds, oldest first.
+func WindowPays(full, windowed []int, windowAfter time.Duration) bool {
+	costs := func(ms []int) fetchCosts {
+		var c fetchCosts
+		for _, v := range ms {
+			c.add(time.Duration(v) * time.Millisecond)
+		}
+		return c
+	}
+	return windowPays(costs(full), costs(windowed), windowAfter)
+}

@@ -32,11 +32,15 @@ import (
 // and River's read of the rows it took), so it is used only while River's
 // own fetch, which also finds what was made available behind the floor
 // (an insert that committed later than the margin, a job whose fetch
-// rolled back), is slow: every fetch is River's own while its last one
-// took less than WindowAfter; past that, River's own runs FullEvery after
-// the last, or 20 times the last one's duration if that is longer, so
-// that it takes at most 5% of the time, and the fetches between are
-// windowed.
+// rolled back), is slow: each of River's last three fetches took at least
+// WindowAfter, and at least twice as long as the quickest of the last
+// three windowed fetches. A walk over dead entries slows every full fetch
+// and no windowed one; a busy CPU slows some fetches of either kind, and
+// on a saturated machine one slow fetch among quick ones had made the
+// dispatchers pay the window's statements for nothing. While fetches are
+// windowed, River's own runs FullEvery after the last, or 20 times the
+// last one's duration if that is longer, so that it takes at most 5% of
+// the time, and the fetches between are windowed.
 
 // DefaultFetchMargin is FetchWindowConfig.Margin's default: twice River's
 // scheduler interval (5 s), so a retry made available late is still
@@ -66,9 +70,9 @@ type FetchWindowConfig struct {
 	// FullEvery is the least time between full fetches while fetches are
 	// windowed; zero means DefaultFullFetchEvery.
 	FullEvery time.Duration
-	// WindowAfter is how long River's own fetch must take for the next
-	// fetches to be windowed; zero means DefaultWindowAfter, negative
-	// always.
+	// WindowAfter is how long each of River's own last three fetches must
+	// take (and twice as long as a windowed one) for the next fetches to
+	// be windowed; zero means DefaultWindowAfter, negative always.
 	WindowAfter time.Duration
 	// Now is the local clock that times the full fetches (time.Now).
 	Now func() time.Time
@@ -115,6 +119,49 @@ func nextFloor(floor jobKey, got []jobKey, limit int, dbNow time.Time, margin ti
 	return next
 }
 
+// costSamples is how many of the last fetches of each kind decide
+// between them.
+const costSamples = 3
+
+// fetchCosts is the durations of the last costSamples fetches of a kind.
+type fetchCosts struct {
+	last [costSamples]time.Duration
+	n    int // fetches recorded
+}
+
+func (c *fetchCosts) add(d time.Duration) {
+	c.last[c.n%costSamples] = d
+	c.n++
+}
+
+// quickest is the least of the last costSamples durations (all of them
+// if fewer were recorded); ok is false before the first.
+func (c *fetchCosts) quickest() (d time.Duration, ok bool) {
+	if c.n == 0 {
+		return 0, false
+	}
+	return slices.Min(c.last[:min(c.n, costSamples)]), true
+}
+
+// windowPays reports whether windowed fetches are worth their extra
+// statements, given River's own last fetches (full) and the windowed ones
+// (windowed): each of costSamples full fetches took windowAfter or more,
+// and twice the quickest windowed fetch's time, if there was one.
+func windowPays(full, windowed fetchCosts, windowAfter time.Duration) bool {
+	if windowAfter < 0 {
+		return true
+	}
+	if full.n < costSamples {
+		return false
+	}
+	f, _ := full.quickest()
+	if f < windowAfter {
+		return false
+	}
+	w, ok := windowed.quickest()
+	return !ok || f >= 2*w
+}
+
 // fetchWindow is one queue's floor.
 type fetchWindow struct {
 	cfg FetchWindowConfig
@@ -123,6 +170,8 @@ type fetchWindow struct {
 	floor    jobKey
 	lastFull time.Time // zero: no full fetch yet
 	fullCost time.Duration
+	fulls    fetchCosts
+	windows  fetchCosts
 }
 
 func newFetchWindow(cfg FetchWindowConfig) *fetchWindow {
@@ -146,7 +195,7 @@ func newFetchWindow(cfg FetchWindowConfig) *fetchWindow {
 func (w *fetchWindow) full(now time.Time) (bool, jobKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.lastFull.IsZero() || w.fullCost < w.cfg.WindowAfter ||
+	if w.lastFull.IsZero() || !windowPays(w.fulls, w.windows, w.cfg.WindowAfter) ||
 		now.Sub(w.lastFull) >= max(w.cfg.FullEvery, fullFetchShare*w.fullCost) {
 		return true, jobKey{}
 	}
@@ -169,16 +218,18 @@ func (w *fetchWindow) fullDone(began, ended time.Time, jobs []*rivertype.JobRow,
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lastFull, w.fullCost = ended, ended.Sub(began)
+	w.fulls.add(w.fullCost)
 	if len(got) > 0 {
 		w.floor = nextFloor(w.floor, got, limit, newest, w.cfg.Margin)
 	}
 }
 
 // windowedDone records a windowed fetch that took got (in fetch order) of
-// the limit it asked for, at the database's time dbNow.
-func (w *fetchWindow) windowedDone(got []jobKey, limit int, dbNow time.Time) {
+// the limit it asked for, at the database's time dbNow, in took.
+func (w *fetchWindow) windowedDone(got []jobKey, limit int, dbNow time.Time, took time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.windows.add(took)
 	w.floor = nextFloor(w.floor, got, limit, dbNow, w.cfg.Margin)
 }
 
@@ -284,7 +335,7 @@ func (e *fencedExecutor) windowedFetch(ctx context.Context, w *fetchWindow, para
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("fetch jobs: %w", err)
 	}
-	w.windowedDone(got, params.MaxToLock, dbNow)
+	w.windowedDone(got, params.MaxToLock, dbNow, w.cfg.Now().Sub(began))
 	if w.cfg.Fetched != nil {
 		w.cfg.Fetched(false, len(jobs))
 	}

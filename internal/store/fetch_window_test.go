@@ -24,11 +24,13 @@ const windowQueue = "windowed"
 // (so the statistics of its fetches can be flushed from that session),
 // with the window's clock.
 type fetchBundle struct {
-	db    *storetest.DB
-	pool  *pgxpool.Pool
-	exec  riverdriver.Executor
-	clock atomic.Int64 // unix nanoseconds of the window's clock
-	full  atomic.Int64 // full fetches made
+	db      *storetest.DB
+	pool    *pgxpool.Pool
+	exec    riverdriver.Executor
+	clock   atomic.Int64 // unix nanoseconds of the window's clock
+	step    atomic.Int64 // nanoseconds the clock moves at each reading
+	full    atomic.Int64 // full fetches made
+	fetches atomic.Int64 // fetches made, full or windowed
 }
 
 func setupFetch(t *testing.T, windowed bool) *fetchBundle {
@@ -50,8 +52,9 @@ func setupFetchAfter(t *testing.T, windowed bool, windowAfter time.Duration) *fe
 	cfg := store.FencedDriverConfig{}
 	if windowed {
 		cfg.Window = &store.FetchWindowConfig{Queue: windowQueue, WindowAfter: windowAfter,
-			Now: func() time.Time { return time.Unix(0, b.clock.Load()) },
+			Now: func() time.Time { return time.Unix(0, b.clock.Add(b.step.Load())) },
 			Fetched: func(full bool, _ int) {
+				b.fetches.Add(1)
 				if full {
 					b.full.Add(1)
 				}
@@ -265,3 +268,62 @@ func TestFetchWindowLeavesAQuickQueueToRiver(t *testing.T) {
 	require.ElementsMatch(t, ids, got)
 	require.Equal(t, int64(3), b.full.Load())
 }
+
+// TestFetchWindowStaysWithRiverWhenEveryFetchIsSlow: on a saturated
+// machine every statement is slow, River's fetch and the windowed one
+// alike (here each takes 10 ms on the window's clock, twice
+// WindowAfter); the window then saves nothing and costs three
+// statements a fetch, so after one windowed fetch has shown that, the
+// fetches are River's own.
+func TestFetchWindowStaysWithRiverWhenEveryFetchIsSlow(t *testing.T) {
+	t.Parallel()
+	b := setupFetchAfter(t, true, 0)
+	b.step.Store(int64(2 * store.DefaultWindowAfter)) // a fetch reads the clock at its start and its end
+	ids := b.insert(t, "probe", 40, func(i int) time.Duration { return -time.Duration(i) * time.Second })
+	var got []int64
+	for range 20 {
+		for _, j := range b.fetch(t, 2) {
+			got = append(got, j.ID)
+		}
+	}
+	require.ElementsMatch(t, ids, got)
+	require.Equal(t, int64(20), b.fetches.Load())
+	windowed := b.fetches.Load() - b.full.Load()
+	require.LessOrEqual(t, windowed, int64(1), "one windowed fetch shows it is no quicker")
+}
+
+// TestFetchWindowStartsOnceRiversFetchStaysSlow: one slow fetch among
+// quick ones (a busy moment) does not start the window; three in a row
+// that the windowed fetch beats by half do.
+func TestFetchWindowStartsOnceRiversFetchStaysSlow(t *testing.T) {
+	t.Parallel()
+	ms := func(v ...int) fetchCostsSpec { return fetchCostsSpec(v) }
+	for _, tc := range []struct {
+		name           string
+		full, windowed fetchCostsSpec
+		windowAfter    time.Duration
+		want           bool
+	}{
+		{"quick", ms(1, 1, 1), nil, 0, false},
+		{"one slow fetch among quick ones", ms(1, 1, 40), nil, 0, false},
+		{"fewer than three fetches", ms(40, 40), nil, 0, false},
+		{"slow three times, no windowed fetch yet", ms(6, 7, 8), nil, 0, true},
+		{"slow behind a long transaction", ms(40, 90, 140), ms(5, 7, 6), 0, true},
+		{"every fetch slow: the window no quicker", ms(10, 12, 11), ms(9, 30, 8), 0, false},
+		{"a quick full fetch among slow ones", ms(40, 2, 140), ms(5), 0, false},
+		{"always", nil, nil, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			after := tc.windowAfter
+			if after == 0 {
+				after = store.DefaultWindowAfter
+			}
+			require.Equal(t, tc.want, store.WindowPays(tc.full, tc.windowed, after))
+		})
+	}
+}
+
+// fetchCostsSpec is the durations in milliseconds of a kind's last
+// fetches, oldest first.
+type fetchCostsSpec = []int
