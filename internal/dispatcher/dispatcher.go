@@ -92,7 +92,14 @@ const (
 	unparkInterval  = 2 * time.Second
 	// fetchBackoff is how long a dispatcher (not the fleet's first) whose
 	// fetch of deliveries found nothing leaves the fetches to the others.
-	fetchBackoff      = 100 * time.Millisecond
+	fetchBackoff = 100 * time.Millisecond
+	// defaultQueuePoll is the least time between polls of River's default
+	// queue, which holds the periodic reclassification and the earlier
+	// operational webhook jobs: nothing waits on its latency, and its
+	// inserts (the periodic job, a retry made due) are announced by
+	// notification. Polled every FetchPollInterval it cost each
+	// dispatcher four fetches a second, a fleet of n 4 x n.
+	defaultQueuePoll  = 10 * time.Second
 	listenReadyWithin = 30 * time.Second
 	// fleetHeartbeat and fleetStale bound how long the fleet's count of
 	// dispatchers lags: a dispatcher killed without a clean stop stops
@@ -535,7 +542,7 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 		Middleware:                  []rivertype.Middleware{&store.RunFence{}},
 		Logger:                      slog.New(minLevel{Handler: d.logger.Handler(), min: slog.LevelWarn}),
 		Workers:                     workers,
-		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.r.maxJobs}, river.QueueDefault: {MaxWorkers: 10}},
+		Queues:                      map[string]river.QueueConfig{delivery.QueueDeliver: {MaxWorkers: d.r.maxJobs}, river.QueueDefault: {MaxWorkers: 10, FetchPollInterval: max(d.cfg.FetchPollInterval, defaultQueuePoll)}},
 		FetchCooldown:               d.cfg.FetchCooldown,
 		FetchPollInterval:           d.cfg.FetchPollInterval,
 		CompletedJobRetentionPeriod: d.cfg.CompletedJobRetention,
