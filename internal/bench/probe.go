@@ -255,8 +255,11 @@ func summariseWaits(waits []lockWait) map[string]waitSummary {
 
 // statement is one normalised statement's calls in pg_stat_statements.
 type statement struct {
-	Role    string  `json:"role"`
-	Calls   int64   `json:"calls"`
+	Role  string `json:"role"`
+	Calls int64  `json:"calls"`
+	// Rows is how many rows the calls returned or wrote together: a
+	// fetch's jobs, a batch's records.
+	Rows    int64   `json:"rows"`
 	MeanMs  float64 `json:"mean_ms"`
 	TotalMs float64 `json:"total_ms"`
 	// WALBytes is the WAL the statement's calls generated.
@@ -283,7 +286,7 @@ var spaceRE = regexp.MustCompile(`\s+`)
 // is on).
 func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, error) {
 	rows, err := b.pg.admin.Query(ctx, `
-		SELECT r.rolname, s.calls, s.mean_exec_time, s.total_exec_time, s.wal_bytes::bigint, s.wal_fpi, s.query
+		SELECT r.rolname, s.calls, s.rows, s.mean_exec_time, s.total_exec_time, s.wal_bytes::bigint, s.wal_fpi, s.query
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		WHERE s.dbid = $1 AND r.rolname IN ($2, $3)`, oid, roleAPI, roleDispatcher)
 	if err != nil {
@@ -293,7 +296,7 @@ func (b *bench) roundTrips(ctx context.Context, oid uint32) (statementCalls, err
 	var out statementCalls
 	for rows.Next() {
 		var st statement
-		if err := rows.Scan(&st.Role, &st.Calls, &st.MeanMs, &st.TotalMs, &st.WALBytes, &st.WALFPI, &st.Query); err != nil {
+		if err := rows.Scan(&st.Role, &st.Calls, &st.Rows, &st.MeanMs, &st.TotalMs, &st.WALBytes, &st.WALFPI, &st.Query); err != nil {
 			return statementCalls{}, fmt.Errorf("read pg_stat_statements: %w", err)
 		}
 		if st.Role == roleAPI {
