@@ -121,7 +121,7 @@ var fullPlan = plan{
 	s7Rate: s7FallbackRate, s7Duration: 12 * time.Minute, s7Retention: 3 * time.Minute, s7Interval: time.Minute,
 	s8Attempts: 100_000_000, s8AttemptReads: 300,
 	soakRate: 20, soakDuration: 30 * time.Minute, soakSample: time.Minute, soakRetention: 5 * time.Minute,
-	s9Measure: 10 * time.Second, s9Rounds: 3,
+	s9Measure: 10 * time.Second, s9Rounds: 5,
 	s13Rate: 1000, s13Hold: 10 * time.Minute, s13After: time.Minute,
 	s10Intervals: 200, s10PerInterval: 250, s10Before: 20 * time.Second, s10After: 20 * time.Second, s10CatchUpTimeout: 3 * time.Minute, s10Rate: s7FallbackRate,
 }
