@@ -5,12 +5,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // scrape fetches a Prometheus text page and sums every series of the named
-// metrics.
+// metrics (counters, gauges and untyped ones), parsed by Prometheus's own
+// text parser. A page cut short (a process stopping, the scrape's context
+// ending mid-body) is an error, never a partial sum.
 func scrape(ctx context.Context, url string, names []string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -21,32 +25,32 @@ func scrape(ctx context.Context, url string, names []string) (map[string]float64
 		return nil, fmt.Errorf("scrape: %w", err)
 	}
 	defer resp.Body.Close()
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
+	for _, name := range names {
+		f, ok := families[name]
+		if !ok {
 			continue
 		}
-		name, rest, ok := strings.Cut(line, " ")
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			name = line[:i]
-			_, rest, ok = strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
-		}
-		if !ok || !want[name] {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-		if err == nil {
-			out[name] += v
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				out[name] += m.GetUntyped().GetValue()
+			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // scrapeLines returns the lines of a Prometheus text page that contain
