@@ -309,25 +309,6 @@ func TestBreakerAcrossTwoDispatchers(t *testing.T) {
 	require.NotEmpty(t, append(d1.Lines("msg=breaker_closed"), d2.Lines("msg=breaker_closed")...))
 }
 
-// metricValue reads one sample from a /metrics page; absent is 0.
-func metricValue(t *testing.T, metricsURL, series string) float64 {
-	t.Helper()
-	resp, err := http.Get(metricsURL + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, err = ioCopy(&b, resp)
-	require.NoError(t, err)
-	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
-			require.NoError(t, err)
-			return v
-		}
-	}
-	return 0
-}
-
 // TestKilledTrialHolderDoesNotWedgeTheBreaker: the dispatcher holding the
 // half-open trial is killed with SIGKILL mid-probe; the other dispatcher
 // probes once the trial's lease (the request timeout + the lease margin)
