@@ -91,6 +91,19 @@ func (b *fetchBundle) fetch(t *testing.T, limit int, kinds ...string) []*riverty
 	return res.Jobs
 }
 
+// fetchIDs makes n fetches of at most limit jobs and returns the ids of
+// the jobs they took.
+func (b *fetchBundle) fetchIDs(t *testing.T, n, limit int) []int64 {
+	t.Helper()
+	var got []int64
+	for range n {
+		for _, j := range b.fetch(t, limit) {
+			got = append(got, j.ID)
+		}
+	}
+	return got
+}
+
 // entriesRead is how many entries of River's fetch index the scans of
 // the executor's session have read, its statistics flushed first.
 func (b *fetchBundle) entriesRead(t *testing.T) int64 {
@@ -259,13 +272,7 @@ func TestFetchWindowLeavesAQuickQueueToRiver(t *testing.T) {
 	t.Parallel()
 	b := setupFetchAfter(t, true, 0)
 	ids := b.insert(t, "probe", 30, func(i int) time.Duration { return -time.Duration(i) * time.Second })
-	var got []int64
-	for range 3 {
-		for _, j := range b.fetch(t, 10) {
-			got = append(got, j.ID)
-		}
-	}
-	require.ElementsMatch(t, ids, got)
+	require.ElementsMatch(t, ids, b.fetchIDs(t, 3, 10))
 	require.Equal(t, int64(3), b.full.Load())
 }
 
@@ -280,13 +287,7 @@ func TestFetchWindowStaysWithRiverWhenEveryFetchIsSlow(t *testing.T) {
 	b := setupFetchAfter(t, true, 0)
 	b.step.Store(int64(2 * store.DefaultWindowAfter)) // a fetch reads the clock at its start and its end
 	ids := b.insert(t, "probe", 40, func(i int) time.Duration { return -time.Duration(i) * time.Second })
-	var got []int64
-	for range 20 {
-		for _, j := range b.fetch(t, 2) {
-			got = append(got, j.ID)
-		}
-	}
-	require.ElementsMatch(t, ids, got)
+	require.ElementsMatch(t, ids, b.fetchIDs(t, 20, 2))
 	require.Equal(t, int64(20), b.fetches.Load())
 	windowed := b.fetches.Load() - b.full.Load()
 	require.LessOrEqual(t, windowed, int64(1), "one windowed fetch shows it is no quicker")
