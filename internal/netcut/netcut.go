@@ -63,15 +63,21 @@ func (p *Proxy) serve(ln net.Listener) {
 			}
 			p.conns[c], p.conns[up] = true, true
 			p.mu.Unlock()
-			p.wg.Go(func() { pipe(up, c) })
-			p.wg.Go(func() { pipe(c, up) })
+			p.wg.Go(func() { p.pipe(up, c) })
+			p.wg.Go(func() { p.pipe(c, up) })
 		}
 	})
 }
 
-func pipe(dst, src net.Conn) {
+// pipe copies src to dst until either ends, then closes both and forgets
+// them, so a long run's connections are not held until Cut.
+func (p *Proxy) pipe(dst, src net.Conn) {
 	_, _ = io.Copy(dst, src)
 	_, _ = dst.Close(), src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
 }
 
 // Cut stops listening and closes every connection through the proxy; a
