@@ -81,6 +81,27 @@ func (s *Store) ListClasses(ctx context.Context) ([]trafficclass.Class, error) {
 	return out, rows.Err()
 }
 
+// ClassesCreated returns when each traffic class was created, by name.
+func (s *Store) ClassesCreated(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, created_at FROM traffic_classes`)
+	if err != nil {
+		return nil, fmt.Errorf("list classes' creation: %w", err)
+	}
+	out := map[string]time.Time{}
+	var (
+		name string
+		at   time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &at}, func() error {
+		out[name] = at
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list classes' creation: %w", err)
+	}
+	return out, nil
+}
+
 // GetClass returns one traffic class.
 func (s *Store) GetClass(ctx context.Context, name string) (trafficclass.Class, error) {
 	c, err := scanClass(s.pool.QueryRow(ctx, `SELECT config, builtin FROM traffic_classes WHERE name = $1`, name))

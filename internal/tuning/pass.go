@@ -19,6 +19,7 @@ import (
 type Store interface {
 	GetClass(ctx context.Context, name string) (trafficclass.Class, error)
 	ListClasses(ctx context.Context) ([]trafficclass.Class, error)
+	ClassesCreated(ctx context.Context) (map[string]time.Time, error)
 	ClassEndpointIDs(ctx context.Context, class string) ([]string, error)
 	StreamEndpointOutcomes(ctx context.Context, endpointID string, since, until time.Time, fn func(store.AttemptOutcome) error) error
 	ClassAttemptEnds(ctx context.Context, endpointIDs []string, since, until time.Time, lookback time.Duration) (map[string][]store.AttemptOutcome, error)
@@ -189,18 +190,26 @@ func (t *Tuner) lead(ctx context.Context) {
 }
 
 // PassDue runs a paced pass over the last Window of each class not off
-// whose stored last pass ran Interval ago or more, or that never had one,
-// unless the class's proposal is shadowing: the shadow is judged first.
-// The due time comes from the database, not from when this process began
-// to lead, so a fleet deployed more often than Interval still tunes, and a
-// restart starts no pass that is not due.
+// whose stored last pass ran Interval ago or more, or that never had one
+// and was created Interval ago or more, unless the class's proposal is
+// shadowing: the shadow is judged first. The due time comes from the
+// database, not from when this process began to lead, so a fleet deployed
+// more often than Interval still tunes, and a restart starts no pass that
+// is not due. A class never passed counts as passed when it was created:
+// its log holds nothing older, so a pass at once (every class of a new
+// installation, at its first start) would read 1,000 endpoints' empty logs
+// while the fleet takes its first traffic, and propose nothing.
 func (t *Tuner) PassDue(ctx context.Context) {
 	recs, err := t.deps.Store.ListRecommendations(ctx, allStatuses...)
 	if err != nil {
 		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
 		return
 	}
-	last := map[string]time.Time{}
+	last, err := t.deps.Store.ClassesCreated(ctx)
+	if err != nil {
+		t.deps.Logger.WarnContext(ctx, "tuning_failed", slog.String("error", err.Error()))
+		return
+	}
 	shadowing := map[string]bool{}
 	for _, r := range recs {
 		if rec, err := decodeRecommendation(r.Body); err == nil && rec.RanAt != nil {
@@ -211,7 +220,7 @@ func (t *Tuner) PassDue(ctx context.Context) {
 	now := t.deps.Now()
 	t.passAll(ctx, func(class string) bool {
 		at, ok := last[class]
-		return !shadowing[class] && (!ok || now.Sub(at) >= t.cfg.Interval)
+		return !shadowing[class] && ok && now.Sub(at) >= t.cfg.Interval
 	})
 }
 

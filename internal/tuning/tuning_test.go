@@ -42,14 +42,23 @@ func setup(t *testing.T, cfg tuning.Config) *bundle {
 	return b
 }
 
-// class stores a custom class with breaker config c and auto_tune mode.
+// class stores a custom class with breaker config c and auto_tune mode,
+// created a month before start (the tests' clock is not the database's).
 func (b *bundle) class(t *testing.T, name string, c breaker.Config, mode string) trafficclass.Class {
 	t.Helper()
 	cl := trafficclass.Default(name)
 	cl.Breaker, cl.AutoTune = c, mode
 	_, _, err := b.st.PutClass(context.Background(), cl)
 	require.NoError(t, err)
+	b.created(t, name, start.Add(-30*24*time.Hour))
 	return cl
+}
+
+// created sets when class was created.
+func (b *bundle) created(t *testing.T, class string, at time.Time) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE traffic_classes SET created_at = $2 WHERE name = $1`, class, at)
+	require.NoError(t, err)
 }
 
 func (b *bundle) endpoint(t *testing.T, class string) string {
@@ -479,9 +488,10 @@ func TestRejectDropsAProposal(t *testing.T) {
 	require.Equal(t, tuning.StatusNone, none.Status)
 }
 
-// TestPassesComeOnePerIntervalPerClass: a class never passed gets its first
-// pass at once, and the next an interval after the last stored one, however
-// many leaders come between; a class off never does.
+// TestPassesComeOnePerIntervalPerClass: a class never passed that has
+// existed for an interval gets its first pass at once, and the next an
+// interval after the last stored one, however many leaders come between; a
+// class off never does.
 func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tuning.Config{Interval: time.Hour, Window: span})
@@ -495,7 +505,7 @@ func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	}
 	b.now = start
 	b.tuner.PassDue(ctx)
-	require.Equal(t, start, *ranAt("hourly"), "never passed: due at once")
+	require.Equal(t, start, *ranAt("hourly"), "never passed, created a month ago: due at once")
 	b.now = start.Add(59 * time.Minute)
 	restarted := tuning.New(tuning.Config{Interval: time.Hour, Window: span}, tuning.Deps{Store: b.st, Now: func() time.Time { return b.now }})
 	restarted.PassDue(ctx)
@@ -510,6 +520,33 @@ func TestPassesComeOnePerIntervalPerClass(t *testing.T) {
 	b.tuner.PassDue(ctx)
 	require.Equal(t, start.Add(2*time.Hour), *ranAt("hourly"))
 	require.Nil(t, ranAt("never"))
+}
+
+// TestFirstPassComesAnIntervalAfterTheClassWasCreated: a class created
+// less than an interval ago has a log no older than its creation, so its
+// first pass comes an interval after it was created, not at the leader's
+// first poll (every class of a new installation would be passed over empty
+// logs while the fleet takes its first traffic).
+func TestFirstPassComesAnIntervalAfterTheClassWasCreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tuning.Config{Interval: time.Hour, Window: span})
+	ctx := context.Background()
+	b.class(t, "fresh", breaker.DefaultConfig(), trafficclass.AutoTuneRecommend)
+	b.created(t, "fresh", start)
+	ranAt := func() *time.Time {
+		rec, err := tuning.Get(ctx, b.st, "fresh")
+		require.NoError(t, err)
+		return rec.RanAt
+	}
+	for _, at := range []time.Duration{0, time.Minute, 59 * time.Minute} {
+		b.now = start.Add(at)
+		b.tuner.PassDue(ctx)
+		require.Nil(t, ranAt(), "created %s ago: not due", at)
+	}
+	b.now = start.Add(time.Hour)
+	b.tuner.PassDue(ctx)
+	require.NotNil(t, ranAt(), "created an interval ago: due")
+	require.Equal(t, start.Add(time.Hour), *ranAt())
 }
 
 // TestShadowIsJudgedBeforeTheNextPass: with a shadow as long as the
