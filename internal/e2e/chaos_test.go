@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/delivery"
@@ -522,6 +523,44 @@ func totalRequests(rc *deliverytest.Receiver, endpoints []*chaosEndpoint) int {
 }
 
 // logUnsettled logs a sample of what is not final yet.
+// logAttemptLog logs delivery id's attempts and jobs, to be read against
+// the report's faults: what an attempt log that is not exact came from.
+func logAttemptLog(t *testing.T, pool *pgxpool.Pool, id string) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `
+		SELECT attempt_number, attempted_at, duration_ms, classification, coalesce(status_code, 0), trial
+		FROM delivery_attempts WHERE delivery_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var number, code int
+		var at time.Time
+		var ms float64
+		var class string
+		var trial bool
+		require.NoError(t, rows.Scan(&number, &at, &ms, &class, &code, &trial))
+		t.Logf("  %s: attempt %d at %s, %.0f ms, %s %d, trial %v", id, number, at.UTC().Format(time.StampMilli), ms, class, code, trial)
+	}
+	require.NoError(t, rows.Err())
+	rows, err = pool.Query(ctx, `
+		SELECT j.id, j.kind, j.state::text, j.attempt, j.attempted_by, j.created_at, coalesce(j.finalized_at, 'epoch'), j.errors::text
+		FROM river_job j, deliveries d WHERE d.id = $1
+			AND (j.args->>'delivery_id' = d.id OR (j.kind = 'deliver_message' AND j.args->>'message_id' = d.message_id))
+		ORDER BY j.id`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var jobID int64
+		var kind, state, errs string
+		var attempt int
+		var by []string
+		var created, finalized time.Time
+		require.NoError(t, rows.Scan(&jobID, &kind, &state, &attempt, &by, &created, &finalized, &errs))
+		t.Logf("  %s: job %d %s %s, attempt %d by %v, created %s, finalized %s; errors %s", id, jobID, kind, state, attempt, by,
+			created.UTC().Format(time.StampMilli), finalized.UTC().Format(time.StampMilli), errs)
+	}
+	require.NoError(t, rows.Err())
+}
+
 func logUnsettled(t *testing.T, db *storetest.DB) {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), `
@@ -691,6 +730,7 @@ func verifyChaos(t *testing.T, db *storetest.DB, rc *deliverytest.Receiver, resp
 			if d.attemptCount != d.maxNumber || d.distinctNumbers != d.rows {
 				bad("delivery %s (%s): attempt_count %d, attempts logged %d numbered up to %d (%d distinct)",
 					d.id, e.path, d.attemptCount, d.rows, d.maxNumber, d.distinctNumbers)
+				logAttemptLog(t, db.Pool, d.id)
 			}
 			if d.series != 1 {
 				bad("delivery %s: series %d", d.id, d.series)

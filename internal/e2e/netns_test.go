@@ -314,10 +314,16 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 	sent := int(messages.Load())
 	want := sent*perTenant + 10
 
-	Eventually(t, 2*time.Minute, 100*time.Millisecond, "every delivery delivered", func() bool {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		lostDelivered()
-		return count(`SELECT count(*) FROM deliveries WHERE status = 'delivered'`) == want
-	})
+		if count(`SELECT count(*) FROM deliveries WHERE status = 'delivered'`) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			logUndelivered(t, db.Pool, cutAt, want, front)
+			t.Fatalf("e2e: timed out after 2m0s waiting for every delivery delivered")
+		}
+	}
 	require.Equal(t, want, count(`SELECT count(*) FROM deliveries`))
 	t.Logf("the cut host's jobs rescued %.1f s after the cut, its deliveries all delivered %.1f s after it (%d of %d before the restore); restored after %.1f s, heartbeating again %.1f s later",
 		rescued.Seconds(), recovered.Seconds(), lostBeforeRestore, len(lost), restoredAt.Sub(cutAt).Seconds(), rejoined.Seconds())
@@ -546,6 +552,39 @@ func logAttempts(t *testing.T, pool *pgxpool.Pool, cutAt time.Time, lost []strin
 			id, status, count, wasLost, *number, at.Sub(cutAt).Seconds(), *ms, *class, code, *trial)
 	}
 	require.NoError(t, rows.Err())
+}
+
+// logUndelivered logs, against the time of the cut, how many deliveries
+// there are of the want expected, and the first ten not delivered with
+// their jobs and requests: what a fleet that never finished left behind.
+func logUndelivered(t *testing.T, pool *pgxpool.Pool, cutAt time.Time, want int, front *Front) {
+	t.Helper()
+	ctx := context.Background()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries`).Scan(&n))
+	t.Logf("%d deliveries of the %d expected", n, want)
+	rows, err := pool.Query(ctx, `
+		SELECT id, status, attempt_count, coalesce(job_id, 0), coalesce(next_attempt_at, 'epoch'), coalesce(last_error, '')
+		FROM deliveries WHERE status <> 'delivered' ORDER BY id LIMIT 10`)
+	require.NoError(t, err)
+	type undelivered struct {
+		id, status, lastError string
+		attempts              int
+		job                   int64
+		next                  time.Time
+	}
+	var left []undelivered
+	for rows.Next() {
+		var u undelivered
+		require.NoError(t, rows.Scan(&u.id, &u.status, &u.attempts, &u.job, &u.next, &u.lastError))
+		left = append(left, u)
+	}
+	require.NoError(t, rows.Err())
+	for _, u := range left {
+		t.Logf("undelivered %s: %s, attempt_count %d, job %d, next attempt %+.2f s of the cut, last error %q",
+			u.id, u.status, u.attempts, u.job, u.next.Sub(cutAt).Seconds(), u.lastError)
+		logDelivery(t, pool, cutAt, u.id, front)
+	}
 }
 
 // logDelivery logs the jobs of delivery id and the requests that carried
