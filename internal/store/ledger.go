@@ -311,7 +311,9 @@ func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates 
 	for _, u := range updates {
 		ids = append(ids, u.DeliveryID)
 	}
-	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, ids)
+	// Planned for its ids at every call (customPlan): a cached generic
+	// plan cannot prune by the array and probes every partition's index.
+	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read delivery claims: %w", err)
 	}
