@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -164,6 +163,13 @@ func TestKilledDispatcherLosesNothing(t *testing.T) {
 	killed.Store(true)
 	killedAt := p.receiver.Stats("/k").Delivered
 	require.Less(t, killedAt, messages, "the kill landed mid-run")
+	// The answers the receiver gave that the dead process's ledger had not
+	// committed: a job gives back its request's worker when the answer is
+	// in and waits for the ledger, so on a loaded machine they can be more
+	// than the workers (up to the jobs running). Read after the kill, a
+	// commit already on its way may land after the read: the bound is
+	// then looser, never tighter.
+	uncommitted := killedAt - p.count(t, `SELECT count(*) FROM delivery_attempts WHERE classification = 'success'`)
 	StartDispatcher(t, "dispatcher-2", p.db.URL, env)
 
 	Eventually(t, 3*time.Minute, 200*time.Millisecond, "every delivery delivered after the restart", func() bool {
@@ -173,13 +179,13 @@ func TestKilledDispatcherLosesNothing(t *testing.T) {
 	require.Equal(t, messages, st.DistinctDelivered, "nothing lost")
 	require.Zero(t, st.BadSignatures)
 	// Duplicates only where the kill cut an attempt between the receiver's
-	// answer and the ledger's commit: at most the 20 jobs in flight then.
-	require.LessOrEqual(t, st.Duplicates, 20, fmt.Sprintf("duplicates: %d", st.Duplicates))
+	// answer and the ledger's commit, each sent again once at most.
+	require.LessOrEqual(t, st.Duplicates, uncommitted, "duplicates: %d, answers not committed at the kill: %d", st.Duplicates, uncommitted)
 	// A duplicate is the resend of an attempt the kill cut before its log
 	// row committed; every other successful attempt is logged exactly once.
 	require.Equal(t, messages, p.count(t, `SELECT count(*) FROM delivery_attempts WHERE classification = 'success'`))
 	require.Equal(t, messages+st.Duplicates, st.Delivered)
-	t.Logf("killed after %d deliveries; duplicates after restart: %d", killedAt, st.Duplicates)
+	t.Logf("killed after %d deliveries (%d not committed); duplicates after restart: %d", killedAt, uncommitted, st.Duplicates)
 }
 
 // TestKilledDispatcherMidFanOut kills the dispatcher with SIGKILL while its
