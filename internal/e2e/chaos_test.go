@@ -542,12 +542,20 @@ func logAttemptLog(t *testing.T, pool *pgxpool.Pool, id string) {
 		t.Logf("  %s: attempt %d at %s, %.0f ms, %s %d, trial %v", id, number, at.UTC().Format(time.StampMilli), ms, class, code, trial)
 	}
 	require.NoError(t, rows.Err())
-	rows, err = pool.Query(ctx, `
+	logJobs(t, pool, id, func(at time.Time) string { return at.UTC().Format(time.StampMilli) })
+}
+
+// logJobs logs the jobs of delivery id (its own and its message's), their
+// times as when gives them.
+func logJobs(t *testing.T, pool *pgxpool.Pool, id string, when func(time.Time) string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
 		SELECT j.id, j.kind, j.state::text, j.attempt, j.attempted_by, j.created_at, coalesce(j.finalized_at, 'epoch'), j.errors::text
 		FROM river_job j, deliveries d WHERE d.id = $1
 			AND (j.args->>'delivery_id' = d.id OR (j.kind = 'deliver_message' AND j.args->>'message_id' = d.message_id))
 		ORDER BY j.id`, id)
 	require.NoError(t, err)
+	defer rows.Close()
 	for rows.Next() {
 		var jobID int64
 		var kind, state, errs string
@@ -556,7 +564,7 @@ func logAttemptLog(t *testing.T, pool *pgxpool.Pool, id string) {
 		var created, finalized time.Time
 		require.NoError(t, rows.Scan(&jobID, &kind, &state, &attempt, &by, &created, &finalized, &errs))
 		t.Logf("  %s: job %d %s %s, attempt %d by %v, created %s, finalized %s; errors %s", id, jobID, kind, state, attempt, by,
-			created.UTC().Format(time.StampMilli), finalized.UTC().Format(time.StampMilli), errs)
+			when(created), when(finalized), errs)
 	}
 	require.NoError(t, rows.Err())
 }

@@ -594,22 +594,7 @@ func logDelivery(t *testing.T, pool *pgxpool.Pool, cutAt time.Time, id string, f
 	ctx := context.Background()
 	var msgID, url string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT d.message_id, e.url FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id WHERE d.id = $1`, id).Scan(&msgID, &url))
-	rows, err := pool.Query(ctx, `
-		SELECT id, kind, state::text, attempt, attempted_by, created_at, coalesce(finalized_at, 'epoch'), errors::text FROM river_job
-		WHERE args->>'delivery_id' = $1 OR (kind = 'deliver_message' AND args->>'message_id' = $2) ORDER BY id`, id, msgID)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var jobID int64
-		var kind, state, errs string
-		var attempt int
-		var by []string
-		var created, finalized time.Time
-		require.NoError(t, rows.Scan(&jobID, &kind, &state, &attempt, &by, &created, &finalized, &errs))
-		t.Logf("  job %d %s %s: attempt %d by %v, created %+.2f s, finalized %+.2f s of the cut; errors %s",
-			jobID, kind, state, attempt, by, created.Sub(cutAt).Seconds(), finalized.Sub(cutAt).Seconds(), errs)
-	}
-	require.NoError(t, rows.Err())
+	logJobs(t, pool, id, func(at time.Time) string { return fmt.Sprintf("%+.2f s of the cut", at.Sub(cutAt).Seconds()) })
 	for _, r := range front.Requests() {
 		if r.MsgID == msgID && strings.HasSuffix(url, r.Path) {
 			t.Logf("  request from %s: %+.2f s to %+.2f s of the cut, answered %d", r.Source, r.Start.Sub(cutAt).Seconds(), r.End.Sub(cutAt).Seconds(), r.Status)
