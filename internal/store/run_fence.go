@@ -21,8 +21,9 @@ import (
 // would overwrite the state of the run that took its job over, and a
 // delivery could be left pending behind a completed job. The fence makes
 // each run carry its fetch time (River sets attempted_at at every fetch)
-// in the outcome's metadata, and writes an outcome only while the row is
-// running the same fetch, under a row lock the rescue also takes.
+// in the outcome's metadata, and the job row's trigger (migration 0048)
+// writes an outcome only while the row is running the same fetch, under
+// the write's own row lock, which the rescue also takes.
 
 // runFenceKey is the metadata key carrying a run's fetch time.
 const runFenceKey = "hookd_run"
@@ -126,83 +127,36 @@ func (e *fencedExecutor) fetch(ctx context.Context, params *riverdriver.JobGetAv
 	return res, err
 }
 
-// JobSetStateIfRunningMany writes the outcomes whose runs still hold
-// their jobs and leaves the others' rows as they are (returning them, as
-// River does for rows no longer running). Outcomes without a mark (jobs
-// of kinds the middleware did not see) are written as River would.
+// JobSetStateIfRunningMany is River's write of runs' outcomes; the row's
+// trigger (migration 0048) drops the outcome of a run that no longer
+// holds its job, and River's statement returns that row as it is. An
+// outcome whose mark the returned row does not carry was dropped so:
+// counted as stale.
 func (e *fencedExecutor) JobSetStateIfRunningMany(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
-	var ids []int64
-	var ats []time.Time
+	rows, err := e.Executor.JobSetStateIfRunningMany(ctx, params)
+	if err != nil || e.stale == nil {
+		return rows, err
+	}
+	marks := make(map[int64]time.Time, len(params.ID))
 	for i, id := range params.ID {
 		if at, ok := runMark(params.MetadataUpdates[i]); ok {
-			ids = append(ids, id)
-			ats = append(ats, at)
+			marks[id] = at
 		}
 	}
-	if len(ids) == 0 {
-		return e.Executor.JobSetStateIfRunningMany(ctx, params)
-	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("fence runs: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// The lock keeps a rescue from taking a job between the check and
-	// the write; the rescue then finds the job no longer running.
-	rows, err := tx.Query(ctx, `
-		SELECT j.id FROM river_job j
-		JOIN unnest($1::bigint[], $2::timestamptz[]) AS run(id, attempted_at) ON j.id = run.id
-		WHERE j.state = 'running' AND j.attempted_at = run.attempted_at
-		ORDER BY j.id
-		FOR UPDATE OF j`, ids, ats)
-	if err != nil {
-		return nil, fmt.Errorf("fence runs: %w", err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("fence runs: %w", err)
-	}
-	holds := make(map[int64]bool, len(held))
-	for _, id := range held {
-		holds[id] = true
-	}
-	keep := &riverdriver.JobSetStateIfRunningManyParams{Now: params.Now, Schema: params.Schema}
-	var dropped []int64
-	for i, id := range params.ID {
-		if _, marked := runMark(params.MetadataUpdates[i]); marked && !holds[id] {
-			dropped = append(dropped, id)
+	dropped := 0
+	for _, row := range rows {
+		mark, ok := marks[row.ID]
+		if !ok {
 			continue
 		}
-		keep.ID = append(keep.ID, id)
-		keep.Attempt = append(keep.Attempt, params.Attempt[i])
-		keep.ErrData = append(keep.ErrData, params.ErrData[i])
-		keep.FinalizedAt = append(keep.FinalizedAt, params.FinalizedAt[i])
-		keep.MetadataDoMerge = append(keep.MetadataDoMerge, params.MetadataDoMerge[i])
-		keep.MetadataUpdates = append(keep.MetadataUpdates, params.MetadataUpdates[i])
-		keep.ScheduledAt = append(keep.ScheduledAt, params.ScheduledAt[i])
-		keep.State = append(keep.State, params.State[i])
-	}
-	exec := e.driver.UnwrapExecutor(tx)
-	var out []*rivertype.JobRow
-	if len(keep.ID) > 0 {
-		if out, err = exec.JobSetStateIfRunningMany(ctx, keep); err != nil {
-			return nil, err
+		if at, ok := runMark(row.Metadata); !ok || !at.Equal(mark) {
+			dropped++
 		}
 	}
-	if len(dropped) > 0 {
-		left, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: dropped, Schema: params.Schema})
-		if err != nil {
-			return nil, fmt.Errorf("fence runs: %w", err)
-		}
-		out = append(out, left...)
+	if dropped > 0 {
+		e.stale(dropped)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("fence runs: %w", err)
-	}
-	if len(dropped) > 0 && e.stale != nil {
-		e.stale(len(dropped))
-	}
-	return out, nil
+	return rows, nil
 }
 
 // runMark is the fetch time an outcome's metadata carries, if any. Most
