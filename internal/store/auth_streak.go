@@ -46,7 +46,10 @@ type authSummary struct {
 // streaks and disables the endpoints whose streak reached their rule. A
 // blocked attempt (refused by the SSRF guard) says nothing of credentials
 // and leaves the streak alone; any other non-auth outcome resets it.
-func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule) ([]AutoDisable, error) {
+// streaks, when not nil, tells for the endpoints it holds whether a
+// streak is running (read in this transaction, dropSuperseded): one
+// without is not reset, having nothing to reset.
+func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule, streaks map[string]bool) ([]AutoDisable, error) {
 	sums := map[string]*authSummary{}
 	var order []string
 	for _, a := range attempts {
@@ -79,7 +82,9 @@ func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules 
 	for _, id := range order {
 		sm := sums[id]
 		if sm.count == 0 {
-			resetIDs = append(resetIDs, id)
+			if running, known := streaks[id]; running || !known {
+				resetIDs = append(resetIDs, id)
+			}
 			continue
 		}
 		ids, resets, counts = append(ids, id), append(resets, sm.reset), append(counts, int32(sm.count))

@@ -105,7 +105,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 	}
 	err := s.inTxKnown(ctx, pool, func(tx pgx.Tx) error {
 		res = LedgerResult{}
-		attempts, err := dropSuperseded(ctx, tx, attempts, updates)
+		attempts, streaks, err := dropSuperseded(ctx, tx, attempts, updates)
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				return fmt.Errorf("copy attempts: %w", err)
 			}
 		}
-		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules); err != nil {
+		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules, streaks); err != nil {
 			return err
 		}
 		if len(res.Disabled) > 0 && after != nil {
@@ -290,9 +290,16 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 // new run's. A run names its claim on its status update (StatusUpdate.Claim);
 // the read takes the locks the status update would take anyway, one index
 // probe per delivery of the batch.
-func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates []StatusUpdate) ([]Attempt, error) {
+//
+// The same read tells which of the batch's endpoints have an auth-failure
+// streak running (streaks), so that applyAuthStreaks resets only those and
+// a batch of healthy endpoints sends no reset at all: the reset was a
+// statement at every commit that almost never found a row. streaks is nil
+// when the read did not run; an endpoint it does not hold (an attempt
+// without its delivery's update) is reset as before.
+func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates []StatusUpdate) ([]Attempt, map[string]bool, error) {
 	if len(attempts) == 0 {
-		return attempts, nil
+		return attempts, nil, nil
 	}
 	claims := make(map[string]Claim, len(updates))
 	for _, u := range updates {
@@ -301,7 +308,7 @@ func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates 
 		}
 	}
 	if len(claims) == 0 {
-		return attempts, nil
+		return attempts, nil, nil
 	}
 	// Read under the rows' locks, taken in the order the status update
 	// takes them (every delivery of the batch, by id): a claim committed
@@ -313,29 +320,35 @@ func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates 
 	}
 	// Planned for its ids at every call (customPlan): a cached generic
 	// plan cannot prune by the array and probes every partition's index.
-	rows, err := tx.Query(ctx, `SELECT id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, customPlan, ids)
+	rows, err := tx.Query(ctx, `
+		SELECT d.id, d.claim_job, d.claim_attempt, d.endpoint_id,
+			EXISTS (SELECT 1 FROM auth_streaks a WHERE a.endpoint_id = d.endpoint_id AND a.failures > 0)
+		FROM deliveries d WHERE d.id = ANY($1::text[]) ORDER BY d.id FOR UPDATE OF d`, customPlan, ids)
 	if err != nil {
-		return nil, fmt.Errorf("read delivery claims: %w", err)
+		return nil, nil, fmt.Errorf("read delivery claims: %w", err)
 	}
 	lost := map[string]bool{}
+	streaks := map[string]bool{}
 	for rows.Next() {
-		var id string
+		var id, endpointID string
 		var job *int64
 		var attempt *int32
-		if err := rows.Scan(&id, &job, &attempt); err != nil {
+		var streak bool
+		if err := rows.Scan(&id, &job, &attempt, &endpointID, &streak); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read delivery claims: %w", err)
+			return nil, nil, fmt.Errorf("read delivery claims: %w", err)
 		}
+		streaks[endpointID] = streak
 		if mine, ok := claims[id]; ok && job != nil && attempt != nil && mine.JobID == *job && int(*attempt) > mine.Attempt {
 			lost[id] = true
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read delivery claims: %w", err)
+		return nil, nil, fmt.Errorf("read delivery claims: %w", err)
 	}
 	if len(lost) == 0 {
-		return attempts, nil
+		return attempts, streaks, nil
 	}
 	kept := make([]Attempt, 0, len(attempts))
 	for _, a := range attempts {
@@ -343,7 +356,7 @@ func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates 
 			kept = append(kept, a)
 		}
 	}
-	return kept, nil
+	return kept, streaks, nil
 }
 
 // deliveryFailedEvent is the delivery.failed event of a delivery that
