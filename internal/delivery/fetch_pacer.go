@@ -11,36 +11,49 @@ import (
 // River fetches jobs in every process on every insert notification (each
 // notification reaches every producer). In a fleet of n dispatchers the
 // first fetch takes the jobs a notification announced and the n - 1 others
-// find nothing, each paying for the same walk of the queue's index: the
-// fleet's fetches grew n-fold, PostgreSQL's cost per delivery with them.
-// The pacer lets a dispatcher whose last fetch found nothing leave the
-// fetches of the next notifications to the others for a while (its
-// back-off), except the first dispatcher in the fleet's order, which
-// always fetches: a job is fetched as soon as with one dispatcher, by the
-// first or by any dispatcher that is finding work. A dispatcher that is
-// finding work fetches on every notification; under load every one is.
+// find nothing or a few, each paying for a statement and a walk of the
+// queue's index: the fleet's fetches grew with its size, its batches
+// shrank, and PostgreSQL's cost per delivery grew with them.
+//
+// The pacer gives the dispatchers turns: time is cut into turns of equal
+// length (by the database's clock, which every dispatcher shares), and
+// turn k belongs to the dispatcher of place k mod n in the fleet's order.
+// A notification arrives at every dispatcher at once, so the dispatcher
+// whose turn it is fetches at once, as one dispatcher alone would, and the
+// others leave it; the fleet fetches about as often as one dispatcher
+// does, each fetch as large. Outside its turn a dispatcher still fetches
+// when its last fetch filled every slot it asked for (a backlog: more jobs
+// are waiting) and when it has not fetched for as long as River's poll
+// interval (so a notification missed at the edge of a turn, or a fleet
+// whose order is changing, waits at most a poll). A turn is widened by a
+// small margin at both ends: near its edge two dispatchers may fetch, not
+// none.
 
 // FetchPacer decides which of this dispatcher's fetches of queue's jobs
 // run.
 type FetchPacer struct {
-	queue   string
-	backoff time.Duration
-	share   func() (shard, n int)
-	now     func() time.Time
+	queue  string
+	turn   time.Duration
+	margin time.Duration
+	gap    time.Duration
+	share  func() (shard, n int)
+	now    func() time.Time
 
 	mu sync.Mutex
-	// idleSince is when a fetch last found nothing, zero once one found
-	// jobs.
-	idleSince time.Time
+	// last is when a fetch last ran; full, whether it found as many jobs
+	// as it asked for.
+	last time.Time
+	full bool
 }
 
 var _ store.FetchPacer = (*FetchPacer)(nil)
 
-// NewFetchPacer returns a pacer of queue's fetches that backs off for
-// backoff after a fetch that found nothing, in the fleet that share
-// (Fleet.Share) describes; now is the clock (time.Now).
-func NewFetchPacer(queue string, backoff time.Duration, share func() (shard, n int), now func() time.Time) *FetchPacer {
-	return &FetchPacer{queue: queue, backoff: backoff, share: share, now: now}
+// NewFetchPacer returns a pacer of queue's fetches in the fleet that share
+// (Fleet.Share) describes, giving each dispatcher turns of length turn and
+// letting one fetch whenever it has not for gap (River's poll interval);
+// now is the clock the fleet shares (DBClock.Now).
+func NewFetchPacer(queue string, turn, gap time.Duration, share func() (shard, n int), now func() time.Time) *FetchPacer {
+	return &FetchPacer{queue: queue, turn: turn, margin: turn / 20, gap: gap, share: share, now: now}
 }
 
 // Fetch reports whether this fetch of queue's jobs runs.
@@ -49,33 +62,45 @@ func (p *FetchPacer) Fetch(_ context.Context, queue string) bool {
 		return true
 	}
 	shard, n := p.share()
+	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return fetchNow(p.now(), p.idleSince, p.backoff, shard, n)
+	if !fetchNow(now, p.last, p.full, p.gap, shard, n) && !inTurn(now, p.turn, p.margin, shard, n) {
+		return false
+	}
+	p.last = now
+	return true
 }
 
-// Fetched is told how many jobs a fetch of queue found.
-func (p *FetchPacer) Fetched(queue string, jobs int) {
+// Fetched is told how many jobs a fetch of queue found of the limit it
+// asked for.
+func (p *FetchPacer) Fetched(queue string, jobs, limit int) {
 	if queue != p.queue {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case jobs > 0:
-		p.idleSince = time.Time{}
-	case p.idleSince.IsZero() || p.now().Sub(p.idleSince) >= p.backoff:
-		// A fetch past the back-off found nothing again: another.
-		p.idleSince = p.now()
-	}
+	p.full = jobs > 0 && jobs >= limit
 }
 
-// fetchNow reports whether the dispatcher of place shard among n, whose
-// fetches have found nothing since idleSince (zero: its last found jobs),
-// fetches at now.
-func fetchNow(now, idleSince time.Time, backoff time.Duration, shard, n int) bool {
-	if n <= 1 || shard <= 0 || shard >= n || idleSince.IsZero() {
+// fetchNow reports whether the dispatcher of place shard among n fetches
+// at now whatever the turn: alone (or outside the fleet's order, which it
+// has not joined yet), after a fetch that filled its slots (full), or when
+// it has not fetched since gap before now (last).
+func fetchNow(now, last time.Time, full bool, gap time.Duration, shard, n int) bool {
+	return n <= 1 || shard < 0 || shard >= n || full || last.IsZero() || now.Sub(last) >= gap
+}
+
+// inTurn reports whether now is within the turn of the dispatcher of place
+// shard among n, turns being turn long and widened by margin at both ends.
+func inTurn(now time.Time, turn, margin time.Duration, shard, n int) bool {
+	if turn <= 0 {
 		return true
 	}
-	return now.Sub(idleSince) >= backoff
+	for _, at := range []time.Time{now, now.Add(-margin), now.Add(margin)} {
+		if int((at.UnixNano()/int64(turn))%int64(n)) == shard {
+			return true
+		}
+	}
+	return false
 }

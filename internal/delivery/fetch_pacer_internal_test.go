@@ -8,57 +8,91 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFetchNowBacksOffOnlyTheIdleOthers: the fleet's first dispatcher,
-// one alone and one whose last fetch found jobs always fetch; another whose
-// fetches found nothing waits out its back-off.
-func TestFetchNowBacksOffOnlyTheIdleOthers(t *testing.T) {
+// TestFetchNowOutsideTurns: a dispatcher alone, outside the fleet's order,
+// after a fetch that filled its slots, or that has not fetched for a poll
+// interval fetches whatever the turn; another waits for its turn.
+func TestFetchNowOutsideTurns(t *testing.T) {
 	t.Parallel()
-	const backoff = 100 * time.Millisecond
+	const gap = 250 * time.Millisecond
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	recently, long := now.Add(-30*time.Millisecond), now.Add(-backoff)
+	recently, long := now.Add(-30*time.Millisecond), now.Add(-gap)
 	for _, tc := range []struct {
-		name      string
-		idleSince time.Time
-		shard, n  int
-		want      bool
+		name     string
+		last     time.Time
+		full     bool
+		shard, n int
+		want     bool
 	}{
-		{"alone, idle", recently, 0, 1, true},
-		{"first of four, idle", recently, 0, 4, true},
-		{"second of four, finding work", time.Time{}, 1, 4, true},
-		{"second of four, idle a moment", recently, 1, 4, false},
-		{"last of four, idle a moment", recently, 3, 4, false},
-		{"second of four, back-off over", long, 1, 4, true},
-		{"a place out of range fetches", recently, 4, 4, true},
+		{"alone", recently, false, 0, 1, true},
+		{"first of four, fetched a moment ago", recently, false, 0, 4, false},
+		{"third of four, fetched a moment ago", recently, false, 2, 4, false},
+		{"third of four, its last fetch full", recently, true, 2, 4, true},
+		{"third of four, no fetch for a poll interval", long, false, 2, 4, true},
+		{"third of four, never fetched", time.Time{}, false, 2, 4, true},
+		{"a place out of range", recently, false, 4, 4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, fetchNow(now, tc.idleSince, backoff, tc.shard, tc.n))
+			require.Equal(t, tc.want, fetchNow(now, tc.last, tc.full, gap, tc.shard, tc.n))
 		})
 	}
 }
 
-// TestFetchPacerFollowsWhatFetchesFind: an empty fetch starts the back-off,
-// one finding jobs ends it, the fetch past the back-off that finds nothing
-// starts another; other queues are never held back.
-func TestFetchPacerFollowsWhatFetchesFind(t *testing.T) {
+// TestTurnsCoverEveryMomentOnce: at any moment some dispatcher of the
+// fleet is in its turn, and away from a turn's edges exactly one; each
+// has an equal share of the time.
+func TestTurnsCoverEveryMomentOnce(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := NewFetchPacer(QueueDeliver, 100*time.Millisecond, func() (int, int) { return 2, 3 }, func() time.Time { return now })
+	const turn, margin = 20 * time.Millisecond, time.Millisecond
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range []int{2, 3, 4, 7} {
+		share := make([]int, n)
+		for at := start; at.Before(start.Add(2 * time.Second)); at = at.Add(100 * time.Microsecond) {
+			var in []int
+			for shard := range n {
+				if inTurn(at, turn, margin, shard, n) {
+					in = append(in, shard)
+				}
+			}
+			require.NotEmpty(t, in, "no dispatcher's turn at %s of %d", at.Format(time.StampMicro), n)
+			off := at.Sub(start) % turn
+			if off > margin && off < turn-margin {
+				require.Len(t, in, 1, "away from an edge one dispatcher's turn at %s of %d", at.Format(time.StampMicro), n)
+				share[in[0]]++
+			}
+		}
+		for shard := 1; shard < n; shard++ {
+			require.InDelta(t, share[0], share[shard], float64(share[0])/10, "shares of the time of %d: %v", n, share)
+		}
+	}
+}
+
+// TestFetchPacerTakesTurns: in a fleet a dispatcher fetches in its turns
+// and leaves the others' to them, fetches again at once after a fetch that
+// filled its slots, and never waits longer than a poll interval; other
+// queues are never held back.
+func TestFetchPacerTakesTurns(t *testing.T) {
+	t.Parallel()
+	const turn, gap = 20 * time.Millisecond, 250 * time.Millisecond
+	// The start of a turn of place 1 of 3.
+	now := time.Unix(0, 0).Add(3000*turn + turn + turn/2)
+	p := NewFetchPacer(QueueDeliver, turn, gap, func() (int, int) { return 1, 3 }, func() time.Time { return now })
 	ctx := context.Background()
-	require.True(t, p.Fetch(ctx, QueueDeliver), "no fetch yet")
-	p.Fetched(QueueDeliver, 0)
-	require.False(t, p.Fetch(ctx, QueueDeliver), "found nothing: the others fetch")
+	require.True(t, p.Fetch(ctx, QueueDeliver), "its turn")
+	p.Fetched(QueueDeliver, 4, 300)
+	now = now.Add(turn)
+	require.False(t, p.Fetch(ctx, QueueDeliver), "the next dispatcher's turn")
 	require.True(t, p.Fetch(ctx, "default"), "another queue")
-	now = now.Add(60 * time.Millisecond)
-	require.False(t, p.Fetch(ctx, QueueDeliver))
-	now = now.Add(40 * time.Millisecond)
-	require.True(t, p.Fetch(ctx, QueueDeliver), "the back-off is over")
-	p.Fetched(QueueDeliver, 0)
-	require.False(t, p.Fetch(ctx, QueueDeliver), "nothing again: another back-off")
-	now = now.Add(100 * time.Millisecond)
-	require.True(t, p.Fetch(ctx, QueueDeliver))
-	p.Fetched(QueueDeliver, 7)
-	require.True(t, p.Fetch(ctx, QueueDeliver), "finding work: every fetch")
-	p.Fetched(QueueDeliver, 3)
-	require.True(t, p.Fetch(ctx, QueueDeliver))
+	now = now.Add(turn)
+	require.False(t, p.Fetch(ctx, QueueDeliver), "the turn after that")
+	now = now.Add(turn)
+	require.True(t, p.Fetch(ctx, QueueDeliver), "its turn again")
+	p.Fetched(QueueDeliver, 300, 300)
+	now = now.Add(turn)
+	require.True(t, p.Fetch(ctx, QueueDeliver), "its slots were filled: more are waiting")
+	p.Fetched(QueueDeliver, 12, 300)
+	require.False(t, p.Fetch(ctx, QueueDeliver), "outside its turn again")
+	now = now.Add(gap)
+	require.True(t, p.Fetch(ctx, QueueDeliver), "a poll interval without a fetch")
+	p.Fetched(QueueDeliver, 0, 300)
 }

@@ -90,9 +90,10 @@ const (
 	// this long (endpoints whose type is not http).
 	destinationIdle = 5 * time.Minute
 	unparkInterval  = 2 * time.Second
-	// fetchBackoff is how long a dispatcher (not the fleet's first) whose
-	// fetch of deliveries found nothing leaves the fetches to the others.
-	fetchBackoff = 100 * time.Millisecond
+	// fetchTurn is how long each dispatcher's turn to fetch deliveries
+	// lasts (delivery.FetchPacer): the api's default notification
+	// interval, so that a turn sees about one notification.
+	fetchTurn = delivery.DefaultNotifyInterval
 	// defaultQueuePoll is the least time between polls of River's default
 	// queue, which holds the periodic reclassification and the earlier
 	// operational webhook jobs: nothing waits on its latency, and its
@@ -522,11 +523,11 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	// live run's.
 	fenced := d.metrics.Delivery.FleetOutcomesFenced
 	fullFetches, windowedFetches := d.metrics.Delivery.QueueFetches.WithLabelValues("full"), d.metrics.Delivery.QueueFetches.WithLabelValues("windowed")
-	// A dispatcher whose fetches of deliveries find nothing leaves the
-	// next notifications to the others for a while (delivery.FetchPacer).
+	// The fleet's dispatchers take turns to fetch deliveries
+	// (delivery.FetchPacer).
 	driver := store.NewFencedDriver(d.store.Pool(), store.FencedDriverConfig{
 		Stale: func(n int) { fenced.Add(float64(n)) },
-		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, fetchBackoff, d.fleet.Share, d.clock.Now),
+		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, fetchTurn, d.cfg.FetchPollInterval, d.fleet.Share, d.clock.Now),
 		// Each fetch starts where the last left the queue, so a long
 		// transaction's dead entries are not walked by every fetch.
 		Window: &store.FetchWindowConfig{Queue: delivery.QueueDeliver, Now: d.clock.Now, Fetched: func(full bool, _ int) {

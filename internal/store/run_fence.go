@@ -54,8 +54,9 @@ type FetchPacer interface {
 	// Fetch reports whether this fetch from queue runs; a fetch that does
 	// not finds no jobs.
 	Fetch(ctx context.Context, queue string) bool
-	// Fetched is told how many jobs a fetch from queue found.
-	Fetched(queue string, jobs int)
+	// Fetched is told how many jobs a fetch from queue found of the limit
+	// it asked for.
+	Fetched(queue string, jobs, limit int)
 }
 
 // FencedDriverConfig is what NewFencedDriver adds to River's driver.
@@ -109,7 +110,7 @@ func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdrive
 	}
 	res, err := e.fetch(ctx, params)
 	if err == nil && e.pace != nil {
-		e.pace.Fetched(params.Queue, len(res.Jobs))
+		e.pace.Fetched(params.Queue, len(res.Jobs), params.MaxToLock)
 	}
 	return res, err
 }
