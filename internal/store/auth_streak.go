@@ -47,7 +47,7 @@ type authSummary struct {
 // blocked attempt (refused by the SSRF guard) says nothing of credentials
 // and leaves the streak alone; any other non-auth outcome resets it.
 // streaks, when not nil, tells for the endpoints it holds whether a
-// streak is running (read in this transaction, dropSuperseded): one
+// streak is running (read in this transaction, updateStatuses): one
 // without is not reset, having nothing to reset.
 func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule, streaks map[string]bool) ([]AutoDisable, error) {
 	sums := map[string]*authSummary{}

@@ -97,7 +97,6 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 // that it made expired, and delivery.recovered for failed ones it
 // delivered.
 func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
-	attempts, updates := b.Attempts, b.Updates
 	var res LedgerResult
 	pool := s.pool
 	if lp := s.ledgerPool.Load(); lp != nil {
@@ -105,10 +104,13 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 	}
 	err := s.inTxKnown(ctx, pool, func(tx pgx.Tx) error {
 		res = LedgerResult{}
-		attempts, streaks, err := dropSuperseded(ctx, tx, attempts, updates)
+		// The status updates first: their statement locks the batch's
+		// deliveries and reads what the attempts need (claims, streaks).
+		w, err := updateStatuses(ctx, tx, b.Attempts, b.Updates)
 		if err != nil {
 			return err
 		}
+		attempts := w.kept
 		if len(attempts) > 0 {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
 				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
@@ -132,7 +134,7 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				return fmt.Errorf("copy attempts: %w", err)
 			}
 		}
-		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules, streaks); err != nil {
+		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules, w.streaks); err != nil {
 			return err
 		}
 		if len(res.Disabled) > 0 && after != nil {
@@ -148,132 +150,21 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 				"url": d.URL, "reason": "auth_failures", "failures": d.Failures, "first_failure_at": d.FirstAt, "last_failure_at": d.LastAt,
 			}})
 		}
-		updates = mergeUpdates(updates)
-		if len(updates) == 0 {
-			return s.emitOperational(ctx, tx, events)
-		}
-		n := len(updates)
-		var (
-			ids       = make([]string, n)
-			series    = make([]int32, n)
-			statuses  = make([]string, n)
-			counts    = make([]int32, n)
-			lastAt    = make([]*time.Time, n)
-			nextAt    = make([]*time.Time, n)
-			codes     = make([]*int32, n)
-			lastErrs  = make([]*string, n)
-			openUntil = make([]*time.Time, n)
-			parks     = make([]bool, n)
-			jobs      = make([]*int64, n)
-			claimJobs = make([]*int64, n)
-			claimAtts = make([]int32, n)
-			offSched  = make([]bool, n)
-		)
-		ordered := make(map[string]bool)
-		requeue := make(map[string]bool)
-		scheduled := make(map[string]bool)
-		for i, u := range updates {
-			if u.Ordered {
-				ordered[u.DeliveryID] = true
-			}
-			if u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil {
-				requeue[u.DeliveryID] = true
-				if u.RequeueScheduled && !u.Ordered {
-					scheduled[u.DeliveryID] = true
-				}
-			}
-			parks[i] = u.Park && u.Status == DeliveryWaiting
-			offSched[i] = u.OffSchedule && u.LastAttemptAt != nil
-			if u.JobID != 0 {
-				jobs[i] = &u.JobID
-			}
-			if u.Claim.JobID != 0 {
-				claimJobs[i], claimAtts[i] = &u.Claim.JobID, int32(u.Claim.Attempt)
-			}
-			ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
-			lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
-			if u.LastStatusCode != nil {
-				c := int32(*u.LastStatusCode)
-				codes[i] = &c
-			}
-		}
-		// A hold applies only while the endpoint is still disabled (the
-		// endpoint row is share-locked against a concurrent enable);
-		// otherwise the caller runs the job again.
-		rows, err := tx.Query(ctx, ledgerUpdateSQL, customPlan,
-			ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched)
-		if err != nil {
-			return fmt.Errorf("update delivery statuses: %w", err)
-		}
-		held := map[string]bool{}
-		// The FIFO queues whose head this batch made final, and the
-		// deliveries whose retries it exhausted there.
-		var (
-			advance     []string
-			failedHeads map[string]string
-			retries     []string
-		)
-		for rows.Next() {
-			var (
-				id, status, messageID, endpointID, tenantID string
-				failed, recovered                           bool
-				attempts                                    int
-				lastError                                   *string
-				at                                          time.Time
-			)
-			if err := rows.Scan(&id, &status, &failed, &recovered, &messageID, &endpointID, &tenantID, &attempts, &lastError, &at); err != nil {
-				rows.Close()
-				return fmt.Errorf("update delivery statuses: %w", err)
-			}
-			if status == DeliveryHeld {
-				held[id] = true
-			}
-			if requeue[id] && status == DeliveryPending {
-				retries = append(retries, id)
-			}
-			if ordered[id] && (status == DeliveryDelivered || status == DeliveryFailed || status == DeliveryExpired) {
-				advance = append(advance, endpointID)
-				if failed && (failedHeads[endpointID] == "" || id < failedHeads[endpointID]) {
-					if failedHeads == nil {
-						failedHeads = map[string]string{}
-					}
-					failedHeads[endpointID] = id
-				}
-			}
-			switch {
-			case recovered:
-				events = append(events, OperationalEvent{Type: OpDeliveryRecovered, At: at, EndpointID: endpointID, TenantID: tenantID, Data: map[string]any{
-					"delivery_id": id, "message_id": messageID, "attempts": attempts, "last_error": lastError,
-				}})
-			case failed || status == DeliveryExpired:
-				events = append(events, deliveryFailedEvent(at, endpointID, tenantID, id, messageID, attempts, lastError, status))
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("update delivery statuses: %w", err)
-		}
-		if len(retries) > 0 && b.Queue != nil {
-			if err := requeueRetries(ctx, tx, retries, scheduled, b.Queue); err != nil {
+		events = append(events, w.events...)
+		if len(w.retries) > 0 && b.Queue != nil {
+			if err := requeueRetries(ctx, tx, w.retries, w.scheduled, b.Queue); err != nil {
 				return err
 			}
 		}
-		if len(advance) > 0 && b.Queue != nil {
-			if _, err := lockQueues(ctx, tx, advance); err != nil {
+		if len(w.advance) > 0 && b.Queue != nil {
+			if _, err := lockQueues(ctx, tx, w.advance); err != nil {
 				return err
 			}
-			if err := s.advanceQueues(ctx, tx, advance, failedHeads, false, b.Queue); err != nil {
+			if err := s.advanceQueues(ctx, tx, w.advance, w.failedHeads, false, b.Queue); err != nil {
 				return err
 			}
 		}
-		for _, u := range updates {
-			if u.Status == DeliveryHeld && !held[u.DeliveryID] {
-				if res.HoldRefused == nil {
-					res.HoldRefused = map[string]bool{}
-				}
-				res.HoldRefused[u.DeliveryID] = true
-			}
-		}
+		res.HoldRefused = w.holdRefused
 		return s.emitOperational(ctx, tx, events)
 	})
 	if err != nil {
@@ -282,81 +173,179 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 	return res, nil
 }
 
-// dropSuperseded returns attempts without those whose run lost its
-// delivery: a later run of the same job claimed it (ClaimDeliveries), as
-// the run of a job rescued from a dispatcher that was frozen or cut off
-// does. The lost run's status update is refused by the ledger's UPDATE;
-// its attempt row would log a second attempt of the same number beside the
-// new run's. A run names its claim on its status update (StatusUpdate.Claim);
-// the read takes the locks the status update would take anyway, one index
-// probe per delivery of the batch.
-//
-// The same read tells which of the batch's endpoints have an auth-failure
-// streak running (streaks), so that applyAuthStreaks resets only those and
-// a batch of healthy endpoints sends no reset at all: the reset was a
-// statement at every commit that almost never found a row. streaks is nil
-// when the read did not run; an endpoint it does not hold (an attempt
-// without its delivery's update) is reset as before.
-func dropSuperseded(ctx context.Context, tx pgx.Tx, attempts []Attempt, updates []StatusUpdate) ([]Attempt, map[string]bool, error) {
-	if len(attempts) == 0 {
-		return attempts, nil, nil
+// statusesWritten is what a batch's status update did and read.
+type statusesWritten struct {
+	// kept are the batch's attempts without those whose run lost its
+	// delivery: a later run of the same job claimed it (ClaimDeliveries),
+	// as the run of a job rescued from a dispatcher that was frozen or cut
+	// off does. The lost run's status update is refused; its attempt row
+	// would log a second attempt of the same number beside the new run's.
+	kept []Attempt
+	// streaks tells, for the endpoints of the batch's deliveries, whether
+	// an auth-failure streak is running, so that applyAuthStreaks resets
+	// only those and a batch of healthy endpoints sends no reset (it was a
+	// statement at every commit that almost never found a row); nil when
+	// the batch has no status update.
+	streaks map[string]bool
+	// events are the deliveries' operational events (failed, expired,
+	// recovered).
+	events []OperationalEvent
+	// retries are the deliveries whose retry gets a new job (scheduled:
+	// a scheduled one); advance, the FIFO queues whose head the batch
+	// made final, failedHeads their heads that failed.
+	retries     []string
+	scheduled   map[string]bool
+	advance     []string
+	failedHeads map[string]string
+	holdRefused map[string]bool
+}
+
+// updateStatuses applies the batch's status updates in one statement that
+// also reads, under the rows' locks, the claim of every delivery of the
+// batch and whether its endpoint has an auth-failure streak running. The
+// claims are read under the locks, in the order every writer of several
+// deliveries takes them (by id): a claim committed after an unlocked read
+// would still refuse the status update, but the lost run's attempt would
+// already be in the log. A run names its claim on its status update
+// (StatusUpdate.Claim).
+func updateStatuses(ctx context.Context, tx pgx.Tx, attempts []Attempt, raw []StatusUpdate) (statusesWritten, error) {
+	w := statusesWritten{kept: attempts}
+	updates := mergeUpdates(raw)
+	if len(updates) == 0 {
+		return w, nil
 	}
-	claims := make(map[string]Claim, len(updates))
-	for _, u := range updates {
+	claims := make(map[string]Claim, len(raw))
+	for _, u := range raw {
 		if u.Claim.JobID != 0 && u.LastAttemptAt != nil {
 			claims[u.DeliveryID] = u.Claim
 		}
 	}
-	if len(claims) == 0 {
-		return attempts, nil, nil
-	}
-	// Read under the rows' locks, taken in the order the status update
-	// takes them (every delivery of the batch, by id): a claim committed
-	// after an unlocked read would still refuse the status update below,
-	// but the attempt row would already be in the log.
-	ids := make([]string, 0, len(updates))
-	for _, u := range updates {
-		ids = append(ids, u.DeliveryID)
-	}
-	// Planned for its ids at every call (customPlan): a cached generic
-	// plan cannot prune by the array and probes every partition's index.
-	rows, err := tx.Query(ctx, `
-		SELECT d.id, d.claim_job, d.claim_attempt, d.endpoint_id,
-			EXISTS (SELECT 1 FROM auth_streaks a WHERE a.endpoint_id = d.endpoint_id AND a.failures > 0)
-		FROM deliveries d WHERE d.id = ANY($1::text[]) ORDER BY d.id FOR UPDATE OF d`, customPlan, ids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read delivery claims: %w", err)
-	}
-	lost := map[string]bool{}
-	streaks := map[string]bool{}
-	for rows.Next() {
-		var id, endpointID string
-		var job *int64
-		var attempt *int32
-		var streak bool
-		if err := rows.Scan(&id, &job, &attempt, &endpointID, &streak); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("read delivery claims: %w", err)
+	n := len(updates)
+	var (
+		ids       = make([]string, n)
+		series    = make([]int32, n)
+		statuses  = make([]string, n)
+		counts    = make([]int32, n)
+		lastAt    = make([]*time.Time, n)
+		nextAt    = make([]*time.Time, n)
+		codes     = make([]*int32, n)
+		lastErrs  = make([]*string, n)
+		openUntil = make([]*time.Time, n)
+		parks     = make([]bool, n)
+		jobs      = make([]*int64, n)
+		claimJobs = make([]*int64, n)
+		claimAtts = make([]int32, n)
+		offSched  = make([]bool, n)
+	)
+	ordered := make(map[string]bool)
+	requeue := make(map[string]bool)
+	w.scheduled = make(map[string]bool)
+	for i, u := range updates {
+		if u.Ordered {
+			ordered[u.DeliveryID] = true
 		}
-		streaks[endpointID] = streak
-		if mine, ok := claims[id]; ok && job != nil && attempt != nil && mine.JobID == *job && int(*attempt) > mine.Attempt {
+		if u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil {
+			requeue[u.DeliveryID] = true
+			if u.RequeueScheduled && !u.Ordered {
+				w.scheduled[u.DeliveryID] = true
+			}
+		}
+		parks[i] = u.Park && u.Status == DeliveryWaiting
+		offSched[i] = u.OffSchedule && u.LastAttemptAt != nil
+		if u.JobID != 0 {
+			jobs[i] = &u.JobID
+		}
+		if u.Claim.JobID != 0 {
+			claimJobs[i], claimAtts[i] = &u.Claim.JobID, int32(u.Claim.Attempt)
+		}
+		ids[i], series[i], statuses[i], counts[i] = u.DeliveryID, int32(u.Series), u.Status, int32(u.AttemptCount)
+		lastAt[i], nextAt[i], lastErrs[i], openUntil[i] = u.LastAttemptAt, u.NextAttemptAt, u.LastError, u.BreakerOpenUntil
+		if u.LastStatusCode != nil {
+			c := int32(*u.LastStatusCode)
+			codes[i] = &c
+		}
+	}
+	// A hold applies only while the endpoint is still disabled (the
+	// endpoint row is share-locked against a concurrent enable);
+	// otherwise the caller runs the job again.
+	rows, err := tx.Query(ctx, ledgerUpdateSQL, customPlan,
+		ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched)
+	if err != nil {
+		return w, fmt.Errorf("update delivery statuses: %w", err)
+	}
+	held := map[string]bool{}
+	lost := map[string]bool{}
+	w.streaks = map[string]bool{}
+	for rows.Next() {
+		var (
+			id, endpointID      string
+			claimJob            *int64
+			claimAttempt        *int32
+			streak, updated     bool
+			status              *string
+			failed, recovered   *bool
+			messageID, tenantID *string
+			attemptCount        *int
+			lastError           *string
+			at                  *time.Time
+		)
+		if err := rows.Scan(&id, &endpointID, &claimJob, &claimAttempt, &streak, &updated,
+			&status, &failed, &recovered, &messageID, &tenantID, &attemptCount, &lastError, &at); err != nil {
+			rows.Close()
+			return w, fmt.Errorf("update delivery statuses: %w", err)
+		}
+		w.streaks[endpointID] = streak
+		if mine, ok := claims[id]; ok && claimJob != nil && claimAttempt != nil && mine.JobID == *claimJob && int(*claimAttempt) > mine.Attempt {
 			lost[id] = true
+		}
+		if !updated {
+			continue
+		}
+		if *status == DeliveryHeld {
+			held[id] = true
+		}
+		if requeue[id] && *status == DeliveryPending {
+			w.retries = append(w.retries, id)
+		}
+		if ordered[id] && (*status == DeliveryDelivered || *status == DeliveryFailed || *status == DeliveryExpired) {
+			w.advance = append(w.advance, endpointID)
+			if *failed && (w.failedHeads[endpointID] == "" || id < w.failedHeads[endpointID]) {
+				if w.failedHeads == nil {
+					w.failedHeads = map[string]string{}
+				}
+				w.failedHeads[endpointID] = id
+			}
+		}
+		switch {
+		case *recovered:
+			w.events = append(w.events, OperationalEvent{Type: OpDeliveryRecovered, At: *at, EndpointID: endpointID, TenantID: *tenantID, Data: map[string]any{
+				"delivery_id": id, "message_id": *messageID, "attempts": *attemptCount, "last_error": lastError,
+			}})
+		case *failed || *status == DeliveryExpired:
+			w.events = append(w.events, deliveryFailedEvent(*at, endpointID, *tenantID, id, *messageID, *attemptCount, lastError, *status))
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read delivery claims: %w", err)
+		return w, fmt.Errorf("update delivery statuses: %w", err)
 	}
-	if len(lost) == 0 {
-		return attempts, streaks, nil
-	}
-	kept := make([]Attempt, 0, len(attempts))
-	for _, a := range attempts {
-		if !lost[a.DeliveryID] {
-			kept = append(kept, a)
+	for _, u := range updates {
+		if u.Status == DeliveryHeld && !held[u.DeliveryID] {
+			if w.holdRefused == nil {
+				w.holdRefused = map[string]bool{}
+			}
+			w.holdRefused[u.DeliveryID] = true
 		}
 	}
-	return kept, streaks, nil
+	if len(lost) > 0 {
+		w.kept = make([]Attempt, 0, len(attempts))
+		for _, a := range attempts {
+			if !lost[a.DeliveryID] {
+				w.kept = append(w.kept, a)
+			}
+		}
+	}
+	return w, nil
 }
 
 // deliveryFailedEvent is the delivery.failed event of a delivery that
@@ -418,8 +407,8 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 // of them aborted by Postgres with its batch.
 const ledgerUpdateSQL = `
 	WITH locked AS MATERIALIZED (
-		SELECT id FROM deliveries WHERE id = ANY($1) ORDER BY id FOR UPDATE
-	)
+		SELECT id, endpoint_id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1) ORDER BY id FOR UPDATE
+	), updated AS (
 	UPDATE deliveries d SET
 		status = u.status,
 		attempt_count = greatest(d.attempt_count, u.attempt_count),
@@ -447,5 +436,10 @@ const ledgerUpdateSQL = `
 		AND (u.claim_job IS NULL OR d.claim_job IS DISTINCT FROM u.claim_job OR d.claim_attempt <= u.claim_attempt)
 		AND (u.status <> 'held' OR EXISTS (
 			SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
-	RETURNING d.id, u.status, coalesce(d.failed_at = now(), false), coalesce(d.recovered_at = now(), false),
-		d.message_id, d.endpoint_id, d.tenant_id, d.attempt_count, d.last_error, d.updated_at`
+	RETURNING d.id, u.status, coalesce(d.failed_at = now(), false) AS failed, coalesce(d.recovered_at = now(), false) AS recovered,
+		d.message_id, d.tenant_id, d.attempt_count, d.last_error, d.updated_at
+	)
+	SELECT l.id, l.endpoint_id, l.claim_job, l.claim_attempt,
+		EXISTS (SELECT 1 FROM auth_streaks a WHERE a.endpoint_id = l.endpoint_id AND a.failures > 0),
+		u.id IS NOT NULL, u.status, u.failed, u.recovered, u.message_id, u.tenant_id, u.attempt_count, u.last_error, u.updated_at
+	FROM locked l LEFT JOIN updated u ON u.id = l.id`
