@@ -188,15 +188,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 						AND t.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR t.shard = w.shard)
 					FOR UPDATE OF t SKIP LOCKED) b))`,
 				pruneIDs, pruneWin, pruneOf, pruneGen)
-			// The previous version's table, written only during a rolling
-			// upgrade: its rows have no process.
-			batch.Queue(`
-			DELETE FROM breaker_buckets WHERE ctid = ANY(ARRAY(
-				SELECT b.ctid FROM breaker_buckets b
-				JOIN unnest($1::text[], $2::interval[]) AS w(endpoint_id, span) ON b.endpoint_id = w.endpoint_id
-				WHERE b.bucket_start < clock_timestamp() - w.span
-				FOR UPDATE OF b SKIP LOCKED))`,
-				pruneIDs, pruneWin)
+			// The previous version's table (breaker_buckets, written only
+			// during a rolling upgrade) is left to the periodic prune
+			// (PruneBuckets): its rows past a window are never read, and
+			// deleting them here was one more statement in every flush.
 		}
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
@@ -227,10 +222,8 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			out = evs
 		}
 		if len(prune) > 0 {
-			for range 2 { // breaker_tallies, breaker_buckets
-				if _, err := br.Exec(); err != nil {
-					return fmt.Errorf("prune breaker buckets: %w", err)
-				}
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("prune breaker buckets: %w", err)
 			}
 		}
 		// Attach each merged run and the count before it.
