@@ -42,14 +42,9 @@ type authSummary struct {
 	lastAt  time.Time
 }
 
-// applyAuthStreaks folds the batch's attempts into the endpoints' auth
-// streaks and disables the endpoints whose streak reached their rule. A
-// blocked attempt (refused by the SSRF guard) says nothing of credentials
-// and leaves the streak alone; any other non-auth outcome resets it.
-// streaks, when not nil, tells for the endpoints it holds whether a
-// streak is running (read in this transaction, updateStatuses): one
-// without is not reset, having nothing to reset.
-func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule, streaks map[string]bool) ([]AutoDisable, error) {
+// authSummaries sums up each endpoint's auth outcomes among attempts, in
+// the order the endpoints first appear.
+func authSummaries(attempts []Attempt) ([]string, map[string]*authSummary) {
 	sums := map[string]*authSummary{}
 	var order []string
 	for _, a := range attempts {
@@ -72,6 +67,32 @@ func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules 
 		sm.count++
 		sm.lastAt = a.AttemptedAt
 	}
+	return order, sums
+}
+
+// streakResets are the (endpoint, delivery) pairs of the attempts that
+// reset their endpoint's auth-failure streak in a batch with no auth
+// failure of that endpoint after them: the ledger's statement resets an
+// endpoint if one of its pairs' attempts is logged (its run did not lose
+// its delivery), so that a batch of healthy endpoints needs no statement
+// of its own for the streaks.
+func streakResets(attempts []Attempt) (endpoints, deliveries []string) {
+	_, sums := authSummaries(attempts)
+	for _, a := range attempts {
+		if a.Classification == "blocked" || a.Classification == "auth_failure" || sums[a.EndpointID].count > 0 {
+			continue
+		}
+		endpoints, deliveries = append(endpoints, a.EndpointID), append(deliveries, a.DeliveryID)
+	}
+	return endpoints, deliveries
+}
+
+// applyAuthStreaks folds the batch's attempts into the endpoints' auth
+// streaks and disables the endpoints whose streak reached their rule. A
+// blocked attempt (refused by the SSRF guard) says nothing of credentials
+// and leaves the streak alone; any other non-auth outcome resets it.
+func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules map[string]AuthRule) ([]AutoDisable, error) {
+	order, sums := authSummaries(attempts)
 	var (
 		resetIDs      []string
 		ids           []string
@@ -82,9 +103,7 @@ func applyAuthStreaks(ctx context.Context, tx pgx.Tx, attempts []Attempt, rules 
 	for _, id := range order {
 		sm := sums[id]
 		if sm.count == 0 {
-			if running, known := streaks[id]; running || !known {
-				resetIDs = append(resetIDs, id)
-			}
+			resetIDs = append(resetIDs, id)
 			continue
 		}
 		ids, resets, counts = append(ids, id), append(resets, sm.reset), append(counts, int32(sm.count))

@@ -31,26 +31,13 @@ func (r *statementRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d 
 
 func (r *statementRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// sent returns the statements sent since the last call that contain s.
-func (r *statementRecorder) sent(s string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, q := range r.sql {
-		if strings.Contains(q, s) {
-			n++
-		}
-	}
-	r.sql = nil
-	return n
-}
-
-// TestLedgerResetsOnlyRunningAuthStreaks: a batch of answers other than
-// 401/403 resets its endpoints' auth-failure streaks, and one whose
-// endpoints have no streak running sends no reset at all (the ledger's
-// read of its deliveries' claims tells which have one): the reset was a
-// statement at every commit that almost never found a row.
-func TestLedgerResetsOnlyRunningAuthStreaks(t *testing.T) {
+// TestLedgerWriteOfHealthyEndpointsIsOneStatement: a batch whose answers
+// need nothing beyond its own write (no 401/403, no FIFO queue, no
+// operational endpoint) is one statement in its own transaction: no
+// BEGIN, no COMMIT, no statement of its own for the auth-failure streaks
+// it resets. A batch with an auth failure runs in a transaction, and the
+// streaks end as the answers say, in order, whichever path wrote them.
+func TestLedgerWriteOfHealthyEndpointsIsOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := storetest.New(t)
@@ -68,31 +55,54 @@ func TestLedgerResetsOnlyRunningAuthStreaks(t *testing.T) {
 	require.NoError(t, err)
 	rule := store.AuthRule{After: 10, MinDuration: time.Hour}
 
-	// record logs an attempt of the message's delivery to endpoint.
-	record := func(endpoint string, classification string, code int) {
+	// answer is one attempt of a new message's delivery to endpoint; a
+	// run that lost its delivery has a later claim on it.
+	type answer struct {
+		endpoint       string
+		classification string
+		code           int
+		lost           bool
+	}
+	// record writes the answers in one batch and returns the statements
+	// it sent.
+	record := func(answers ...answer) []string {
 		t.Helper()
-		m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, &fakeEnqueuer{next: 1})
-		require.NoError(t, err)
-		var d store.Delivery
-		for _, x := range m.Deliveries {
-			if x.EndpointID == endpoint {
-				d = x
+		var b store.LedgerBatch
+		b.AuthRules = map[string]store.AuthRule{}
+		for _, a := range answers {
+			m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, &fakeEnqueuer{next: 1})
+			require.NoError(t, err)
+			var d store.Delivery
+			for _, x := range m.Deliveries {
+				if x.EndpointID == a.endpoint {
+					d = x
+				}
 			}
+			require.NotEmpty(t, d.ID)
+			mine := store.Claim{JobID: 7, Attempt: 1}
+			if a.lost {
+				_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET claim_job = 7, claim_attempt = 2 WHERE id = $1`, d.ID)
+				require.NoError(t, err)
+			}
+			at := time.Now()
+			code := a.code
+			status := store.DeliveryDelivered
+			if code >= 400 {
+				status = store.DeliveryPending
+			}
+			b.Attempts = append(b.Attempts, store.Attempt{DeliveryID: d.ID, MessageID: m.ID, EndpointID: a.endpoint, AttemptNumber: 1,
+				AttemptedAt: at, StatusCode: &code, Classification: a.classification})
+			b.Updates = append(b.Updates, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: status, AttemptCount: 1, LastAttemptAt: &at, Claim: mine})
+			b.AuthRules[a.endpoint] = rule
 		}
-		require.NotEmpty(t, d.ID)
-		at := time.Now()
-		status := store.DeliveryDelivered
-		if code >= 400 {
-			status = store.DeliveryPending
-		}
-		rec.sent("")
-		_, err = s.RecordBatch(ctx, store.LedgerBatch{
-			Attempts: []store.Attempt{{DeliveryID: d.ID, MessageID: m.ID, EndpointID: endpoint, AttemptNumber: 1,
-				AttemptedAt: at, StatusCode: &code, Classification: classification}},
-			Updates:   []store.StatusUpdate{{DeliveryID: d.ID, Series: 1, Status: status, AttemptCount: 1, LastAttemptAt: &at, Claim: store.Claim{JobID: 1, Attempt: 1}}},
-			AuthRules: map[string]store.AuthRule{endpoint: rule},
-		}, nil)
+		rec.mu.Lock()
+		rec.sql = nil
+		rec.mu.Unlock()
+		_, err = s.RecordBatch(ctx, b, nil)
 		require.NoError(t, err)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.sql
 	}
 	failures := func(endpoint string) int {
 		var n int
@@ -100,19 +110,39 @@ func TestLedgerResetsOnlyRunningAuthStreaks(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
+	logged := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts`).Scan(&n))
+		return n
+	}
 
-	record(walled.ID, "auth_failure", 401)
-	record(walled.ID, "auth_failure", 403)
+	sent := record(answer{walled.ID, "auth_failure", 401, false}, answer{walled.ID, "auth_failure", 403, false})
+	require.Equal(t, "begin", strings.ToLower(sent[0]), "a batch with auth failures runs in a transaction")
 	require.Equal(t, 2, failures(walled.ID))
 
-	record(healthy.ID, "success", 200)
-	require.Zero(t, rec.sent("UPDATE auth_streaks"), "a batch of endpoints without a streak sends no reset")
+	sent = record(answer{healthy.ID, "success", 200, false}, answer{healthy.ID, "failure", 500, false})
+	require.Len(t, sent, 1, "a batch of healthy endpoints: %q", sent)
 	require.Equal(t, 2, failures(walled.ID), "another endpoint's streak is left alone")
+	require.Equal(t, 4, logged())
 
-	record(walled.ID, "success", 200)
-	require.Equal(t, 1, rec.sent("UPDATE auth_streaks"), "the running streak is reset")
-	require.Zero(t, failures(walled.ID))
+	// A success whose run lost its delivery is not logged and does not
+	// end the streak.
+	sent = record(answer{walled.ID, "success", 200, true})
+	require.Len(t, sent, 1)
+	require.Equal(t, 2, failures(walled.ID))
+	require.Equal(t, 4, logged(), "the lost run's attempt is not logged")
 
-	record(walled.ID, "failure", 500)
-	require.Zero(t, rec.sent("UPDATE auth_streaks"), "a streak reset is not reset again")
+	sent = record(answer{walled.ID, "success", 200, false})
+	require.Len(t, sent, 1)
+	require.Zero(t, failures(walled.ID), "a logged success ends the streak")
+
+	// In one batch: a success, then auth failures: the streak restarts
+	// at the failures; a failure then a lost success: it goes on.
+	record(answer{walled.ID, "auth_failure", 401, false})
+	record(answer{walled.ID, "success", 200, false}, answer{walled.ID, "auth_failure", 401, false}, answer{walled.ID, "auth_failure", 401, false})
+	require.Equal(t, 2, failures(walled.ID))
+	record(answer{walled.ID, "auth_failure", 401, false}, answer{walled.ID, "success", 200, true})
+	require.Equal(t, 3, failures(walled.ID))
+	record(answer{walled.ID, "success", 200, false}, answer{walled.ID, "auth_failure", 401, true})
+	require.Zero(t, failures(walled.ID), "the lost auth failure does not count")
 }

@@ -18,7 +18,7 @@ const (
 	EndpointStatsSQL  = endpointStatsSQL
 	MeasureTrafficSQL = measureTrafficSQL
 	ListAttemptsSQL   = listAttemptsSQL
-	LedgerUpdateSQL   = ledgerUpdateSQL
+	LedgerWriteSQL    = ledgerWriteSQL
 )
 
 // Lingering says whether a group's first message is lingering.

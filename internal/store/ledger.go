@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // StatusUpdate changes a delivery's status after an attempt or a refusal.
@@ -96,45 +99,31 @@ func (s *Store) RecordLedger(ctx context.Context, attempts []Attempt, updates []
 // delivery.failed for deliveries whose retries this batch exhausted or
 // that it made expired, and delivery.recovered for failed ones it
 // delivered.
+//
+// A batch that needs nothing beyond its statement (no auth failure, no
+// FIFO delivery or retry to queue, no operational endpoint to tell) is
+// that one statement, in its own implicit transaction; the others run it
+// in a transaction with the writes that follow from what it did.
 func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisable) (LedgerResult, error) {
-	var res LedgerResult
 	pool := s.pool
 	if lp := s.ledgerPool.Load(); lp != nil {
 		pool = lp
 	}
+	if !s.ledgerNeedsTx(b) {
+		w, err := writeLedger(ctx, pool, b.Attempts, b.Updates)
+		if err != nil {
+			return LedgerResult{}, knownIfSent(err)
+		}
+		return LedgerResult{HoldRefused: w.holdRefused}, nil
+	}
+	var res LedgerResult
 	err := s.inTxKnown(ctx, pool, func(tx pgx.Tx) error {
 		res = LedgerResult{}
-		// The status updates first: their statement locks the batch's
-		// deliveries and reads what the attempts need (claims, streaks).
-		w, err := updateStatuses(ctx, tx, b.Attempts, b.Updates)
+		w, err := writeLedger(ctx, tx, b.Attempts, b.Updates)
 		if err != nil {
 			return err
 		}
-		attempts := w.kept
-		if len(attempts) > 0 {
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"delivery_attempts"},
-				[]string{"delivery_id", "message_id", "endpoint_id", "attempt_number", "attempted_at", "duration_ms",
-					"status_code", "error_class", "classification", "response_excerpt", "trial", "timeout_ms"},
-				pgx.CopyFromSlice(len(attempts), func(i int) ([]any, error) {
-					a := attempts[i]
-					var ec *string
-					if a.ErrorClass != "" {
-						ec = &a.ErrorClass
-					}
-					var timeoutMS *int32
-					if a.Timeout > 0 {
-						ms := int32(a.Timeout.Milliseconds())
-						timeoutMS = &ms
-					}
-					return []any{a.DeliveryID, a.MessageID, a.EndpointID, a.AttemptNumber, a.AttemptedAt,
-						float64(a.Duration) / float64(time.Millisecond), a.StatusCode, ec, a.Classification,
-						a.ResponseExcerpt, a.Trial, timeoutMS}, nil
-				}))
-			if err != nil {
-				return fmt.Errorf("copy attempts: %w", err)
-			}
-		}
-		if res.Disabled, err = applyAuthStreaks(ctx, tx, attempts, b.AuthRules, w.streaks); err != nil {
+		if res.Disabled, err = applyAuthStreaks(ctx, tx, w.kept, b.AuthRules); err != nil {
 			return err
 		}
 		if len(res.Disabled) > 0 && after != nil {
@@ -165,6 +154,14 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 			}
 		}
 		res.HoldRefused = w.holdRefused
+		if s.ops != nil && len(events) == 0 {
+			// Keeps the store's knowledge of the operational endpoints
+			// fresh (a statement per cache TTL), so that the batches after
+			// it can tell whether they need this transaction.
+			if _, err := s.ops.subscriptions(ctx, tx); err != nil {
+				return err
+			}
+		}
 		return s.emitOperational(ctx, tx, events)
 	})
 	if err != nil {
@@ -173,20 +170,59 @@ func (s *Store) RecordBatch(ctx context.Context, b LedgerBatch, after AfterDisab
 	return res, nil
 }
 
-// statusesWritten is what a batch's status update did and read.
-type statusesWritten struct {
+// ledgerNeedsTx reports whether batch b may need writes beyond its
+// statement (writeLedger), which follow from what the statement did and
+// must commit with it: an auth failure's streak (and the disable it may
+// bring), a FIFO queue moved on or a retry's job, an operational event.
+func (s *Store) ledgerNeedsTx(b LedgerBatch) bool {
+	for _, a := range b.Attempts {
+		if a.Classification == "auth_failure" {
+			return true
+		}
+	}
+	if b.Queue != nil {
+		for _, u := range b.Updates {
+			if u.Ordered || (u.Requeue && u.Status == DeliveryPending && u.LastAttemptAt != nil) {
+				return true
+			}
+		}
+	}
+	return s.ops != nil && !s.ops.knownEmpty()
+}
+
+// knownIfSent marks the error of a statement run in its own implicit
+// transaction as ErrCommitUnknown unless it certainly wrote nothing: the
+// server refused it (an error it answered rolls the statement back), or
+// it was never sent (no connection to be had).
+func knownIfSent(err error) error {
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	if errors.As(err, &pe) || errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+}
+
+// ledgerQuerier is where a ledger statement runs: the pool (its own
+// implicit transaction) or a transaction.
+type ledgerQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+var (
+	_ ledgerQuerier = (*pgxpool.Pool)(nil)
+	_ ledgerQuerier = (pgx.Tx)(nil)
+)
+
+// ledgerWritten is what a batch's statement did and read.
+type ledgerWritten struct {
 	// kept are the batch's attempts without those whose run lost its
 	// delivery: a later run of the same job claimed it (ClaimDeliveries),
 	// as the run of a job rescued from a dispatcher that was frozen or cut
-	// off does. The lost run's status update is refused; its attempt row
-	// would log a second attempt of the same number beside the new run's.
+	// off does. The lost run's status update is refused and its attempt
+	// not logged: it would log a second attempt of the same number beside
+	// the new run's.
 	kept []Attempt
-	// streaks tells, for the endpoints of the batch's deliveries, whether
-	// an auth-failure streak is running, so that applyAuthStreaks resets
-	// only those and a batch of healthy endpoints sends no reset (it was a
-	// statement at every commit that almost never found a row); nil when
-	// the batch has no status update.
-	streaks map[string]bool
 	// events are the deliveries' operational events (failed, expired,
 	// recovered).
 	events []OperationalEvent
@@ -200,20 +236,18 @@ type statusesWritten struct {
 	holdRefused map[string]bool
 }
 
-// updateStatuses applies the batch's status updates in one statement that
-// also reads, under the rows' locks, the claim of every delivery of the
-// batch and whether its endpoint has an auth-failure streak running. The
-// claims are read under the locks, in the order every writer of several
+// writeLedger writes a batch in one statement (ledgerWriteSQL): it locks
+// the batch's deliveries, reads their claims under the locks, applies the
+// status updates, logs the attempts whose run still holds its delivery
+// and resets the auth-failure streaks their answers end. The claims are
+// read under the locks, taken in the order every writer of several
 // deliveries takes them (by id): a claim committed after an unlocked read
 // would still refuse the status update, but the lost run's attempt would
 // already be in the log. A run names its claim on its status update
 // (StatusUpdate.Claim).
-func updateStatuses(ctx context.Context, tx pgx.Tx, attempts []Attempt, raw []StatusUpdate) (statusesWritten, error) {
-	w := statusesWritten{kept: attempts}
+func writeLedger(ctx context.Context, q ledgerQuerier, attempts []Attempt, raw []StatusUpdate) (ledgerWritten, error) {
+	w := ledgerWritten{kept: attempts}
 	updates := mergeUpdates(raw)
-	if len(updates) == 0 {
-		return w, nil
-	}
 	claims := make(map[string]Claim, len(raw))
 	for _, u := range raw {
 		if u.Claim.JobID != 0 && u.LastAttemptAt != nil {
@@ -265,37 +299,76 @@ func updateStatuses(ctx context.Context, tx pgx.Tx, attempts []Attempt, raw []St
 			codes[i] = &c
 		}
 	}
+	var (
+		lostIDs  = make([]string, 0, len(claims))
+		lostJobs = make([]int64, 0, len(claims))
+		lostAtts = make([]int32, 0, len(claims))
+	)
+	for id, c := range claims {
+		lostIDs, lostJobs, lostAtts = append(lostIDs, id), append(lostJobs, c.JobID), append(lostAtts, int32(c.Attempt))
+	}
+	m := len(attempts)
+	var (
+		aDeliveries = make([]string, m)
+		aMessages   = make([]string, m)
+		aEndpoints  = make([]string, m)
+		aNumbers    = make([]int32, m)
+		aAt         = make([]time.Time, m)
+		aDurations  = make([]float64, m)
+		aCodes      = make([]*int32, m)
+		aClasses    = make([]*string, m)
+		aKinds      = make([]string, m)
+		aExcerpts   = make([]string, m)
+		aTrials     = make([]bool, m)
+		aTimeouts   = make([]*int32, m)
+	)
+	for i, a := range attempts {
+		aDeliveries[i], aMessages[i], aEndpoints[i], aNumbers[i] = a.DeliveryID, a.MessageID, a.EndpointID, int32(a.AttemptNumber)
+		aAt[i], aDurations[i] = a.AttemptedAt, float64(a.Duration)/float64(time.Millisecond)
+		aKinds[i], aExcerpts[i], aTrials[i] = a.Classification, a.ResponseExcerpt, a.Trial
+		if a.StatusCode != nil {
+			c := int32(*a.StatusCode)
+			aCodes[i] = &c
+		}
+		if a.ErrorClass != "" {
+			ec := a.ErrorClass
+			aClasses[i] = &ec
+		}
+		if a.Timeout > 0 {
+			ms := int32(a.Timeout.Milliseconds())
+			aTimeouts[i] = &ms
+		}
+	}
+	resetEndpoints, resetDeliveries := streakResets(attempts)
 	// A hold applies only while the endpoint is still disabled (the
 	// endpoint row is share-locked against a concurrent enable);
 	// otherwise the caller runs the job again.
-	rows, err := tx.Query(ctx, ledgerUpdateSQL, customPlan,
-		ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched)
+	rows, err := q.Query(ctx, ledgerWriteSQL, customPlan,
+		ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched,
+		lostIDs, lostJobs, lostAtts,
+		aDeliveries, aMessages, aEndpoints, aNumbers, aAt, aDurations, aCodes, aClasses, aKinds, aExcerpts, aTrials, aTimeouts,
+		resetEndpoints, resetDeliveries)
 	if err != nil {
-		return w, fmt.Errorf("update delivery statuses: %w", err)
+		return w, fmt.Errorf("write ledger batch: %w", err)
 	}
 	held := map[string]bool{}
 	lost := map[string]bool{}
-	w.streaks = map[string]bool{}
 	for rows.Next() {
 		var (
-			id, endpointID      string
-			claimJob            *int64
-			claimAttempt        *int32
-			streak, updated     bool
-			status              *string
-			failed, recovered   *bool
-			messageID, tenantID *string
-			attemptCount        *int
-			lastError           *string
-			at                  *time.Time
+			id, endpointID              string
+			isLost, updated             bool
+			status, messageID, tenantID *string
+			failed, recovered           *bool
+			attemptCount                *int
+			lastError                   *string
+			at                          *time.Time
 		)
-		if err := rows.Scan(&id, &endpointID, &claimJob, &claimAttempt, &streak, &updated,
+		if err := rows.Scan(&id, &endpointID, &isLost, &updated,
 			&status, &failed, &recovered, &messageID, &tenantID, &attemptCount, &lastError, &at); err != nil {
 			rows.Close()
-			return w, fmt.Errorf("update delivery statuses: %w", err)
+			return w, fmt.Errorf("write ledger batch: %w", err)
 		}
-		w.streaks[endpointID] = streak
-		if mine, ok := claims[id]; ok && claimJob != nil && claimAttempt != nil && mine.JobID == *claimJob && int(*claimAttempt) > mine.Attempt {
+		if isLost {
 			lost[id] = true
 		}
 		if !updated {
@@ -327,7 +400,7 @@ func updateStatuses(ctx context.Context, tx pgx.Tx, attempts []Attempt, raw []St
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return w, fmt.Errorf("update delivery statuses: %w", err)
+		return w, fmt.Errorf("write ledger batch: %w", err)
 	}
 	for _, u := range updates {
 		if u.Status == DeliveryHeld && !held[u.DeliveryID] {
@@ -394,22 +467,26 @@ func mergeUpdates(updates []StatusUpdate) []StatusUpdate {
 	return out
 }
 
-// ledgerUpdateSQL applies a batch of status updates ($1: the delivery
-// ids, the other arrays in step). "d.id = ANY($1)" repeats the join on the
-// partition key as a condition the planner can prune by: a join alone
-// plans every deliveries partition, and with a month of daily partitions
-// it hash-joined over a sequential scan of each of them (220 ms for 40
-// rows over 31 partitions of 10,000 rows, against 0.3 ms for the index
-// probes of the one partition holding them). The rows are locked first,
-// in id order (locked), the order HandOff and every writer that locks
-// several deliveries takes them in: the update's own order follows its
-// plan, and two writers taking two rows in opposite orders deadlock, one
-// of them aborted by Postgres with its batch.
-const ledgerUpdateSQL = `
+// ledgerWriteSQL writes a ledger batch (writeLedger): $1-$14 the status
+// updates (the delivery ids, the other arrays in step), $15-$17 the
+// claims their runs hold, $18-$29 the attempts, $30-$31 the (endpoint,
+// delivery) pairs whose attempts reset a streak (streakResets). "d.id =
+// ANY($1)" repeats the join on the partition key as a condition the
+// planner can prune by: a join alone plans every deliveries partition,
+// and with a month of daily partitions it hash-joined over a sequential
+// scan of each of them (220 ms for 40 rows over 31 partitions of 10,000
+// rows, against 0.3 ms for the index probes of the one partition holding
+// them). The rows are locked first, in id order (locked), the order
+// HandOff and every writer that locks several deliveries takes them in:
+// the update's own order follows its plan, and two writers taking two
+// rows in opposite orders deadlock, one of them aborted by Postgres with
+// its batch. It returns a row per delivery of the batch: whether its
+// run's claim was lost, and what the update did to it.
+const ledgerWriteSQL = `
 	WITH locked AS MATERIALIZED (
 		SELECT id, endpoint_id, claim_job, claim_attempt FROM deliveries WHERE id = ANY($1) ORDER BY id FOR UPDATE
 	), updated AS (
-	UPDATE deliveries d SET
+		UPDATE deliveries d SET
 		status = u.status,
 		attempt_count = greatest(d.attempt_count, u.attempt_count),
 		series_base = CASE WHEN u.off_schedule
@@ -438,8 +515,24 @@ const ledgerUpdateSQL = `
 			SELECT 1 FROM endpoints e WHERE e.id = d.endpoint_id AND e.status = 'disabled' FOR SHARE))
 	RETURNING d.id, u.status, coalesce(d.failed_at = now(), false) AS failed, coalesce(d.recovered_at = now(), false) AS recovered,
 		d.message_id, d.tenant_id, d.attempt_count, d.last_error, d.updated_at
+	), lost AS (
+		SELECT l.id FROM locked l
+		JOIN unnest($15::text[], $16::bigint[], $17::int[]) AS c(id, job, attempt) ON c.id = l.id
+		WHERE l.claim_job = c.job AND l.claim_attempt > c.attempt
+	), logged AS (
+		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
+			status_code, error_class, classification, response_excerpt, trial, timeout_ms)
+		SELECT a.* FROM unnest($18::text[], $19::text[], $20::text[], $21::int[], $22::timestamptz[], $23::float8[],
+			$24::int[], $25::text[], $26::text[], $27::text[], $28::bool[], $29::int[])
+			AS a(delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms,
+				status_code, error_class, classification, response_excerpt, trial, timeout_ms)
+		WHERE a.delivery_id NOT IN (SELECT id FROM lost)
+	), reset AS (
+		UPDATE auth_streaks SET failures = 0, first_at = NULL
+		WHERE endpoint_id IN (SELECT r.endpoint_id FROM unnest($30::text[], $31::text[]) AS r(endpoint_id, delivery_id)
+				WHERE r.delivery_id NOT IN (SELECT id FROM lost))
+			AND failures > 0
 	)
-	SELECT l.id, l.endpoint_id, l.claim_job, l.claim_attempt,
-		EXISTS (SELECT 1 FROM auth_streaks a WHERE a.endpoint_id = l.endpoint_id AND a.failures > 0),
-		u.id IS NOT NULL, u.status, u.failed, u.recovered, u.message_id, u.tenant_id, u.attempt_count, u.last_error, u.updated_at
+	SELECT l.id, l.endpoint_id, l.id IN (SELECT id FROM lost), u.id IS NOT NULL,
+		u.status, u.failed, u.recovered, u.message_id, u.tenant_id, u.attempt_count, u.last_error, u.updated_at
 	FROM locked l LEFT JOIN updated u ON u.id = l.id`

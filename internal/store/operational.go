@@ -133,6 +133,15 @@ func (c *opsCache) subscriptions(ctx context.Context, q opsQuerier) ([][]string,
 	return subs, nil
 }
 
+// knownEmpty reports whether the cache knows, within its TTL, that no
+// operational endpoint exists: a write that would emit events can then
+// leave them out without asking.
+func (c *opsCache) knownEmpty() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.CacheTTL > 0 && c.valid && c.cfg.Now().Sub(c.loaded) < c.cfg.CacheTTL && len(c.subs) == 0
+}
+
 func (c *opsCache) invalidate() {
 	c.mu.Lock()
 	c.gen++

@@ -206,9 +206,13 @@ func TestLedgerUpdatePrunesToItsDeliveries(t *testing.T) {
 	require.GreaterOrEqual(t, deliveryParts, 12)
 	require.NotEmpty(t, mine)
 
-	rels := planRelations(t, b, store.LedgerUpdateSQL,
+	rels := planRelations(t, b, store.LedgerWriteSQL,
 		[]string{d.ID}, []int32{1}, []string{store.DeliveryDelivered}, []int32{1}, []*time.Time{&now},
-		[]*time.Time{nil}, []*int32{nil}, []*string{nil}, []*time.Time{nil}, []bool{false}, []*int64{nil}, []*int64{nil}, []int32{0}, []bool{false})
+		[]*time.Time{nil}, []*int32{nil}, []*string{nil}, []*time.Time{nil}, []bool{false}, []*int64{nil}, []*int64{nil}, []int32{0}, []bool{false},
+		[]string{d.ID}, []int64{1}, []int32{1},
+		[]string{d.ID}, []string{m.ID}, []string{d.EndpointID}, []int32{1}, []time.Time{now}, []float64{1}, []*int32{nil}, []*string{nil},
+		[]string{"success"}, []string{""}, []bool{false}, []*int32{nil},
+		[]string{d.EndpointID}, []string{d.ID})
 	var read []string
 	for _, r := range rels {
 		if strings.HasPrefix(r, "deliveries_") { // the parent is the UPDATE's own target
