@@ -13,17 +13,17 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// TestLedgerCommitAckLost: the ledger's COMMIT reaches Postgres and
-// commits, but its acknowledgement is lost (the connection drops before
-// the answer), so the worker cannot know its attempt was recorded and its
-// job runs again. That run must find the record and not send again: every
+// TestLedgerCommitAckLost: the ledger's write (one statement, its own
+// transaction) reaches Postgres and commits, but its acknowledgement is
+// lost (the connection drops before the answer), so the worker cannot
+// know its attempt was recorded and its job runs again. That run must find the record and not send again: every
 // message arrives exactly once and the log holds one success per delivery.
 func TestLedgerCommitAckLost(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
-	proxy := StartPGProxy(t, u.Host, `copy "delivery_attempts"`)
+	proxy := StartPGProxy(t, u.Host, `insert into delivery_attempts`)
 	rc := deliverytest.Start(t, deliverytest.Options{Secrets: []string{testSecret}, Respond: func(r *deliverytest.Request) deliverytest.Response {
 		return deliverytest.Response{Status: http.StatusOK, Delay: 20 * time.Millisecond}
 	}})

@@ -20,9 +20,11 @@ import (
 // its transaction happened. That is what a network cut or a server crash
 // at the wrong moment does; here it is deterministic.
 //
-// A commit is chosen when its transaction sent a simple-protocol query
-// containing the marker (such as the ledger's COPY into delivery_attempts)
-// and LoseCommitAcks has armed the proxy.
+// A commit is chosen when LoseCommitAcks has armed the proxy and it
+// commits a query containing the marker (such as the ledger's INSERT into
+// delivery_attempts): the COMMIT of a transaction that sent one, or the
+// Sync that ends a query of the extended protocol sent outside a
+// transaction, which is its own transaction.
 type PGProxy struct {
 	ln     net.Listener
 	target string
@@ -164,7 +166,11 @@ func (p *PGProxy) serve(client, server net.Conn) {
 	if err := p.forwardStartup(r, server); err != nil {
 		return
 	}
-	marked := false
+	// marked: the open transaction sent the marker; parsed: the last
+	// query parsed holds it; pending: it was executed outside a
+	// transaction, and the next Sync commits it (a Parse alone, which
+	// pgx sends first to learn a statement's shape, runs nothing).
+	marked, parsed, pending, inTx := false, false, false, false
 	var head [5]byte
 	for {
 		if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -179,17 +185,34 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			return
 		}
 		lose := false
-		if head[0] == 'Q' {
+		switch head[0] {
+		case 'Q': // a simple query
 			sql := strings.ToLower(strings.TrimSpace(string(bytes.TrimRight(body, "\x00"))))
 			switch {
-			case sql == "begin" || sql == "rollback":
-				marked = false
+			case sql == "begin":
+				marked, inTx = false, true
+			case sql == "rollback":
+				marked, inTx = false, false
 			case sql == "commit":
 				lose = marked && p.take()
-				marked = false
+				marked, inTx = false, false
 			case strings.Contains(sql, p.marker):
 				marked = true
 			}
+		case 'P': // Parse: the statement's name, then its query
+			if _, rest, ok := bytes.Cut(body, []byte{0}); ok {
+				sql, _, _ := bytes.Cut(rest, []byte{0})
+				parsed = strings.Contains(strings.ToLower(string(sql)), p.marker)
+			}
+		case 'E': // Execute the last statement bound
+			if parsed && inTx {
+				marked = true
+			} else if parsed {
+				pending = true
+			}
+		case 'S': // Sync: outside a transaction, the queries before it commit
+			lose = pending && !inTx && p.take()
+			pending = false
 		}
 		if lose {
 			mu.Lock()
@@ -200,8 +223,8 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			return
 		}
 		if lose {
-			// Let the server read and run the COMMIT, then cut the client
-			// off before its answer.
+			// Let the server read and run the COMMIT (or the Sync), then
+			// cut the client off before its answer.
 			time.Sleep(200 * time.Millisecond)
 			_ = client.Close()
 			return
