@@ -549,8 +549,18 @@ func logAttemptLog(t *testing.T, pool *pgxpool.Pool, id string) {
 // times as when gives them.
 func logJobs(t *testing.T, pool *pgxpool.Pool, id string, when func(time.Time) string) {
 	t.Helper()
+	var jobID, claimJob, claimAttempt *int64
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT job_id, claim_job, claim_attempt FROM deliveries WHERE id = $1`, id).
+		Scan(&jobID, &claimJob, &claimAttempt))
+	show := func(v *int64) string {
+		if v == nil {
+			return "none"
+		}
+		return fmt.Sprint(*v)
+	}
+	t.Logf("  %s: job %s, claimed by job %s run %s", id, show(jobID), show(claimJob), show(claimAttempt))
 	rows, err := pool.Query(context.Background(), `
-		SELECT j.id, j.kind, j.state::text, j.attempt, j.attempted_by, j.created_at, coalesce(j.finalized_at, 'epoch'), j.errors::text
+		SELECT j.id, j.kind, j.state::text, j.attempt, j.attempted_by, j.created_at, coalesce(j.finalized_at, 'epoch'), coalesce(j.errors::text, '[]')
 		FROM river_job j, deliveries d WHERE d.id = $1
 			AND (j.args->>'delivery_id' = d.id OR (j.kind = 'deliver_message' AND j.args->>'message_id' = d.message_id))
 		ORDER BY j.id`, id)
