@@ -300,12 +300,12 @@ func writeLedger(ctx context.Context, q ledgerQuerier, attempts []Attempt, raw [
 		}
 	}
 	var (
-		lostIDs  = make([]string, 0, len(claims))
-		lostJobs = make([]int64, 0, len(claims))
-		lostAtts = make([]int32, 0, len(claims))
+		claimIDs    = make([]string, 0, len(claims))
+		claimJobIDs = make([]int64, 0, len(claims))
+		claimRuns   = make([]int32, 0, len(claims))
 	)
 	for id, c := range claims {
-		lostIDs, lostJobs, lostAtts = append(lostIDs, id), append(lostJobs, c.JobID), append(lostAtts, int32(c.Attempt))
+		claimIDs, claimJobIDs, claimRuns = append(claimIDs, id), append(claimJobIDs, c.JobID), append(claimRuns, int32(c.Attempt))
 	}
 	m := len(attempts)
 	var (
@@ -345,7 +345,7 @@ func writeLedger(ctx context.Context, q ledgerQuerier, attempts []Attempt, raw [
 	// otherwise the caller runs the job again.
 	rows, err := q.Query(ctx, ledgerWriteSQL, customPlan,
 		ids, series, statuses, counts, lastAt, nextAt, codes, lastErrs, openUntil, parks, jobs, claimJobs, claimAtts, offSched,
-		lostIDs, lostJobs, lostAtts,
+		claimIDs, claimJobIDs, claimRuns,
 		aDeliveries, aMessages, aEndpoints, aNumbers, aAt, aDurations, aCodes, aClasses, aKinds, aExcerpts, aTrials, aTimeouts,
 		resetEndpoints, resetDeliveries)
 	if err != nil {
