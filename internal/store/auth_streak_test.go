@@ -16,7 +16,8 @@ import (
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
-// statementRecorder keeps the text of the statements a pool sends.
+// statementRecorder keeps the text of the statements a pool sends, a
+// batch's each.
 type statementRecorder struct {
 	mu  sync.Mutex
 	sql []string
@@ -31,6 +32,40 @@ func (r *statementRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d 
 
 func (r *statementRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+func (r *statementRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *statementRecorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.mu.Lock()
+	r.sql = append(r.sql, d.SQL)
+	r.mu.Unlock()
+}
+
+func (r *statementRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// take returns the statements recorded since the last take.
+func (r *statementRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sql := r.sql
+	r.sql = nil
+	return sql
+}
+
+// recordedStore is a store on db whose statements rec records.
+func recordedStore(t *testing.T, db *storetest.DB) (*store.Store, *statementRecorder) {
+	t.Helper()
+	rec := &statementRecorder{}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return store.New(pool, nil), rec
+}
+
 // TestLedgerWriteOfHealthyEndpointsIsOneStatement: a batch whose answers
 // need nothing beyond its own write (no 401/403, no FIFO queue, no
 // operational endpoint) is one statement in its own transaction: no
@@ -41,14 +76,7 @@ func TestLedgerWriteOfHealthyEndpointsIsOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := storetest.New(t)
-	rec := &statementRecorder{}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s := store.New(pool, nil)
+	s, rec := recordedStore(t, db)
 	healthy, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/healthy", Secret: testSecret})
 	require.NoError(t, err)
 	walled, err := s.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com/walled", Secret: testSecret})
@@ -95,14 +123,10 @@ func TestLedgerWriteOfHealthyEndpointsIsOneStatement(t *testing.T) {
 			b.Updates = append(b.Updates, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: status, AttemptCount: 1, LastAttemptAt: &at, Claim: mine})
 			b.AuthRules[a.endpoint] = rule
 		}
-		rec.mu.Lock()
-		rec.sql = nil
-		rec.mu.Unlock()
-		_, err = s.RecordBatch(ctx, b, nil)
+		rec.take()
+		_, err := s.RecordBatch(ctx, b, nil)
 		require.NoError(t, err)
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.sql
+		return rec.take()
 	}
 	failures := func(endpoint string) int {
 		var n int

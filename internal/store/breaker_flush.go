@@ -75,7 +75,8 @@ type Evidence struct {
 // generation (older outcomes are dropped), deletes the buckets of the
 // endpoints in prune that have left their window (so an active endpoint
 // keeps about BucketsPerWindow rows), then returns the shared evidence of
-// the endpoints in want. One transaction, one network round trip.
+// the endpoints in want. One transaction, one network round trip; a flush
+// that reads nothing back (no runs, nothing in want) is one statement.
 func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want, prune []EvidenceRequest) ([]Evidence, error) {
 	var (
 		ids      = make([]string, len(counts))
@@ -115,6 +116,9 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 	for i, w := range want {
 		wantIDs[i], wantWin[i] = w.EndpointID, breaker.BucketSpan(w.Window)
 	}
+	if len(runs) == 0 && len(want) == 0 {
+		return nil, s.addAndPruneTallies(ctx, counts, prune, ids, gens, starts, succ, fail, shards, pruneIDs, pruneWin, pruneOf, pruneGen)
+	}
 	var out []Evidence
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
@@ -133,19 +137,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				ORDER BY endpoint_id FOR UPDATE`, runIDs)
 		}
 		if len(counts) > 0 {
-			batch.Queue(`
-			INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
-			SELECT i.endpoint_id, i.generation, i.bucket_start, i.shard, i.successes, i.failures
-			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[], $6::text[])
-				AS i(endpoint_id, generation, bucket_start, successes, failures, shard)
-			-- One probe of the key per counted endpoint: a join let the
-			-- planner hash every breaker of the fleet at every flush
-			-- (LIMIT keeps the subquery from being made a join again).
-			CROSS JOIN LATERAL (SELECT 1 FROM breaker_states s
-				WHERE s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed' LIMIT 1) s
-			ORDER BY 1, 2, 3, 4
-			ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
-				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
+			batch.Queue(addTalliesSQL(1),
 				ids, gens, starts, succ, fail, shards)
 		}
 		if len(runs) > 0 {
@@ -175,18 +167,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				wantIDs, wantWin)
 		}
 		if len(prune) > 0 {
-			batch.Queue(`
-			DELETE FROM breaker_tallies WHERE ctid = ANY(ARRAY(
-				SELECT b.ctid FROM unnest($1::text[], $2::interval[], $3::text[], $4::bigint[]) AS w(endpoint_id, span, shard, generation)
-				-- Per endpoint, the key's range of its old buckets alone:
-				-- a join let the planner read every process's rows of
-				-- every endpoint (the table grows with the fleet) at
-				-- every flush. Older generations go with the periodic
-				-- prune (PruneBuckets).
-				CROSS JOIN LATERAL (SELECT t.ctid FROM breaker_tallies t
-					WHERE t.endpoint_id = w.endpoint_id AND t.generation = w.generation
-						AND t.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR t.shard = w.shard)
-					FOR UPDATE OF t SKIP LOCKED) b))`,
+			batch.Queue(pruneTalliesSQL(1),
 				pruneIDs, pruneWin, pruneOf, pruneGen)
 			// The previous version's table (breaker_buckets, written only
 			// during a rolling upgrade) is left to the periodic prune
@@ -246,6 +227,70 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		return nil, err
 	}
 	return out, nil
+}
+
+// addAndPruneTallies is a flush that adds counts and prunes old buckets and
+// reads nothing back: one statement, its own transaction (no BEGIN,
+// COMMIT or plan setting). It is the flush of a fleet whose traffic
+// succeeds, and every dispatcher sends one per hold, so its statements
+// are a share of every delivery's.
+func (s *Store) addAndPruneTallies(ctx context.Context, counts []OutcomeCount, prune []EvidenceRequest, args ...any) error {
+	var sql string
+	switch {
+	case len(counts) > 0 && len(prune) > 0:
+		// Data-modifying CTEs run to completion whether read or not; the
+		// two reach different rows (this bucket's, buckets past a window).
+		sql = "WITH added AS (" + addTalliesSQL(1) + "), pruned AS (" + pruneTalliesSQL(7) + ") SELECT"
+	case len(counts) > 0:
+		sql, args = addTalliesSQL(1), args[:6]
+	case len(prune) > 0:
+		sql, args = pruneTalliesSQL(1), args[6:]
+	default:
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, sql, append([]any{customPlan}, args...)...); err != nil {
+		return fmt.Errorf("add to breaker buckets: %w", err)
+	}
+	return nil
+}
+
+// addTalliesSQL adds a process's counts to its own rows (its shard) of
+// breakers still closed at the counted generation; its six arrays are
+// parameters $first on.
+func addTalliesSQL(first int) string {
+	return fmt.Sprintf(`
+		INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
+		SELECT i.endpoint_id, i.generation, i.bucket_start, i.shard, i.successes, i.failures
+		FROM unnest($%d::text[], $%d::bigint[], $%d::timestamptz[], $%d::int[], $%d::int[], $%d::text[])
+			AS i(endpoint_id, generation, bucket_start, successes, failures, shard)
+		-- One probe of the key per counted endpoint: a join let the
+		-- planner hash every breaker of the fleet at every flush
+		-- (LIMIT keeps the subquery from being made a join again).
+		CROSS JOIN LATERAL (SELECT 1 FROM breaker_states s
+			WHERE s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed' LIMIT 1) s
+		ORDER BY 1, 2, 3, 4
+		ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
+			SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
+		first, first+1, first+2, first+3, first+4, first+5)
+}
+
+// pruneTalliesSQL deletes the buckets that left their endpoint's window
+// (of one shard, or every shard's for an empty one); its four arrays are
+// parameters $first on.
+func pruneTalliesSQL(first int) string {
+	return fmt.Sprintf(`
+		DELETE FROM breaker_tallies WHERE ctid = ANY(ARRAY(
+			SELECT b.ctid FROM unnest($%d::text[], $%d::interval[], $%d::text[], $%d::bigint[]) AS w(endpoint_id, span, shard, generation)
+			-- Per endpoint, the key's range of its old buckets alone:
+			-- a join let the planner read every process's rows of
+			-- every endpoint (the table grows with the fleet) at
+			-- every flush. Older generations go with the periodic
+			-- prune (PruneBuckets).
+			CROSS JOIN LATERAL (SELECT t.ctid FROM breaker_tallies t
+				WHERE t.endpoint_id = w.endpoint_id AND t.generation = w.generation
+					AND t.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR t.shard = w.shard)
+				FOR UPDATE OF t SKIP LOCKED) b))`,
+		first, first+1, first+2, first+3)
 }
 
 // PruneBuckets deletes buckets of past generations and buckets older than

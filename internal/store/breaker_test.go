@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,81 @@ func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
 	n := b.count(t, "breaker_tallies")
 	require.LessOrEqual(t, n, breaker.BucketsPerWindow+3, "one window of buckets remains")
 	require.GreaterOrEqual(t, n, breaker.BucketsPerWindow)
+}
+
+// TestFlushThatReadsNothingIsOneStatement: a flush that only adds counts
+// and prunes old buckets (a fleet whose traffic succeeds sends one per
+// hold from every dispatcher) is one statement in its own transaction:
+// no BEGIN, plan setting or COMMIT, and its prune no statement of its
+// own. A flush that reads evidence back still runs in a transaction.
+func TestFlushThatReadsNothingIsOneStatement(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	s, rec := recordedStore(t, b.db)
+	ctx := context.Background()
+	cfg := testCfg // 10s window: 500ms buckets
+	now := time.Now()
+	count := func(e store.Endpoint, ago time.Duration, failures int) store.OutcomeCount {
+		return store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: breaker.BucketStart(cfg, now.Add(-ago)), Successes: 1, Failures: failures}
+	}
+	prune := func(e store.Endpoint) store.EvidenceRequest {
+		return store.EvidenceRequest{EndpointID: e.ID, Window: cfg.Window, Shard: "a", Generation: 1}
+	}
+	rows := func(e store.Endpoint) (fresh, old int) {
+		t.Helper()
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE bucket_start > now() - interval '11 s'), count(*) FILTER (WHERE bucket_start <= now() - interval '11 s')
+			FROM breaker_tallies WHERE endpoint_id = $1`, e.ID).Scan(&fresh, &old))
+		return fresh, old
+	}
+	for _, tc := range []struct {
+		name               string
+		counts, prune      bool
+		freshAfter, oldAft int
+	}{
+		{name: "counts", counts: true, freshAfter: 2, oldAft: 1},
+		{name: "prune", prune: true, freshAfter: 1, oldAft: 0},
+		{name: "counts and prune", counts: true, prune: true, freshAfter: 2, oldAft: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := b.endpoint(t, "acme")
+			// One fresh bucket and one a minute old.
+			_, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 0), count(e, time.Minute, 0)}, nil, nil, nil)
+			require.NoError(t, err)
+			var counts []store.OutcomeCount
+			var prunes []store.EvidenceRequest
+			if tc.counts {
+				counts = append(counts, count(e, cfg.Window/2, 0), count(e, 0, 0))
+			}
+			if tc.prune {
+				prunes = append(prunes, prune(e))
+			}
+			rec.take()
+			evs, err := s.FlushOutcomes(ctx, counts, nil, nil, prunes)
+			require.NoError(t, err)
+			require.Empty(t, evs)
+			sent := rec.take()
+			require.Len(t, sent, 1, "one statement: %q", sent)
+			fresh, old := rows(e)
+			require.Equal(t, tc.freshAfter, fresh, "fresh buckets")
+			require.Equal(t, tc.oldAft, old, "buckets past the window")
+			if tc.counts {
+				var successes int
+				require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT successes FROM breaker_tallies WHERE endpoint_id = $1 AND bucket_start = $2`,
+					e.ID, breaker.BucketStart(cfg, now)).Scan(&successes))
+				require.Equal(t, 2, successes, "a count adds to its bucket's row")
+			}
+		})
+	}
+
+	// A failure asks for the evidence back: a transaction.
+	e := b.endpoint(t, "acme")
+	rec.take()
+	evs, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 1)}, nil,
+		[]store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}, []store.EvidenceRequest{prune(e)})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, 1, evs[0].Buckets[0].Failures)
+	require.Equal(t, "begin", strings.ToLower(rec.take()[0]))
 }
 
 // TestFlushPrunesOnlyItsOwnShard: a process's prune deletes the old rows it
