@@ -91,6 +91,11 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	throughput := func(r *scenarioResult) float64 { return r.DeliveriesPerS }
 	pgCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Postgres }
 	statements := func(r *scenarioResult) float64 { return r.RoundtripsDispatcher }
+	// The load generator's work per delivery (a POST per ten, a request
+	// answered per one) is the same in every configuration: its CPU per
+	// delivery, 4 over 1, is what the machine charges for more processes
+	// sharing its cores, a control for the other ratios.
+	benchCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Bench }
 	fourOverOne := ratio(four, one, throughput)
 	res.Extra = map[string]any{
 		"rounds":                              rounds,
@@ -101,6 +106,7 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"two_over_one_dispatchers_rounds":     ratio(two, one, throughput),
 		"postgres_cpu_four_over_one_rounds":   ratio(four, one, pgCPU),
 		"dispatcher_statements_four_over_one": ratio(four, one, statements),
+		"load_generator_cpu_four_over_one":    ratio(four, one, benchCPU),
 	}
 	best := byRound[0][one.key()]
 	for _, c := range scaleConfigs {
