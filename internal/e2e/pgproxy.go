@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // PGProxy is a TCP proxy in front of a Postgres server that can lose the
@@ -138,9 +137,17 @@ func (p *PGProxy) serve(client, server net.Conn) {
 	var mu sync.Mutex
 	muted := false
 	done := make(chan struct{})
+	// answered is closed when the server has answered the chosen commit
+	// (its ReadyForQuery): it ran, and only then is the client cut off.
+	answered := make(chan struct{})
 	go func() {
 		defer close(done)
 		buf := make([]byte, 32<<10)
+		// dropped holds what the server sent since the mute, from a
+		// message's start: the client sends the chosen commit only after
+		// the answer to everything before it.
+		var dropped []byte
+		seen := false
 		for {
 			n, err := server.Read(buf)
 			if n > 0 {
@@ -150,6 +157,12 @@ func (p *PGProxy) serve(client, server net.Conn) {
 				if !m {
 					if _, werr := client.Write(buf[:n]); werr != nil {
 						return
+					}
+				} else if !seen {
+					dropped = append(dropped, buf[:n]...)
+					if readyForQuery(dropped) {
+						seen = true
+						close(answered)
 					}
 				}
 			}
@@ -223,13 +236,32 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			return
 		}
 		if lose {
-			// Let the server read and run the COMMIT (or the Sync), then
-			// cut the client off before its answer.
-			time.Sleep(200 * time.Millisecond)
+			// Let the server run the COMMIT (or the Sync) and answer,
+			// then cut the client off without its answer.
+			select {
+			case <-answered:
+			case <-done:
+			}
 			_ = client.Close()
 			return
 		}
 	}
+}
+
+// readyForQuery reports whether b, backend messages from a message's
+// start, holds a ReadyForQuery ('Z'): the end of the server's answer.
+func readyForQuery(b []byte) bool {
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n < 4 || len(b) < 1+n {
+			return false
+		}
+		if b[0] == 'Z' {
+			return true
+		}
+		b = b[1+n:]
+	}
+	return false
 }
 
 // forwardStartup forwards the untyped startup packets (an SSL or GSS
