@@ -591,14 +591,21 @@ func logUnsettled(t *testing.T, db *storetest.DB) {
 		t.Logf("unsettled: %v", err)
 		return
 	}
-	defer rows.Close()
+	var ids []string
 	for rows.Next() {
 		var id, status, state, lastErr string
 		var count, attempt int
 		var dueIn float64
 		if err := rows.Scan(&id, &status, &count, &state, &attempt, &dueIn, &lastErr); err == nil {
 			t.Logf("unsettled: %s %s attempts %d job %s attempt %d due in %.1fs last error %q", id, status, count, state, attempt, dueIn, lastErr)
+			ids = append(ids, id)
 		}
+	}
+	rows.Close()
+	// Each one's attempts, claim and jobs (with their errors: which
+	// dispatcher ran each run, and how each ended).
+	for _, id := range ids[:min(len(ids), 5)] {
+		logAttemptLog(t, db.Pool, id)
 	}
 }
 
