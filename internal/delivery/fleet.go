@@ -45,6 +45,7 @@ type FleetStore interface {
 	Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (store.FleetBeat, error)
 	LeaveFleet(ctx context.Context, id string) error
 	RescueJobsOf(ctx context.Context, clients []string) (rescued, left int, err error)
+	ReleaseLostRuns(ctx context.Context, client string, held []int64, readAt time.Time) (int, error)
 }
 
 var _ FleetStore = (*store.Store)(nil)
@@ -64,6 +65,12 @@ type FleetConfig struct {
 	Stale time.Duration
 	// Now is this process's clock (monotonic), for its lease.
 	Now func() time.Time
+	// Held, if set, returns the jobs this process's River client runs
+	// (store.HeldRuns.IDs): each heartbeat releases the others running
+	// under its ID, whose fetch's answer was lost (store.ReleaseLostRuns).
+	Held func() []int64
+	// DBNow is the database's clock, for the release.
+	DBNow func() time.Time
 }
 
 // FleetMetrics are the fleet's gauges; nil fields are not set.
@@ -76,6 +83,8 @@ type FleetMetrics struct {
 	MaxConnections prometheus.Gauge
 	// Rescued counts the jobs of gone dispatchers made available again.
 	Rescued prometheus.Counter
+	// Released counts this process's lost runs made available again.
+	Released prometheus.Counter
 }
 
 // NewFleet returns a Fleet counting only itself until its first heartbeat.
@@ -166,6 +175,7 @@ func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
 	}
 	f.beatSent.Store(sent.UnixNano())
 	f.set(b)
+	f.releaseLost(ctx)
 	// The gone ones' rows are deleted by the heartbeat that finds them:
 	// those whose jobs were not all rescued are retried from pending.
 	gone := b.Gone
@@ -194,6 +204,30 @@ func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
 		f.metrics.Rescued.Add(float64(n))
 	}
 	return b, nil
+}
+
+// releaseLost makes available again the jobs running under this
+// process's ID that it does not run: fetched by a fetch whose answer was
+// lost. Nobody else takes them (this process is alive); River's rescuer
+// would, after RESCUE_STUCK_AFTER.
+func (f *Fleet) releaseLost(ctx context.Context) {
+	if f.cfg.Held == nil || f.cfg.DBNow == nil {
+		return
+	}
+	held := f.cfg.Held()
+	n, err := f.store.ReleaseLostRuns(ctx, f.cfg.ID, held, f.cfg.DBNow())
+	if err != nil {
+		// The next heartbeat tries again.
+		f.logger.Warn("fleet_release_lost_runs", slog.String("error", err.Error()))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	f.logger.Warn("fleet_lost_runs_released", slog.Int("jobs", n))
+	if f.metrics.Released != nil {
+		f.metrics.Released.Add(float64(n))
+	}
 }
 
 // Join records the first heartbeat and checks that the live fleet, this

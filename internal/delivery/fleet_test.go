@@ -24,6 +24,14 @@ type fleetStore struct {
 	rescue  []bool
 	// jobsLeft scripts what each rescue leaves running; none when empty.
 	jobsLeft []int
+	// releases are the lost-run releases asked for.
+	releases []release
+}
+
+type release struct {
+	client string
+	held   []int64
+	readAt time.Time
 }
 
 func (f *fleetStore) Heartbeat(_ context.Context, _ string, _ int, _ time.Duration, rescue bool) (store.FleetBeat, error) {
@@ -56,6 +64,38 @@ func (f *fleetStore) RescueJobsOf(_ context.Context, clients []string) (int, int
 		left, f.jobsLeft = f.jobsLeft[0], f.jobsLeft[1:]
 	}
 	return 3, left, nil
+}
+
+func (f *fleetStore) ReleaseLostRuns(_ context.Context, client string, held []int64, readAt time.Time) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releases = append(f.releases, release{client, held, readAt})
+	return 1, nil
+}
+
+// TestFleetReleasesLostRuns: every heartbeat that succeeds asks the store
+// to release the jobs running under this process's ID that it does not
+// hold (a fetch whose answer was lost), naming the held ones as read just
+// before, with the database's time of that read; a failed heartbeat asks
+// nothing.
+func TestFleetReleasesLostRuns(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	db := now.Add(time.Hour) // the database's clock, an hour ahead
+	held := []int64{7}
+	st := &fleetStore{beats: []store.FleetBeat{{Live: 1}}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
+		Now: func() time.Time { return now }, Held: func() []int64 { return held }, DBNow: func() time.Time { return db }},
+		st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.NoError(t, f.Join(context.Background()))
+	now, db, held = now.Add(2*time.Second), db.Add(2*time.Second), []int64{7, 9}
+	require.NoError(t, f.Beat(context.Background()))
+	st.err = errors.New("connection refused")
+	require.Error(t, f.Beat(context.Background()))
+	require.Equal(t, []release{
+		{"me", []int64{7}, time.Unix(1_000_000, 0).Add(time.Hour)},
+		{"me", []int64{7, 9}, time.Unix(1_000_002, 0).Add(time.Hour)},
+	}, st.releases)
 }
 
 // TestFleetRetriesARescueThatLeftJobs: a rescue that skipped jobs (their

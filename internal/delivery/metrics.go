@@ -69,6 +69,11 @@ type Metrics struct {
 	// FleetRescued counts the jobs of gone dispatchers this one made
 	// available again.
 	FleetRescued prometheus.Counter
+	// FleetLostRunsReleased counts this dispatcher's runs whose fetch's
+	// answer was lost, made available again by its heartbeat.
+	FleetLostRunsReleased prometheus.Counter
+	// FleetRunsWithheld counts jobs of fetches answered too late to run.
+	FleetRunsWithheld prometheus.Counter
 	// FleetOutcomesFenced counts job outcomes this process did not write
 	// because their run had lost its job (store.NewFencedDriver).
 	FleetOutcomesFenced prometheus.Counter
@@ -139,6 +144,14 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 			Name: "dispatcher_fleet_jobs_rescued_total",
 			Help: "Running jobs of dispatchers whose heartbeats stopped (killed, or cut off from the database) that this dispatcher's heartbeat made available again, seconds after they went silent rather than after --rescue-stuck-after.",
 		}),
+		FleetLostRunsReleased: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fleet_lost_runs_released_total",
+			Help: "Jobs running under this dispatcher's ID that it never ran, made available again by its heartbeat 6 s after their fetch rather than after --rescue-stuck-after: the server ran a fetch of jobs whose answer never reached the dispatcher (a connection broken after the fetch ran, or a fetch River stopped waiting for that the server ran later, as after a network cut).",
+		}),
+		FleetRunsWithheld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fleet_runs_withheld_total",
+			Help: "Jobs of fetches whose answer reached this dispatcher more than 2 s after the server ran them, not run here but left for the release of lost runs (dispatcher_fleet_lost_runs_released_total), which may already have given them to another dispatcher.",
+		}),
 		FleetOutcomesFenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_fleet_outcomes_fenced_total",
 			Help: "Outcomes of job runs (completed, retry, wait) this dispatcher did not write because the job was no longer the run's: its lease lapsed, another dispatcher rescued the job and ran it again. Each is a run that came back after it was declared gone.",
@@ -206,7 +219,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		m.QueueFetches.WithLabelValues(kind)
 	}
 	if reg != nil {
-		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.FleetOutcomesFenced, m.QueueFetches, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
+		reg.MustRegister(m.DeliveryTotal, m.Delivery5xxTotal, m.DeliveryDuration, m.ConcurrencySnoozed, m.RateLimited, m.FleetSize, m.FleetConnections, m.ServerConnections, m.FleetRescued, m.FleetLostRunsReleased, m.FleetRunsWithheld, m.FleetOutcomesFenced, m.QueueFetches, m.HeldTotal, m.Parked, m.Unparked, m.Expired, m.PayloadMissing, m.Panics, m.LedgerRetries, m.JobsLeft, m.RequestsInFlight, m.StartDeferred, m.Missing)
 	}
 	return m
 }

@@ -140,6 +140,8 @@ type Dispatcher struct {
 	fleet *delivery.Fleet
 	// fleetID names this process in the fleet table and as River's client.
 	fleetID string
+	// heldRuns are the jobs River runs here (store.HeldRuns).
+	heldRuns *store.HeldRuns
 	// maintainer keeps storage bounded (partitions, retention); one
 	// dispatcher of the fleet works at a time.
 	maintainer *retention.Maintainer
@@ -246,11 +248,15 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// The fleet ID is also the River client's, so the heartbeat that
 	// finds this process gone knows its running jobs (attempted_by).
 	d.fleetID = cfg.Actor + "/" + randomSuffix()
+	// The runs River holds, so the heartbeat can release those whose
+	// fetch's answer was lost.
+	d.heldRuns = store.NewHeldRuns(d.clock.Now)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: d.fleetID, Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale, Now: time.Now,
+		Held: d.heldRuns.IDs, DBNow: d.clock.Now,
 	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
 		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections,
-		Rescued: d.metrics.Delivery.FleetRescued})
+		Rescued: d.metrics.Delivery.FleetRescued, Released: d.metrics.Delivery.FleetLostRunsReleased})
 	// The periodic unpark pass is split among the fleet by endpoint.
 	d.unparker.SetShare(d.fleet.Share)
 	d.maintainer = retention.New(r.retention, retention.Deps{
@@ -521,13 +527,15 @@ func (d *Dispatcher) newRiverClient(gate delivery.Gate) (*river.Client[pgx.Tx], 
 	// The fenced driver keeps a run that outlived its lease (the job
 	// rescued and run again elsewhere) from writing its outcome over the
 	// live run's.
-	fenced := d.metrics.Delivery.FleetOutcomesFenced
+	fenced, withheld := d.metrics.Delivery.FleetOutcomesFenced, d.metrics.Delivery.FleetRunsWithheld
 	fullFetches, windowedFetches := d.metrics.Delivery.QueueFetches.WithLabelValues("full"), d.metrics.Delivery.QueueFetches.WithLabelValues("windowed")
 	// The fleet's dispatchers take turns to fetch deliveries
 	// (delivery.FetchPacer).
 	driver := store.NewFencedDriver(d.store.Pool(), store.FencedDriverConfig{
-		Stale: func(n int) { fenced.Add(float64(n)) },
-		Pace:  delivery.NewFetchPacer(delivery.QueueDeliver, fetchTurn, d.cfg.FetchPollInterval, d.fleet.Share, d.clock.Now),
+		Stale:    func(n int) { fenced.Add(float64(n)) },
+		Held:     d.heldRuns,
+		Withheld: func(n int) { withheld.Add(float64(n)) },
+		Pace:     delivery.NewFetchPacer(delivery.QueueDeliver, fetchTurn, d.cfg.FetchPollInterval, d.fleet.Share, d.clock.Now),
 		// Each fetch starts where the last left the queue, so a long
 		// transaction's dead entries are not walked by every fetch.
 		Window: &store.FetchWindowConfig{Queue: delivery.QueueDeliver, Now: d.clock.Now, Fetched: func(full bool, _ int) {

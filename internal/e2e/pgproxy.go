@@ -23,18 +23,22 @@ import (
 // commits a query containing the marker (such as the ledger's INSERT into
 // delivery_attempts): the COMMIT of a transaction that sent one, or the
 // Sync that ends a query of the extended protocol sent outside a
-// transaction, which is its own transaction.
+// transaction, which is its own transaction. The proxy waits for the
+// server's whole answer before it cuts the client off; armed with
+// LoseAnswersWithRows, it loses only answers that carry rows and passes
+// the others on.
 type PGProxy struct {
 	ln     net.Listener
 	target string
 	marker string
 
-	mu      sync.Mutex
-	armed   int
-	lost    int
-	conns   map[net.Conn]struct{}
-	closed  bool
-	running sync.WaitGroup
+	mu       sync.Mutex
+	armed    int
+	rowsOnly bool
+	lost     int
+	conns    map[net.Conn]struct{}
+	closed   bool
+	running  sync.WaitGroup
 }
 
 // StartPGProxy listens on 127.0.0.1 and forwards every connection to the
@@ -65,17 +69,35 @@ func (p *PGProxy) LoseCommitAcks(n int) {
 	p.armed += n
 }
 
-// Lost returns how many commit acknowledgements the proxy has lost.
+// LoseAnswersWithRows arms the proxy to lose the answers of the next n
+// chosen statements whose answers carry rows (a fetch that found jobs);
+// the answers without rows go through.
+func (p *PGProxy) LoseAnswersWithRows(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed += n
+	p.rowsOnly = true
+}
+
+func (p *PGProxy) isArmed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.armed > 0
+}
+
+// Lost returns how many answers the proxy has lost.
 func (p *PGProxy) Lost() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lost
 }
 
-func (p *PGProxy) take() bool {
+// takeFor reports whether the proxy loses answer, taking one of the
+// armed losses if so.
+func (p *PGProxy) takeFor(answer []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.armed == 0 {
+	if p.armed == 0 || (p.rowsOnly && !hasDataRow(answer)) {
 		return false
 	}
 	p.armed--
@@ -134,35 +156,37 @@ func (p *PGProxy) untrack(conns ...net.Conn) {
 // client to server message by message, watching simple queries.
 func (p *PGProxy) serve(client, server net.Conn) {
 	defer p.untrack(client, server)
-	var mu sync.Mutex
-	muted := false
+	// While held, the server's answer to a chosen commit is kept from the
+	// client: once it is complete (its ReadyForQuery), the proxy decides
+	// to lose it (cut the client off: the server ran it, the client
+	// cannot tell) or, in the mode that loses only answers carrying rows,
+	// to pass it on. The client sends the chosen commit only after the
+	// answer to everything before it, so the held bytes start a message.
+	var (
+		mu       sync.Mutex
+		held     bool
+		kept     []byte
+		answered chan struct{}
+	)
 	done := make(chan struct{})
-	// answered is closed when the server has answered the chosen commit
-	// (its ReadyForQuery): it ran, and only then is the client cut off.
-	answered := make(chan struct{})
 	go func() {
 		defer close(done)
 		buf := make([]byte, 32<<10)
-		// dropped holds what the server sent since the mute, from a
-		// message's start: the client sends the chosen commit only after
-		// the answer to everything before it.
-		var dropped []byte
-		seen := false
 		for {
 			n, err := server.Read(buf)
 			if n > 0 {
 				mu.Lock()
-				m := muted
-				mu.Unlock()
-				if !m {
+				if held {
+					complete := readyForQuery(kept)
+					kept = append(kept, buf[:n]...)
+					if !complete && readyForQuery(kept) {
+						close(answered)
+					}
+					mu.Unlock()
+				} else {
+					mu.Unlock()
 					if _, werr := client.Write(buf[:n]); werr != nil {
 						return
-					}
-				} else if !seen {
-					dropped = append(dropped, buf[:n]...)
-					if readyForQuery(dropped) {
-						seen = true
-						close(answered)
 					}
 				}
 			}
@@ -184,6 +208,8 @@ func (p *PGProxy) serve(client, server net.Conn) {
 	// transaction, and the next Sync commits it (a Parse alone, which
 	// pgx sends first to learn a statement's shape, runs nothing).
 	marked, parsed, pending, inTx := false, false, false, false
+	// statements: whether each prepared statement's query holds the marker.
+	statements := map[string]bool{}
 	var head [5]byte
 	for {
 		if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -207,15 +233,21 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			case sql == "rollback":
 				marked, inTx = false, false
 			case sql == "commit":
-				lose = marked && p.take()
+				lose = marked && p.isArmed()
 				marked, inTx = false, false
 			case strings.Contains(sql, p.marker):
 				marked = true
 			}
 		case 'P': // Parse: the statement's name, then its query
-			if _, rest, ok := bytes.Cut(body, []byte{0}); ok {
+			if name, rest, ok := bytes.Cut(body, []byte{0}); ok {
 				sql, _, _ := bytes.Cut(rest, []byte{0})
 				parsed = strings.Contains(strings.ToLower(string(sql)), p.marker)
+				statements[string(name)] = parsed
+			}
+		case 'B': // Bind: the portal's name, then the statement's (prepared once, bound at every run)
+			if _, rest, ok := bytes.Cut(body, []byte{0}); ok {
+				name, _, _ := bytes.Cut(rest, []byte{0})
+				parsed = statements[string(name)]
 			}
 		case 'E': // Execute the last statement bound
 			if parsed && inTx {
@@ -224,28 +256,56 @@ func (p *PGProxy) serve(client, server net.Conn) {
 				pending = true
 			}
 		case 'S': // Sync: outside a transaction, the queries before it commit
-			lose = pending && !inTx && p.take()
+			lose = pending && !inTx && p.isArmed()
 			pending = false
 		}
+		var wait chan struct{}
 		if lose {
 			mu.Lock()
-			muted = true
+			held, kept, answered = true, nil, make(chan struct{})
+			wait = answered
 			mu.Unlock()
 		}
 		if _, err := server.Write(append(head[:], body...)); err != nil {
 			return
 		}
 		if lose {
-			// Let the server run the COMMIT (or the Sync) and answer,
-			// then cut the client off without its answer.
+			// The server runs the COMMIT (or the Sync) and answers; then
+			// the client is cut off without the answer, or given it.
 			select {
-			case <-answered:
+			case <-wait:
 			case <-done:
+				return
 			}
-			_ = client.Close()
-			return
+			mu.Lock()
+			answer := kept
+			held, kept = false, nil
+			mu.Unlock()
+			if p.takeFor(answer) {
+				_ = client.Close()
+				return
+			}
+			if _, err := client.Write(answer); err != nil {
+				return
+			}
 		}
 	}
+}
+
+// hasDataRow reports whether b, backend messages from a message's start,
+// holds a DataRow ('D'): the answer carried rows.
+func hasDataRow(b []byte) bool {
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n < 4 || len(b) < 1+n {
+			return false
+		}
+		if b[0] == 'D' {
+			return true
+		}
+		b = b[1+n:]
+	}
+	return false
 }
 
 // readyForQuery reports whether b, backend messages from a message's

@@ -69,6 +69,11 @@ type FencedDriverConfig struct {
 	// Window, if set, starts its queue's fetches at a floor instead of the
 	// queue's start (fetch_window.go).
 	Window *FetchWindowConfig
+	// Held, if set, keeps the runs this process fetched and has not
+	// written the outcome of (lost_runs.go); a fetch whose answer came
+	// too late hands River none of its jobs, and Withheld counts them.
+	Held     *HeldRuns
+	Withheld func(n int)
 }
 
 // NewFencedDriver is River's pgx driver on pool whose outcome writes drop
@@ -76,7 +81,8 @@ type FencedDriverConfig struct {
 // wait for cfg.Pace.
 func NewFencedDriver(pool *pgxpool.Pool, cfg FencedDriverConfig) riverdriver.Driver[pgx.Tx] {
 	d := riverpgxv5.New(pool)
-	exec := &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: cfg.Stale, pace: cfg.Pace}
+	exec := &fencedExecutor{Executor: d.GetExecutor(), driver: d, pool: pool, stale: cfg.Stale, pace: cfg.Pace,
+		held: cfg.Held, withheld: cfg.Withheld}
 	if cfg.Window != nil {
 		exec.window = newFetchWindow(*cfg.Window)
 	}
@@ -99,6 +105,9 @@ type fencedExecutor struct {
 	stale  func(n int)
 	pace   FetchPacer
 	window *fetchWindow
+	held   *HeldRuns
+	// withheld counts the jobs of fetches answered too late to run.
+	withheld func(n int)
 }
 
 // JobGetAvailable fetches when the pacer lets this process, and tells it
@@ -111,6 +120,24 @@ func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdrive
 	res, err := e.fetch(ctx, params)
 	if err == nil && e.pace != nil {
 		e.pace.Fetched(params.Queue, len(res.Jobs), params.MaxToLock)
+	}
+	if err == nil && e.held != nil && len(res.Jobs) > 0 {
+		var late int
+		res.Jobs, late = e.held.handOff(res.Jobs)
+		if late > 0 {
+			if e.withheld != nil {
+				e.withheld(late)
+			}
+			if res.DecodeErrors != nil {
+				kept := make(map[int64]error, len(res.DecodeErrors))
+				for _, j := range res.Jobs {
+					if err, ok := res.DecodeErrors[j.ID]; ok {
+						kept[j.ID] = err
+					}
+				}
+				res.DecodeErrors = kept
+			}
+		}
 	}
 	return res, err
 }
@@ -135,6 +162,12 @@ func (e *fencedExecutor) fetch(ctx context.Context, params *riverdriver.JobGetAv
 // counted as stale.
 func (e *fencedExecutor) JobSetStateIfRunningMany(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	rows, err := e.Executor.JobSetStateIfRunningMany(ctx, params)
+	if err == nil && e.held != nil {
+		// Written, or dropped as stale: the run is over either way. A
+		// write without an answer leaves its runs held; River writes
+		// them again.
+		e.held.written(params.ID)
+	}
 	if err != nil || e.stale == nil {
 		return rows, err
 	}
