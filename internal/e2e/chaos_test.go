@@ -607,6 +607,27 @@ func logUnsettled(t *testing.T, db *storetest.DB) {
 	for _, id := range ids[:min(len(ids), 5)] {
 		logAttemptLog(t, db.Pool, id)
 	}
+	// The breakers and trial leases of the endpoints with deliveries
+	// still parked (waiting without a job): what keeps them parked.
+	brows, err := db.Pool.Query(context.Background(), `
+		SELECT s.endpoint_id, s.state, s.generation, coalesce(to_char(s.open_until, 'HH24:MI:SS.MS'), '-'),
+			(SELECT count(*) FROM deliveries d WHERE d.endpoint_id = s.endpoint_id AND d.status = 'waiting' AND d.job_id IS NULL),
+			coalesce((SELECT string_agg(l.holder || ' until ' || to_char(l.expires_at, 'HH24:MI:SS.MS'), ', ') FROM trial_leases l WHERE l.endpoint_id = s.endpoint_id), '-'),
+			to_char(now(), 'HH24:MI:SS.MS')
+		FROM breaker_states s
+		WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = s.endpoint_id AND d.status = 'waiting' AND d.job_id IS NULL)`)
+	if err != nil {
+		t.Logf("unsettled breakers: %v", err)
+		return
+	}
+	defer brows.Close()
+	for brows.Next() {
+		var ep, state, openUntil, leases, now string
+		var gen, parked int64
+		if err := brows.Scan(&ep, &state, &gen, &openUntil, &parked, &leases, &now); err == nil {
+			t.Logf("unsettled: endpoint %s breaker %s generation %d open until %s, %d parked, trial leases %s (now %s)", ep, state, gen, openUntil, parked, leases, now)
+		}
+	}
 }
 
 // chaosVerdict is what verifyChaos found.
