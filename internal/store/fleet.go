@@ -63,6 +63,18 @@ func (s *Store) LeaveFleet(ctx context.Context, id string) error {
 	return nil
 }
 
+// rescueSet is the SET list of an update of running jobs (as j) that
+// makes each available again at once, or discarded when out of
+// attempts, with reason (an SQL text expression) added to its errors, as
+// River's rescuer does.
+func rescueSet(reason string) string {
+	return `
+		state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+		scheduled_at = now(),
+		finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+		errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt, 'error', ` + reason + `, 'trace', ''))`
+}
+
 // RescueJobsOf makes the running jobs of River clients that are gone (a
 // dispatcher whose heartbeat went silent: killed, or cut off) available
 // again at once, as River's own rescuer would after its much longer
@@ -88,12 +100,7 @@ func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, le
 			WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
 			FOR UPDATE SKIP LOCKED
 		), rescued AS (
-			UPDATE river_job j SET
-				state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
-				scheduled_at = now(),
-				finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-				errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
-					'error', 'rescued: dispatcher ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' stopped heartbeating', 'trace', ''))
+			UPDATE river_job j SET `+rescueSet(`'rescued: dispatcher ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' stopped heartbeating'`)+`
 			FROM free WHERE j.id = free.id
 			RETURNING 1
 		)

@@ -116,12 +116,7 @@ func (s *Store) ReleaseLostRuns(ctx context.Context, client string, held []int64
 				AND clock_timestamp() < $4::timestamptz
 			FOR UPDATE SKIP LOCKED
 		), released AS (
-			UPDATE river_job j SET
-				state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
-				scheduled_at = now(),
-				finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-				errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
-					'error', 'released: the answer to the fetch of dispatcher ' || $1 || ' was lost; it never ran', 'trace', ''))
+			UPDATE river_job j SET `+rescueSet(`'released: the answer to the fetch of dispatcher ' || $1 || ' was lost; it never ran'`)+`
 			FROM lost WHERE j.id = lost.id
 			RETURNING 1
 		)
