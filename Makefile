@@ -28,6 +28,11 @@ FLEET_REPORT ?= $(CURDIR)/fleet-report.json
 # only repeat it, and on an empty build cache it costs about 80 CPU-seconds
 # of facts about every dependency, built again for the race detector.
 VET_DONE = -vet=off
+# TEST_LDFLAGS link make test's test binaries without DWARF (-w), which
+# nothing in a test run reads (stack traces come from the binary's own
+# tables): internal/api's race-detector test binary links in 4.6 s of CPU
+# instead of 6.1, and make test links about 40 such binaries.
+TEST_LDFLAGS = -ldflags=-w
 # GOTESTSUM runs the tests of make test and make check: go test's output of
 # each package and failure, and a JSON record of every test (TEST_REPORT)
 # from which make test-report lists the slowest.
@@ -85,7 +90,7 @@ test:
 	./deploy/test-deps.sh
 	$(GO) vet ./...
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
-	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- $(VET_DONE) -race -count=1 -timeout 25m $(TEST_PKGS)
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- $(VET_DONE) $(TEST_LDFLAGS) -race -count=1 -timeout 25m $(TEST_PKGS)
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-after
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
