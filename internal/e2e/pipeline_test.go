@@ -161,6 +161,14 @@ func TestKilledDispatcherLosesNothing(t *testing.T) {
 	})
 	first.Kill()
 	killed.Store(true)
+	// The dead process's requests end as the receiver sees their
+	// connections close; one whose 20 ms delay ran out first is answered
+	// then, on a loaded machine after the kill. The answers are counted
+	// once none is left in flight (nothing else sends until dispatcher-2
+	// starts).
+	Eventually(t, 30*time.Second, 10*time.Millisecond, "the killed process's requests end", func() bool {
+		return p.receiver.Stats("/k").InFlight == 0
+	})
 	killedAt := p.receiver.Stats("/k").Delivered
 	require.Less(t, killedAt, messages, "the kill landed mid-run")
 	// The answers the receiver gave that the dead process's ledger had not

@@ -57,6 +57,11 @@ func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
 		"WORKERS": "20", "REQUEST_TIMEOUT": "2s", "RETRY_SCHEDULE": "0s,1s,1s,1s,1s,1s,1s,1s,1s,1s",
 		// The periodic pass is the route's to trigger here.
 		"TUNE_INTERVAL": "1h", "TUNE_WINDOW": "2m", "TUNE_SHADOW": "30s",
+		// A shadow is judged once the log behind its range is complete:
+		// the request timeout, the ledger's write timeout and 5 s after
+		// it. The default write timeout (30 s) would only lengthen the
+		// wait; nothing here freezes PostgreSQL.
+		"LEDGER_WRITE_TIMEOUT": "4s",
 	})
 	ep := api.CreateEndpoint(t, map[string]any{"tenant_id": "acme", "url": rc.URL("/runs"), "secret": testSecret, "traffic_class": "touchy"})
 
@@ -148,7 +153,7 @@ func TestTuningAppliesAProposalAfterItsShadow(t *testing.T) {
 	})
 	rr.healthy.Store(true)
 	// The shadow reads the log the request timeout, the ledger's write
-	// timeout (30 s) and 5 s behind the clock.
+	// timeout (4 s here) and 5 s behind the clock.
 	Eventually(t, 2*time.Minute, 200*time.Millisecond, "the proposal applies", func() bool {
 		code, err := api.Do(ctx, "GET", "/v1/traffic-classes/touchy/recommendation", nil, &rec)
 		require.NoError(t, err)
