@@ -1,14 +1,25 @@
 package tour_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	code := m.Run()
+	if binDir.dir != "" {
+		_ = os.RemoveAll(binDir.dir)
+	}
+	if code == 0 {
 		// Started by an import's init function (the Pub/Sub client's,
 		// through internal/destination), not by a test.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+		if err := goleak.Find(goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

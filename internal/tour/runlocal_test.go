@@ -119,8 +119,40 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// startRunLocal starts run-local.sh with its own ports and binary directory
-// plus extra, and returns once it has printed that hookd is up.
+// binDir is the binary directory every run-local.sh of this test binary
+// shares: the first run's caller builds it as the script does, so each
+// script's `go build -o` finds its binaries up to date and links nothing
+// (its four runs linked 16 binaries, about 50 CPU-seconds, otherwise).
+var binDir struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// sharedBinDir returns binDir's directory, built on first use; TestMain
+// removes it.
+func sharedBinDir(t *testing.T) string {
+	t.Helper()
+	binDir.once.Do(func() {
+		dir, err := os.MkdirTemp("", "hookd-tour-bin-")
+		if err != nil {
+			binDir.err = err
+			return
+		}
+		binDir.dir = dir
+		build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+			"./cmd/api", "./cmd/dispatcher", "./cmd/hookd", "./internal/delivery/deliverytest/cmd/receiver")
+		build.Dir = repoRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			binDir.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, binDir.err)
+	return binDir.dir
+}
+
+// startRunLocal starts run-local.sh with its own ports plus extra, and
+// returns once it has printed that hookd is up.
 func startRunLocal(t *testing.T, extra map[string]string) *runLocal {
 	t.Helper()
 	dir := t.TempDir()
@@ -136,6 +168,9 @@ func startRunLocal(t *testing.T, extra map[string]string) *runLocal {
 			env = append(env, kv)
 		}
 	}
+	// bin is where the script builds and where the tour's shell, which
+	// runs here, finds bin/api and the rest: the shared directory.
+	require.NoError(t, os.Symlink(sharedBinDir(t), filepath.Join(dir, "bin")))
 	rl.token = "runlocal-" + randomHex(8)
 	vars := map[string]string{
 		"HOOKD_BIN_DIR": filepath.Join(dir, "bin"),
