@@ -60,10 +60,10 @@ CHECK_FLAGS ?=
 # concurrent code. make test runs them in a go test of their own.
 DEPLOY_TEST_PKGS = ./internal/deploycheck ./cmd/...
 # DEPLOY_REPORT is that go test's JSON record, added to TEST_REPORT.
+DEPLOY_REPORT ?= $(CURDIR)/.test-report-deploy.json
 # DEPLOY_VET is its vet flag: make test, which has vetted every package,
 # gives VET_DONE.
 DEPLOY_VET ?=
-DEPLOY_REPORT ?= $(CURDIR)/.test-report-deploy.json
 
 # PGSTATE_FILE holds what make test found of a local PostgreSQL server.
 PGSTATE_FILE ?= $(CURDIR)/.pgstate.json
