@@ -10,9 +10,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir.dir != "" {
-		_ = os.RemoveAll(binDir.dir)
-	}
+	removeSharedBinDir()
 	if code == 0 {
 		// Started by an import's init function (the Pub/Sub client's,
 		// through internal/destination), not by a test.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/hookd/hookd/internal/delivery"
 	"github.com/hookd/hookd/internal/delivery/deliverytest"
+	"github.com/hookd/hookd/internal/pgcluster"
 	"github.com/hookd/hookd/internal/store/storetest"
 )
 
@@ -124,13 +125,14 @@ func repoRoot(t *testing.T) string {
 // script's `go build -o` finds its binaries up to date and links nothing
 // (its four runs linked 16 binaries, about 50 CPU-seconds, otherwise).
 var binDir struct {
-	once sync.Once
-	dir  string
-	err  error
+	once    sync.Once
+	dir     string
+	release func() // retires the watchdog that removes dir if this binary dies
+	err     error
 }
 
-// sharedBinDir returns binDir's directory, built on first use; TestMain
-// removes it.
+// sharedBinDir returns binDir's directory, built on first use;
+// removeSharedBinDir, from TestMain, removes it.
 func sharedBinDir(t *testing.T) string {
 	t.Helper()
 	binDir.once.Do(func() {
@@ -140,6 +142,12 @@ func sharedBinDir(t *testing.T) string {
 			return
 		}
 		binDir.dir = dir
+		// A test binary killed by its timeout never reaches TestMain's
+		// removal; the watchdog (as internal/e2e's binaries have) does.
+		if binDir.release, err = pgcluster.RemoveOnExit(dir); err != nil {
+			binDir.err = err
+			return
+		}
 		build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
 			"./cmd/api", "./cmd/dispatcher", "./cmd/hookd", "./internal/delivery/deliverytest/cmd/receiver")
 		build.Dir = repoRoot(t)
@@ -472,4 +480,14 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// removeSharedBinDir removes binDir's directory and retires its watchdog.
+func removeSharedBinDir() {
+	if binDir.dir != "" {
+		_ = os.RemoveAll(binDir.dir)
+	}
+	if binDir.release != nil {
+		binDir.release()
+	}
 }
