@@ -38,7 +38,22 @@ type Fleet struct {
 	// retried at each heartbeat that may rescue, until none is left.
 	// Only beat uses it (heartbeats are sequential).
 	pending map[string]bool
+	// released is when (cfg.DBNow) the last release of lost runs ran;
+	// troubled when the last heartbeat failed. Only beat uses them.
+	released, troubled time.Time
 }
+
+// The release of lost runs reads every running job of the queue (River's
+// index holds an entry per state change until vacuum: thousands for a
+// few hundred running), once per dispatcher. It runs only while runs may
+// be lost: from a fetch whose answer was lost or late, or a heartbeat that
+// failed (a fetch sent before a cut runs when the link comes back), for
+// LostRunAge (until those runs may be taken) and LostRunDoubt more; and
+// once per LostRunSweep whatever happened, for a lost answer nothing saw.
+const (
+	LostRunDoubt = 10 * time.Second
+	LostRunSweep = 30 * time.Second
+)
 
 // FleetStore records heartbeats.
 type FleetStore interface {
@@ -71,6 +86,11 @@ type FleetConfig struct {
 	Held func() []int64
 	// DBNow is the database's clock, for the release.
 	DBNow func() time.Time
+	// Doubted returns when (DBNow) a fetch's answer was last lost or late
+	// (store.HeldRuns.Doubted): the release runs only around such a
+	// fetch, a failed heartbeat and once per LostRunSweep. Nil: at every
+	// heartbeat.
+	Doubted func() time.Time
 }
 
 // FleetMetrics are the fleet's gauges; nil fields are not set.
@@ -168,6 +188,9 @@ func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
 	rescue := held && sent.Sub(time.Unix(0, f.heldSince.Load())) >= f.cfg.Stale
 	b, err := f.store.Heartbeat(ctx, f.cfg.ID, f.cfg.Connections, f.cfg.Stale, rescue)
 	if err != nil {
+		if f.cfg.DBNow != nil {
+			f.troubled = f.cfg.DBNow()
+		}
 		return b, err
 	}
 	if !held {
@@ -214,13 +237,18 @@ func (f *Fleet) releaseLost(ctx context.Context) {
 	if f.cfg.Held == nil || f.cfg.DBNow == nil {
 		return
 	}
+	if !f.releaseDue(f.cfg.DBNow()) {
+		return
+	}
 	held := f.cfg.Held()
-	n, err := f.store.ReleaseLostRuns(ctx, f.cfg.ID, held, f.cfg.DBNow())
+	readAt := f.cfg.DBNow()
+	n, err := f.store.ReleaseLostRuns(ctx, f.cfg.ID, held, readAt)
 	if err != nil {
 		// The next heartbeat tries again.
 		f.logger.Warn("fleet_release_lost_runs", slog.String("error", err.Error()))
 		return
 	}
+	f.released = readAt
 	if n == 0 {
 		return
 	}
@@ -228,6 +256,20 @@ func (f *Fleet) releaseLost(ctx context.Context) {
 	if f.metrics.Released != nil {
 		f.metrics.Released.Add(float64(n))
 	}
+}
+
+// releaseDue reports whether runs may be lost at now (the database's
+// clock): see LostRunDoubt.
+func (f *Fleet) releaseDue(now time.Time) bool {
+	if f.cfg.Doubted == nil || f.released.IsZero() || now.Sub(f.released) >= LostRunSweep {
+		return true
+	}
+	for _, at := range []time.Time{f.cfg.Doubted(), f.troubled} {
+		if !at.IsZero() && now.Sub(at) <= store.LostRunAge+LostRunDoubt {
+			return true
+		}
+	}
+	return false
 }
 
 // Join records the first heartbeat and checks that the live fleet, this

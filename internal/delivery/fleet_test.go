@@ -73,9 +73,9 @@ func (f *fleetStore) ReleaseLostRuns(_ context.Context, client string, held []in
 	return 1, nil
 }
 
-// TestFleetReleasesLostRuns: every heartbeat that succeeds asks the store
-// to release the jobs running under this process's ID that it does not
-// hold (a fetch whose answer was lost), naming the held ones as read just
+// TestFleetReleasesLostRuns: a heartbeat that succeeds asks the store to
+// release the jobs running under this process's ID that it does not hold
+// (a fetch whose answer was lost), naming the held ones as read just
 // before, with the database's time of that read; a failed heartbeat asks
 // nothing.
 func TestFleetReleasesLostRuns(t *testing.T) {
@@ -85,7 +85,8 @@ func TestFleetReleasesLostRuns(t *testing.T) {
 	held := []int64{7}
 	st := &fleetStore{beats: []store.FleetBeat{{Live: 1}}}
 	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
-		Now: func() time.Time { return now }, Held: func() []int64 { return held }, DBNow: func() time.Time { return db }},
+		Now: func() time.Time { return now }, Held: func() []int64 { return held }, DBNow: func() time.Time { return db },
+		Doubted: func() time.Time { return db }},
 		st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
 	require.NoError(t, f.Join(context.Background()))
 	now, db, held = now.Add(2*time.Second), db.Add(2*time.Second), []int64{7, 9}
@@ -96,6 +97,74 @@ func TestFleetReleasesLostRuns(t *testing.T) {
 		{"me", []int64{7}, time.Unix(1_000_000, 0).Add(time.Hour)},
 		{"me", []int64{7, 9}, time.Unix(1_000_002, 0).Add(time.Hour)},
 	}, st.releases)
+}
+
+// TestFleetReleasesLostRunsWhenInDoubt: the release reads every running job
+// of the queue, so a heartbeat asks for it only when runs may be lost: at
+// the first heartbeat (a process with this ID may have fetched before), and
+// from a fetch whose answer was lost or late, or a heartbeat that failed
+// (the link may be cut, and a fetch sent before the cut runs when it comes
+// back), until the runs it may have left are old enough to be released and
+// a few heartbeats more; otherwise once per LostRunSweep, in case a lost
+// answer went unseen. A fleet of N used to pay for N of these scans at
+// every heartbeat interval.
+func TestFleetReleasesLostRunsWhenInDoubt(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(1_000_000, 0)
+	now := start
+	var doubted time.Time
+	st := &fleetStore{beats: []store.FleetBeat{{Live: 1}}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
+		Now: func() time.Time { return now }, Held: func() []int64 { return nil }, DBNow: func() time.Time { return now },
+		Doubted: func() time.Time { return doubted }},
+		st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	var asked []time.Duration // when each release was asked for, since start
+	beat := func() {
+		t.Helper()
+		n := len(st.releases)
+		if st.err != nil {
+			require.Error(t, f.Beat(context.Background()))
+		} else {
+			require.NoError(t, f.Beat(context.Background()))
+		}
+		if len(st.releases) > n {
+			asked = append(asked, now.Sub(start))
+		}
+	}
+	require.NoError(t, f.Join(context.Background()))
+	asked = append(asked, 0)
+	beatsUntil := func(d time.Duration) {
+		t.Helper()
+		for now.Sub(start) < d {
+			now = now.Add(2 * time.Second)
+			beat()
+		}
+	}
+	beatsUntil(10 * time.Second)
+	require.Equal(t, []time.Duration{0}, asked, "no fetch in doubt: no release after the first")
+
+	// every is each heartbeat's time from from to to, both included.
+	every := func(from, to time.Duration) (out []time.Duration) {
+		for d := from; d <= to; d += 2 * time.Second {
+			out = append(out, d)
+		}
+		return out
+	}
+	window := store.LostRunAge + delivery.LostRunDoubt
+	doubted = start.Add(11 * time.Second) // a fetch's answer lost
+	beatsUntil(11*time.Second + window + 4*time.Second)
+	want := append([]time.Duration{0}, every(12*time.Second, 11*time.Second+window)...)
+	require.Equal(t, want, asked, "every heartbeat until the lost answer's runs are old enough, and a few more")
+
+	failedAt := now.Sub(start) + 2*time.Second
+	st.err = errors.New("connection refused")
+	beatsUntil(failedAt)
+	st.err = nil
+	lastDoubt := failedAt + window
+	beatsUntil(lastDoubt + delivery.LostRunSweep + 4*time.Second)
+	want = append(want, every(failedAt+2*time.Second, lastDoubt)...)
+	want = append(want, lastDoubt+delivery.LostRunSweep)
+	require.Equal(t, want, asked, "a failed heartbeat asks nothing and puts the next ones in doubt; then only the sweep")
 }
 
 // TestFleetRetriesARescueThatLeftJobs: a rescue that skipped jobs (their

@@ -253,7 +253,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.heldRuns = store.NewHeldRuns(d.clock.Now)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: d.fleetID, Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale, Now: time.Now,
-		Held: d.heldRuns.IDs, DBNow: d.clock.Now,
+		Held: d.heldRuns.IDs, DBNow: d.clock.Now, Doubted: d.heldRuns.Doubted,
 	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
 		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections,
 		Rescued: d.metrics.Delivery.FleetRescued, Released: d.metrics.Delivery.FleetLostRunsReleased})

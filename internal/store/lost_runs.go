@@ -33,6 +33,10 @@ type HeldRuns struct {
 
 	mu  sync.Mutex
 	ids map[int64]struct{}
+	// doubted is when (database time) a fetch's answer was last lost or
+	// came too late to hand off: from then its runs may be running here
+	// unheld.
+	doubted time.Time
 }
 
 // Lost runs: a fetched run is handed to River within lostRunHandOff of
@@ -74,6 +78,24 @@ func (h *HeldRuns) handOff(jobs []*rivertype.JobRow) ([]*rivertype.JobRow, int) 
 		kept = append(kept, j)
 	}
 	return kept, len(jobs) - len(kept)
+}
+
+// doubt records that a fetch's answer was lost (the fetch failed, and the
+// server may have run it) or came too late to hand off.
+func (h *HeldRuns) doubt() {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.doubted = now
+}
+
+// Doubted returns when (database time) a fetch's answer was last lost or
+// late; zero when none was. Only such a fetch leaves runs for the
+// release, so the release need not scan the running jobs otherwise.
+func (h *HeldRuns) Doubted() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.doubted
 }
 
 // written removes the jobs whose outcomes were written.

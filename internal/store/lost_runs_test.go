@@ -86,7 +86,8 @@ func TestReleaseLostRuns(t *testing.T) {
 // TestFencedDriverHoldsItsRuns: the fenced driver holds the runs of each
 // fetch it hands to River until their outcomes are written, and hands
 // River none of a fetch answered after the hand-off limit (the database's
-// clock past the fetch by more): those stay running, for the release.
+// clock past the fetch by more): those stay running, for the release, and
+// so may a failed fetch's; either puts runs in doubt (HeldRuns.Doubted).
 func TestFencedDriverHoldsItsRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -115,6 +116,7 @@ func TestFencedDriverHoldsItsRuns(t *testing.T) {
 	jobs := fetch()
 	require.Len(t, jobs, 1)
 	require.Equal(t, []int64{id}, held.IDs(), "a fetched run is held")
+	require.True(t, held.Doubted().IsZero(), "no answer lost: no run in doubt")
 	p := riverdriver.JobSetStateCompleted(id, time.Now(), nil)
 	_, err := exec.JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
 		ID: []int64{id}, Attempt: []*int{p.Attempt}, ErrData: [][]byte{p.ErrData}, FinalizedAt: []*time.Time{p.FinalizedAt},
@@ -131,4 +133,15 @@ func TestFencedDriverHoldsItsRuns(t *testing.T) {
 	var state string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, late).Scan(&state))
 	require.Equal(t, "running", state, "left running, for the release of lost runs")
+	lateAt := held.Doubted()
+	require.False(t, lateAt.IsZero(), "a late answer puts runs in doubt, for the release")
+
+	// A fetch that fails may have run on the server: in doubt too.
+	ahead.Store(int64(time.Minute))
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = exec.JobGetAvailable(cancelled, &riverdriver.JobGetAvailableParams{
+		ClientID: "me", MaxAttemptedBy: 100, MaxToLock: 10, Queue: river.QueueDefault})
+	require.Error(t, err)
+	require.Greater(t, held.Doubted().Sub(lateAt), 50*time.Second, "the failed fetch's time")
 }

@@ -118,6 +118,11 @@ func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdrive
 		return &riverdriver.JobGetAvailableResult{}, nil
 	}
 	res, err := e.fetch(ctx, params)
+	if err != nil && e.held != nil {
+		// The server may have run it and its answer is lost: its jobs
+		// are running here, unheld, for the release.
+		e.held.doubt()
+	}
 	if err == nil && e.pace != nil {
 		e.pace.Fetched(params.Queue, len(res.Jobs), params.MaxToLock)
 	}
@@ -125,6 +130,7 @@ func (e *fencedExecutor) JobGetAvailable(ctx context.Context, params *riverdrive
 		var late int
 		res.Jobs, late = e.held.handOff(res.Jobs)
 		if late > 0 {
+			e.held.doubt()
 			if e.withheld != nil {
 				e.withheld(late)
 			}
