@@ -144,6 +144,26 @@ func (c *cluster) dropDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
+// connections names each server process by whose work it does
+// (postgresConnection), by pid.
+func (c *cluster) connections(ctx context.Context) (map[int]string, error) {
+	rows, err := c.admin.Query(ctx, `SELECT pid, coalesce(backend_type, ''), coalesce(application_name, '') FROM pg_stat_activity`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_stat_activity: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]string{}
+	for rows.Next() {
+		var pid int
+		var backendType, app string
+		if err := rows.Scan(&pid, &backendType, &app); err != nil {
+			return nil, fmt.Errorf("read pg_stat_activity: %w", err)
+		}
+		out[pid] = postgresConnection(backendType, app)
+	}
+	return out, rows.Err()
+}
+
 // postmasterPID returns the server's process id.
 func (c *cluster) postmasterPID() int { return c.pg.PostmasterPID() }
 

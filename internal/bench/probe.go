@@ -130,6 +130,10 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 	}
 	cpu1 := p.s.b.cpuSnapshot(p.s)
 	res.CPU = cpuUsage(p.cpu0, cpu1)
+	conns, err := p.s.b.pg.connections(ctx)
+	if err != nil {
+		return err
+	}
 	m, err := p.s.metrics(ctx, counterNames...)
 	if err != nil {
 		return err
@@ -171,6 +175,10 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 		res.WALBytesPerDelivery = round1(float64(walBytes) / d)
 		res.WALFPIPerDelivery = round3(float64(walFPI) / d)
 		res.CPUMsPerDelivery = cpuPerDelivery(res.CPU, secs, d)
+		res.PostgresCPUMsByConnection = map[string]float64{}
+		for c, cpu := range postgresCPUByConnection(p.cpu0, cpu1, conns) {
+			res.PostgresCPUMsByConnection[c] = round4(cpu * 1000 / d)
+		}
 	}
 	if secs > 0 {
 		res.WALSyncsPerS = round1(float64(walSyncs) / secs)

@@ -90,6 +90,47 @@ func cpuUsage(a, z cpuSnap) cpuReport {
 	return r
 }
 
+// postgresConnection names whose work a PostgreSQL process does: a client
+// backend by its application_name (hookd-api for an api's pool,
+// hookd-dispatcher and hookd-locks for a dispatcher's pool and leader
+// locks, hookd-ledger for its ledger's connections, bench for the
+// bench's own reads), the server's own processes (autovacuum, the WAL
+// writer, the checkpointer, the postmaster) as background.
+func postgresConnection(backendType, app string) string {
+	if backendType != "client backend" {
+		return "background"
+	}
+	for _, c := range []struct{ prefix, name string }{
+		{"hookd-api", "api"}, {"hookd-ledger", "ledger"}, {"hookd-dispatcher", "dispatcher"},
+		{"hookd-locks", "dispatcher"}, {"bench", "bench"},
+	} {
+		if strings.HasPrefix(app, c.prefix) {
+			return c.name
+		}
+	}
+	return "other"
+}
+
+// postgresCPUByConnection is the CPU seconds PostgreSQL's processes spent
+// between two snapshots, by postgresConnection of each process (conn, by
+// pid, read at z; a process not in it, such as the postmaster, is
+// background). Like cpuUsage, a process that exited in between is not
+// counted.
+func postgresCPUByConnection(a, z cpuSnap, conn map[int]string) map[string]float64 {
+	by := map[string]float64{}
+	for pid, t := range z.byPID {
+		if z.role[pid] != "postgres" {
+			continue
+		}
+		c, ok := conn[pid]
+		if !ok {
+			c = "background"
+		}
+		by[c] += max(t-a.byPID[pid], 0)
+	}
+	return by
+}
+
 // cpuMs is CPU time per delivery, in core-milliseconds, by party.
 type cpuMs struct {
 	Postgres   float64 `json:"postgres"`

@@ -115,6 +115,11 @@ type scenarioResult struct {
 	WALFPIPerDelivery float64 `json:"wal_fpi_per_delivery"`
 	WALSyncsPerS      float64 `json:"wal_syncs_per_s"`
 	CPUMsPerDelivery  cpuMs   `json:"cpu_ms_per_delivery"`
+	// PostgresCPUMsByConnection splits CPUMsPerDelivery.Postgres by whose
+	// backend spent it (postgresConnection): the api's statements are
+	// the same per message in every configuration, so theirs is a control
+	// for what the machine charges PostgreSQL as processes are added.
+	PostgresCPUMsByConnection map[string]float64 `json:"postgres_cpu_ms_per_delivery_by_connection,omitempty"`
 
 	Attempts           int64                  `json:"attempts"`
 	SnoozedAtCap       int64                  `json:"snoozed_at_cap"`

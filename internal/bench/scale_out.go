@@ -96,6 +96,19 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	// delivery, 4 over 1, is what the machine charges for more processes
 	// sharing its cores, a control for the other ratios.
 	benchCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Bench }
+	// So are the api's statements per message: the CPU its connections
+	// cost PostgreSQL per delivery, 4 over 1, is what the machine charges
+	// PostgreSQL's work for more processes; the dispatchers' connections
+	// (their pools and ledgers) are what the code asks of it.
+	pgCPUOf := func(conns ...string) func(*scenarioResult) float64 {
+		return func(r *scenarioResult) float64 {
+			var ms float64
+			for _, c := range conns {
+				ms += r.PostgresCPUMsByConnection[c]
+			}
+			return ms
+		}
+	}
 	fourOverOne := ratio(four, one, throughput)
 	res.Extra = map[string]any{
 		"rounds":                              rounds,
@@ -107,6 +120,9 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"postgres_cpu_four_over_one_rounds":   ratio(four, one, pgCPU),
 		"dispatcher_statements_four_over_one": ratio(four, one, statements),
 		"load_generator_cpu_four_over_one":    ratio(four, one, benchCPU),
+		// PostgreSQL's CPU per delivery by connection, 4 over 1.
+		"postgres_cpu_of_api_connections_four_over_one":        ratio(four, one, pgCPUOf("api")),
+		"postgres_cpu_of_dispatcher_connections_four_over_one": ratio(four, one, pgCPUOf("dispatcher", "ledger")),
 	}
 	best := byRound[0][one.key()]
 	for _, c := range scaleConfigs {
