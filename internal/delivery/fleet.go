@@ -41,6 +41,8 @@ type Fleet struct {
 	// released is when (cfg.DBNow) the last release of lost runs ran;
 	// troubled when the last heartbeat failed. Only beat uses them.
 	released, troubled time.Time
+	// kick asks Run for a heartbeat now (Kick).
+	kick chan struct{}
 }
 
 // The release of lost runs reads every running job of the queue (River's
@@ -112,7 +114,7 @@ func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics Fleet
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics, pending: map[string]bool{}}
+	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
 	f.set(store.FleetBeat{Live: 1})
 	return f
 }
@@ -321,9 +323,23 @@ func (f *Fleet) Run(ctx context.Context) {
 			}
 			return
 		case <-tick.C:
-			if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
-				f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
-			}
+		case <-f.kick:
 		}
+		if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
+			f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// Kick asks Run for a heartbeat now: another dispatcher joined or left
+// the fleet (store.FleetChannel), and this one's share of the fetch turns
+// and the unparker's endpoints follows from the live fleet, which it
+// would otherwise learn at its next heartbeat, up to Interval later. A
+// dispatcher added to a loaded fleet found nothing to fetch until then.
+// Kicks while one is pending are one.
+func (f *Fleet) Kick() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
 	}
 }

@@ -251,3 +251,28 @@ func TestFleetLeaseAndRescue(t *testing.T) {
 	require.ErrorContains(t, err, "105 connections")
 	require.Equal(t, []string{"late"}, over.left)
 }
+
+// TestFleetKickBeatsAtOnce: a kick (another dispatcher joined or left)
+// makes Run heartbeat at once, not at its next interval, and so learn the
+// live fleet; kicks while one is pending are one.
+func TestFleetKickBeatsAtOnce(t *testing.T) {
+	t.Parallel()
+	st := &fleetStore{beats: []store.FleetBeat{{Live: 1}, {Live: 2, Rank: 1}}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: time.Hour, Stale: 3 * time.Hour},
+		st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.NoError(t, f.Join(context.Background()))
+	require.Equal(t, 1, f.Live())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	f.Kick()
+	f.Kick()
+	require.Eventually(t, func() bool { return f.Live() == 2 }, time.Minute, time.Millisecond, "the kick's heartbeat saw the fleet grow")
+	shard, n := f.Share()
+	require.Equal(t, []int{1, 2}, []int{shard, n})
+	st.mu.Lock()
+	beats := len(st.rescue)
+	st.mu.Unlock()
+	require.LessOrEqual(t, beats, 3, "the join, and one or two kicked heartbeats, none of them the hour's")
+}

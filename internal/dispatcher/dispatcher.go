@@ -102,12 +102,13 @@ const (
 	// dispatcher four fetches a second, a fleet of n 4 x n.
 	defaultQueuePoll  = 10 * time.Second
 	listenReadyWithin = 30 * time.Second
-	// fleetHeartbeat and fleetStale bound how long the fleet's count of
-	// dispatchers lags: a dispatcher killed without a clean stop stops
-	// counting after fleetStale, and the survivors see it at their next
-	// heartbeat.
-	fleetHeartbeat = 2 * time.Second
-	fleetStale     = 3 * fleetHeartbeat
+	// fleetHeartbeat (Config.FleetHeartbeat's default) and fleetStaleBeats
+	// of them bound how long the fleet's count of dispatchers lags
+	// a dispatcher killed without a clean stop: it stops counting after
+	// fleetStaleBeats heartbeats, and the survivors see it at their next one. A
+	// join or a leave is notified, and seen at once.
+	fleetHeartbeat  = 2 * time.Second
+	fleetStaleBeats = 3
 	// metricsShutdown bounds how long open scrapes may run on after the
 	// deliveries have stopped.
 	metricsShutdown = 5 * time.Second
@@ -218,6 +219,15 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		d.unparker.Kick(id)
 	})
 	d.listener.OnReconnect(d.cache.InvalidateAll)
+	// Another dispatcher joined or left: heartbeat now, to take this
+	// one's new share of the fetch turns and the unparker's endpoints.
+	// After the listener was away, the fleet may have changed unheard.
+	d.listener.Handle(store.FleetChannel, func(id string) {
+		if id != d.fleetID {
+			d.fleet.Kick()
+		}
+	})
+	d.listener.OnReconnect(func() { d.fleet.Kick() })
 	d.listener.OnReconnect(d.store.InvalidateOperational)
 
 	d.classes = delivery.NewClassBook(d.store, d.logger)
@@ -251,8 +261,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// The runs River holds, so the heartbeat can release those whose
 	// fetch's answer was lost.
 	d.heldRuns = store.NewHeldRuns(d.clock.Now)
+	heartbeat := cmp.Or(cfg.FleetHeartbeat, fleetHeartbeat)
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
-		ID: d.fleetID, Connections: conns, Interval: fleetHeartbeat, Stale: fleetStale, Now: time.Now,
+		ID: d.fleetID, Connections: conns, Interval: heartbeat, Stale: fleetStaleBeats * heartbeat, Now: time.Now,
 		Held: d.heldRuns.IDs, DBNow: d.clock.Now, Doubted: d.heldRuns.Doubted,
 	}, d.store, d.logger, delivery.FleetMetrics{Size: d.metrics.Delivery.FleetSize,
 		Connections: d.metrics.Delivery.FleetConnections, MaxConnections: d.metrics.Delivery.ServerConnections,

@@ -3,6 +3,8 @@ package dispatcher_test
 import (
 	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -57,4 +59,40 @@ func TestDispatcherRefusesAFleetPastTheServersConnections(t *testing.T) {
 	}, waitFor, 20*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestFleetSeesAJoinAndALeaveAtOnce: a dispatcher learns of another's
+// start and of its stop from the fleet's notification, not at its own
+// next heartbeat (an hour here), so its share of the fetch turns follows
+// at once: a dispatcher added to a loaded fleet used to find nothing to
+// fetch until the others' next heartbeats.
+func TestFleetSeesAJoinAndALeaveAtOnce(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	cfg := dispatcher.DefaultConfig()
+	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.AllowPrivateTargets = true
+	cfg.Breakers = false
+	cfg.FleetHeartbeat = time.Hour
+	size := func(base string, n string) func() bool {
+		re := regexp.MustCompile(`(?m)^dispatcher_fleet_size ` + n + `$`)
+		return func() bool {
+			res, err := http.Get(base + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(res.Body)
+			require.NoError(t, res.Body.Close())
+			require.NoError(t, err)
+			return re.Match(body)
+		}
+	}
+	first, cancelFirst, firstDone := startRun(t, cfg, db.Pool, slog.LevelError)
+	defer func() { cancelFirst(); require.NoError(t, <-firstDone) }()
+	require.Eventually(t, size(first, "1"), waitFor, 10*time.Millisecond)
+
+	second, cancelSecond, secondDone := startRun(t, cfg, db.Pool, slog.LevelError)
+	require.Eventually(t, size(second, "2"), waitFor, 10*time.Millisecond, "the second joined, counting the first")
+	require.Eventually(t, size(first, "2"), waitFor, 10*time.Millisecond, "the first heard of it")
+	cancelSecond()
+	require.NoError(t, <-secondDone)
+	require.Eventually(t, size(first, "1"), waitFor, 10*time.Millisecond, "and of its leave")
 }

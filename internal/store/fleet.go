@@ -35,29 +35,45 @@ type FleetBeat struct {
 // others, alive and about to write their runs' outcomes.
 func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (FleetBeat, error) {
 	var b FleetBeat
+	// A join (the row inserted: xmax is 0 on an inserted row) and each
+	// dispatcher forgotten are notified on FleetChannel, read by the
+	// select list so that the CTE runs.
 	err := s.pool.QueryRow(ctx, `
 		WITH me AS (
 			INSERT INTO hookd_dispatchers (id, db_connections) VALUES ($1, $3)
 			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), db_connections = $3
+			RETURNING xmax = 0 AS joined
 		), gone AS (
 			DELETE FROM hookd_dispatchers WHERE $4 AND id <> $1 AND heartbeat_at < now() - $2::interval
 			RETURNING id
+		), told AS (
+			SELECT pg_notify('`+FleetChannel+`', $1) FROM me WHERE joined
+			UNION ALL SELECT pg_notify('`+FleetChannel+`', id) FROM gone
 		)
 		SELECT 1 + count(*), count(*) FILTER (WHERE id < $1)::int, $3 + coalesce(sum(db_connections), 0)::int,
 			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int,
-			coalesce((SELECT array_agg(id) FROM gone), '{}')
+			coalesce((SELECT array_agg(id) FROM gone), '{}'), (SELECT count(*) FROM told)
 		FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Rank, &b.Connections, &b.MaxConnections, &b.Gone)
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Rank, &b.Connections, &b.MaxConnections, &b.Gone, nil)
 	if err != nil {
 		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}
 	return b, nil
 }
 
-// LeaveFleet deletes dispatcher id's heartbeat, so the others take its
-// share at their next heartbeat instead of after it goes stale.
+// FleetChannel is the NOTIFY channel on which the fleet changes: its
+// payload is the ID of a dispatcher that joined, left or was forgotten.
+// Each dispatcher heartbeats when it hears one, so the others take their
+// new shares of the fetch turns and the unparker's endpoints at once,
+// not at their next heartbeat.
+const FleetChannel = "hookd_fleet"
+
+// LeaveFleet deletes dispatcher id's heartbeat and notifies the fleet, so
+// the others take its share at once instead of after it goes stale.
 func (s *Store) LeaveFleet(ctx context.Context, id string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM hookd_dispatchers WHERE id = $1`, id); err != nil {
+	if _, err := s.pool.Exec(ctx, `
+		WITH gone AS (DELETE FROM hookd_dispatchers WHERE id = $1 RETURNING id)
+		SELECT pg_notify('`+FleetChannel+`', id) FROM gone`, id); err != nil {
 		return fmt.Errorf("leave dispatcher fleet: %w", err)
 	}
 	return nil

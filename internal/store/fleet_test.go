@@ -191,3 +191,46 @@ func TestRescueSkipsJobsLockedElsewhere(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(state::text ORDER BY id) FROM river_job WHERE id IN ($1, $2)`, free, locked).Scan(&states))
 	require.Equal(t, []string{"available", "available"}, states)
 }
+
+// TestFleetChangesAreNotified: a heartbeat that joins the fleet, one that
+// forgets gone dispatchers and a leave each notify the fleet's channel
+// with the ID that came or went, in the same transaction, so the others
+// take their new shares at once rather than at their next heartbeat; a
+// heartbeat that changes nothing notifies nothing.
+func TestFleetChangesAreNotified(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := t.Context()
+	s := store.New(db.Pool, nil)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN "+store.FleetChannel)
+	require.NoError(t, err)
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(wctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	beat := func(id string) store.FleetBeat {
+		t.Helper()
+		b, err := s.Heartbeat(ctx, id, 10, time.Minute, true)
+		require.NoError(t, err)
+		return b
+	}
+
+	beat("a")
+	require.Equal(t, "a", next(), "a joined")
+	beat("a") // nothing changed: nothing notified
+	beat("b")
+	require.Equal(t, "b", next(), "the next notification is b's join, not a's second beat")
+	require.NoError(t, s.LeaveFleet(ctx, "b"))
+	require.Equal(t, "b", next(), "b left")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO hookd_dispatchers (id, heartbeat_at, db_connections) VALUES ('c', now() - interval '2 minutes', 5)`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, beat("a").Gone)
+	require.Equal(t, "c", next(), "c forgotten")
+}
