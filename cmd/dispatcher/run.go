@@ -64,6 +64,7 @@ type settings struct {
 	queueMetricsEvery *time.Duration
 	breakers          *bool
 	breakerFlush      *time.Duration
+	fleetHeartbeat    *time.Duration
 	trialPoolSize     *int
 	fleetShare        *float64
 	reclassifyEvery   *time.Duration
@@ -111,6 +112,7 @@ func newFlagSet(getenv func(string) string, out io.Writer) (*config.FlagSet, *se
 		queueMetricsEvery: fs.Duration("queue-metrics-interval", "QUEUE_METRICS_INTERVAL", def.QueueMetricsInterval, "how often the deliver queue's depth and backlog age are measured (two index queries; every dispatcher exports the same fleet-wide figures)"),
 		breakers:          fs.Bool("breakers", "BREAKERS", def.Breakers, "run every delivery through its endpoint's circuit breaker"),
 		breakerFlush:      fs.Duration("breaker-flush-interval", "BREAKER_FLUSH_INTERVAL", def.BreakerFlushInterval, "how often counted outcomes go to the shared breaker window and trips are evaluated"),
+		fleetHeartbeat:    fs.Duration("fleet-heartbeat", "FLEET_HEARTBEAT", def.FleetHeartbeat, "how often the dispatcher heartbeats in the fleet table; one silent for three heartbeats is gone and the others take its running jobs (give every dispatcher of a fleet the same)"),
 		trialPoolSize:     fs.Int("trial-pool-size", "TRIAL_POOL_SIZE", 0, "deprecated and ignored (a warning is logged when set): half-open trials hold leases in PostgreSQL and use the main pool for short statements, with no connections of their own"),
 		fleetShare:        fs.Float("fleet-suspect-share", "BREAKER_FLEET_SUSPECT_SHARE", def.FleetSuspectShare, "share of active endpoints opening within a minute above which no breaker opens on transport errors (our egress is suspect); 0 disables"),
 		reclassifyEvery:   fs.Duration("reclassify-interval", "RECLASSIFY_INTERVAL", def.ReclassifyInterval, "how often every auto endpoint's traffic class is re-evaluated from its delivery log (once fleet-wide)"),
@@ -153,6 +155,7 @@ func (s *settings) config() dispatcher.Config {
 		QueueMetricsInterval:     *s.queueMetricsEvery,
 		Breakers:                 *s.breakers,
 		BreakerFlushInterval:     *s.breakerFlush,
+		FleetHeartbeat:           *s.fleetHeartbeat,
 		FleetSuspectShare:        *s.fleetShare,
 		ReclassifyInterval:       *s.reclassifyEvery,
 		TuneInterval:             *s.tuneEvery,
@@ -192,6 +195,7 @@ var flagOf = map[string]string{
 	"QueueMetricsInterval":     "queue-metrics-interval",
 	"Breakers":                 "breakers",
 	"BreakerFlushInterval":     "breaker-flush-interval",
+	"FleetHeartbeat":           "fleet-heartbeat",
 	"FleetSuspectShare":        "fleet-suspect-share",
 	"ReclassifyInterval":       "reclassify-interval",
 	"TuneInterval":             "tune-interval",

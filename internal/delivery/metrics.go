@@ -146,7 +146,7 @@ func NewMetrics(reg prometheus.Registerer, labels *EndpointLabels) *Metrics {
 		}),
 		FleetLostRunsReleased: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_fleet_lost_runs_released_total",
-			Help: "Jobs running under this dispatcher's ID that it never ran, made available again by its heartbeat 6 s after their fetch rather than after --rescue-stuck-after: the server ran a fetch of jobs whose answer never reached the dispatcher (a connection broken after the fetch ran, or a fetch River stopped waiting for that the server ran later, as after a network cut).",
+			Help: "Jobs running under this dispatcher's ID that it never ran, made available again by its heartbeat 6 s after their fetch (at most 36 s when no failed or late fetch was seen) rather than after --rescue-stuck-after: the server ran a fetch of jobs whose answer never reached the dispatcher (a connection broken after the fetch ran, or a fetch River stopped waiting for that the server ran later, as after a network cut).",
 		}),
 		FleetRunsWithheld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_fleet_runs_withheld_total",

@@ -67,8 +67,7 @@ type Config struct {
 	BreakerFlushInterval time.Duration
 	// FleetHeartbeat is how often the dispatcher heartbeats in the fleet
 	// table; one silent for three of them is gone, and its running jobs
-	// are taken by the others. Not a flag: the fleet's dispatchers must
-	// agree on it (docs/scaling.md). Zero means the default, 2s.
+	// are taken by the others. A fleet's dispatchers should agree on it.
 	FleetHeartbeat time.Duration
 	// FleetSuspectShare is the share of active endpoints opening within a
 	// minute above which no breaker opens on transport errors; 0 disables.
@@ -145,6 +144,7 @@ func DefaultConfig() Config {
 		QueueMetricsInterval:  15 * time.Second,
 		Breakers:              true,
 		BreakerFlushInterval:  100 * time.Millisecond,
+		FleetHeartbeat:        2 * time.Second,
 		FleetSuspectShare:     0.3,
 		ReclassifyInterval:    trafficclass.ReclassifyInterval,
 		TuneInterval:          tuning.DefaultInterval,
@@ -223,8 +223,8 @@ func (c Config) resolve() (resolved, error) {
 		return r, invalid("MetricsEndpointCap", "must not be negative")
 	case c.QueueMetricsInterval < time.Second:
 		return r, invalid("QueueMetricsInterval", "must be at least 1s")
-	case c.FleetHeartbeat < 0:
-		return r, invalid("FleetHeartbeat", "must not be negative")
+	case c.FleetHeartbeat < 100*time.Millisecond || c.FleetHeartbeat > time.Hour:
+		return r, invalid("FleetHeartbeat", "must be from 100ms to 1h")
 	case c.BreakerFlushInterval < 10*time.Millisecond || c.BreakerFlushInterval > 10*time.Second:
 		return r, invalid("BreakerFlushInterval", "must be from 10ms to 10s")
 	case c.FleetSuspectShare < 0 || c.FleetSuspectShare >= 1:

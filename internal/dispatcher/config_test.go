@@ -38,7 +38,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		}, "FetchPollInterval", "must be at least the fetch cooldown"},
 		{"rescue before the job timeout", func(c *dispatcher.Config) { c.RescueStuckAfter = 16 * time.Second }, "RescueStuckAfter", "must exceed the request timeout + 5s (20s)"},
 		{"fleet share of one", func(c *dispatcher.Config) { c.FleetSuspectShare = 1 }, "FleetSuspectShare", "must be in [0, 1)"},
-		{"negative heartbeat", func(c *dispatcher.Config) { c.FleetHeartbeat = -time.Second }, "FleetHeartbeat", "must not be negative"},
+		{"no heartbeat", func(c *dispatcher.Config) { c.FleetHeartbeat = 0 }, "FleetHeartbeat", "must be from 100ms to 1h"},
 		{"operational URL without a secret", func(c *dispatcher.Config) { c.OperationalWebhookURL = "https://ops.example/hooks" }, "OperationalWebhookSecret", "required with the operational webhook URL"},
 		{"no grace", func(c *dispatcher.Config) { c.ShutdownGrace = 0 }, "ShutdownGrace", "must be positive"},
 		{"tuning every second", func(c *dispatcher.Config) { c.TuneInterval = time.Second }, "TuneInterval", "must be at least 1m"},

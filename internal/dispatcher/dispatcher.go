@@ -102,12 +102,11 @@ const (
 	// dispatcher four fetches a second, a fleet of n 4 x n.
 	defaultQueuePoll  = 10 * time.Second
 	listenReadyWithin = 30 * time.Second
-	// fleetHeartbeat (Config.FleetHeartbeat's default) and fleetStaleBeats
-	// of them bound how long the fleet's count of dispatchers lags
-	// a dispatcher killed without a clean stop: it stops counting after
-	// fleetStaleBeats heartbeats, and the survivors see it at their next one. A
-	// join or a leave is notified, and seen at once.
-	fleetHeartbeat  = 2 * time.Second
+	// fleetStaleBeats heartbeats (Config.FleetHeartbeat) bound how long
+	// the fleet's count of dispatchers lags a dispatcher killed without a
+	// clean stop: it stops counting after them, and the survivors see it
+	// at their next heartbeat. A join or a leave is notified, and seen at
+	// once.
 	fleetStaleBeats = 3
 	// metricsShutdown bounds how long open scrapes may run on after the
 	// deliveries have stopped.
@@ -261,7 +260,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	// The runs River holds, so the heartbeat can release those whose
 	// fetch's answer was lost.
 	d.heldRuns = store.NewHeldRuns(d.clock.Now)
-	heartbeat := cmp.Or(cfg.FleetHeartbeat, fleetHeartbeat)
+	heartbeat := cfg.FleetHeartbeat
 	d.fleet = delivery.NewFleet(delivery.FleetConfig{
 		ID: d.fleetID, Connections: conns, Interval: heartbeat, Stale: fleetStaleBeats * heartbeat, Now: time.Now,
 		Held: d.heldRuns.IDs, DBNow: d.clock.Now, Doubted: d.heldRuns.Doubted,
