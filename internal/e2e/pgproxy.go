@@ -93,11 +93,12 @@ func (p *PGProxy) Lost() int {
 }
 
 // takeFor reports whether the proxy loses answer, taking one of the
-// armed losses if so.
-func (p *PGProxy) takeFor(answer []byte) bool {
+// armed losses if so; rows says the transaction it commits answered rows
+// before (its own answer, a COMMIT's, carries none).
+func (p *PGProxy) takeFor(answer []byte, rows bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.armed == 0 || (p.rowsOnly && !hasDataRow(answer)) {
+	if p.armed == 0 || (p.rowsOnly && !rows && !hasDataRow(answer)) {
 		return false
 	}
 	p.armed--
@@ -208,6 +209,13 @@ func (p *PGProxy) serve(client, server net.Conn) {
 	// transaction, and the next Sync commits it (a Parse alone, which
 	// pgx sends first to learn a statement's shape, runs nothing).
 	marked, parsed, pending, inTx := false, false, false, false
+	// peek: the next Sync ends a marked statement run in a transaction,
+	// whose answer is read on its way (a fetch in a transaction, as the
+	// windowed one, answers its rows there and commits after);
+	// rowsInTx: such an answer carried rows, so in the mode that loses
+	// only answers with rows, the transaction's COMMIT is the one to
+	// lose: the server committed what the client never learns of.
+	peek, rowsInTx := false, false
 	// statements: whether each prepared statement's query holds the marker.
 	statements := map[string]bool{}
 	var head [5]byte
@@ -223,15 +231,15 @@ func (p *PGProxy) serve(client, server net.Conn) {
 		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
-		lose := false
+		lose, peekNow := false, false
 		switch head[0] {
 		case 'Q': // a simple query
 			sql := strings.ToLower(strings.TrimSpace(string(bytes.TrimRight(body, "\x00"))))
 			switch {
 			case sql == "begin":
-				marked, inTx = false, true
+				marked, inTx, rowsInTx = false, true, false
 			case sql == "rollback":
-				marked, inTx = false, false
+				marked, inTx, rowsInTx = false, false, false
 			case sql == "commit":
 				lose = marked && p.isArmed()
 				marked, inTx = false, false
@@ -251,16 +259,18 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			}
 		case 'E': // Execute the last statement bound
 			if parsed && inTx {
-				marked = true
+				marked, peek = true, true
 			} else if parsed {
 				pending = true
 			}
 		case 'S': // Sync: outside a transaction, the queries before it commit
 			lose = pending && !inTx && p.isArmed()
-			pending = false
+			peekNow = peek && inTx && !lose && p.isArmed()
+			pending, peek = false, false
 		}
+		hold := lose || peekNow
 		var wait chan struct{}
-		if lose {
+		if hold {
 			mu.Lock()
 			held, kept, answered = true, nil, make(chan struct{})
 			wait = answered
@@ -269,7 +279,7 @@ func (p *PGProxy) serve(client, server net.Conn) {
 		if _, err := server.Write(append(head[:], body...)); err != nil {
 			return
 		}
-		if lose {
+		if hold {
 			// The server runs the COMMIT (or the Sync) and answers; then
 			// the client is cut off without the answer, or given it.
 			select {
@@ -281,9 +291,14 @@ func (p *PGProxy) serve(client, server net.Conn) {
 			answer := kept
 			held, kept = false, nil
 			mu.Unlock()
-			if p.takeFor(answer) {
+			if peekNow {
+				rowsInTx = rowsInTx || hasDataRow(answer)
+			} else if p.takeFor(answer, rowsInTx) {
 				_ = client.Close()
 				return
+			}
+			if lose {
+				rowsInTx = false
 			}
 			if _, err := client.Write(answer); err != nil {
 				return
