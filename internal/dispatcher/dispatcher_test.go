@@ -207,3 +207,17 @@ func startRunWith(t *testing.T, cfg dispatcher.Config, deps dispatcher.Deps, lev
 	}
 	return base, cancel, result
 }
+
+// metricLine returns a check that the metrics served at base hold a line
+// starting with want (a literal).
+func metricLine(t *testing.T, base, want string) func() bool {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want))
+	return func() bool {
+		res, err := http.Get(base + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, res.Body.Close())
+		require.NoError(t, err)
+		return re.Match(body)
+	}
+}

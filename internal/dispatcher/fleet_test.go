@@ -3,8 +3,6 @@ package dispatcher_test
 import (
 	"io"
 	"log/slog"
-	"net/http"
-	"regexp"
 	"testing"
 	"time"
 
@@ -74,17 +72,7 @@ func TestFleetSeesAJoinAndALeaveAtOnce(t *testing.T) {
 	cfg.AllowPrivateTargets = true
 	cfg.Breakers = false
 	cfg.FleetHeartbeat = time.Hour
-	size := func(base string, n string) func() bool {
-		re := regexp.MustCompile(`(?m)^dispatcher_fleet_size ` + n + `$`)
-		return func() bool {
-			res, err := http.Get(base + "/metrics")
-			require.NoError(t, err)
-			body, err := io.ReadAll(res.Body)
-			require.NoError(t, res.Body.Close())
-			require.NoError(t, err)
-			return re.Match(body)
-		}
-	}
+	size := func(base string, n string) func() bool { return metricLine(t, base, "dispatcher_fleet_size "+n+"\n") }
 	first, cancelFirst, firstDone := startRun(t, cfg, db.Pool, slog.LevelError)
 	defer func() { cancelFirst(); require.NoError(t, <-firstDone) }()
 	require.Eventually(t, size(first, "1"), waitFor, 10*time.Millisecond)

@@ -3,10 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,17 +65,7 @@ func TestDeliveryWhosePayloadIsMissingIsRetried(t *testing.T) {
 	base, cancel, done := startRun(t, cfg, pool, slog.LevelError)
 	defer cancel()
 
-	metric := func(want string) func() bool {
-		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want))
-		return func() bool {
-			res, err := http.Get(base + "/metrics")
-			require.NoError(t, err)
-			body, err := io.ReadAll(res.Body)
-			require.NoError(t, res.Body.Close())
-			require.NoError(t, err)
-			return re.Match(body)
-		}
-	}
+	metric := func(want string) func() bool { return metricLine(t, base, want) }
 	require.Eventually(t, metric(`webhook_delivery_payload_missing_total `), waitFor, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !metric(`webhook_delivery_payload_missing_total 0`)() }, waitFor, 20*time.Millisecond)
 	got, err := st.GetDelivery(context.Background(), msg.Deliveries[0].ID)
