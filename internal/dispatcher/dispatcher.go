@@ -382,6 +382,17 @@ func (d *Dispatcher) run(ctx context.Context) (err error) {
 		d.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
 	}
 	g.Go(func() error { d.fleet.Run(gctx); return nil })
+	// A dispatcher that joined between this one's first heartbeat and its
+	// LISTEN was not heard: one more heartbeat once LISTEN is in place
+	// counts it (after a reconnect, OnReconnect does the same).
+	g.Go(func() error {
+		select {
+		case <-d.listener.Ready():
+			d.fleet.Kick()
+		case <-gctx.Done():
+		}
+		return nil
+	})
 	// The ledger's last flush must not be cancelled: Stop makes Run write
 	// what it holds and return.
 	g.Go(func() error { d.ledger.Run(context.WithoutCancel(gctx)); return nil })
