@@ -73,8 +73,8 @@ func TestGetBreaker(t *testing.T) {
 		t.Parallel()
 		e := b.createEndpoint(t, "acme")
 		_, err := b.store.FlushOutcomes(ctx,
-			[]store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(trickle, time.Now()), Successes: 15, Failures: 5}},
-			[]store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 3, Prefix: 3, Max: 3, Suffix: 3}}}, nil, nil)
+			[]store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(trickle, time.Now()), Window: trickle.Window, Successes: 15, Failures: 5}},
+			[]store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 3, Prefix: 3, Max: 3, Suffix: 3}}}, nil)
 		require.NoError(t, err)
 		got := b.breaker(t, e.ID)
 		require.Equal(t, "closed", got.State)

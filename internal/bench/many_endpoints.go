@@ -4,22 +4,24 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/hookd/hookd/internal/store"
 )
 
 // S6: 10,000 endpoints.
 
 // Bucket pruning as the dispatcher runs it (internal/delivery/breaker_gate.go):
-// every flush deletes its endpoints' buckets that left their window, so an
-// active endpoint keeps about one window (20 buckets) of rows; every 30 s a
-// pass deletes older generations and buckets of quiet endpoints past the
-// longest class window, looping until none is left.
+// an active endpoint's rows are each process's ring of store.TallySlots
+// rows, written over in place; every 30 s a pass deletes older generations
+// and buckets of quiet endpoints past the longest class window (a ring's
+// rows past two of them), looping until none is left.
 const (
 	pruneInterval = 30 * time.Second
 	seededOld     = 5_000
-	// rowsPerEndpointBound is what "bounded" means: one window of buckets
-	// of the current generation plus the edges and one older generation
-	// not yet pruned.
-	rowsPerEndpointBound = 2*20 + 2
+	// rowsPerEndpointBound is what "bounded" means for S6's one
+	// dispatcher: its ring of rows of the current generation
+	// (store.TallySlots) and one of an older generation not yet pruned.
+	rowsPerEndpointBound = 2 * store.TallySlots
 )
 
 // runS6 registers 10,000 endpoints, seeds 5,000 bucket rows older than the
@@ -87,9 +89,11 @@ type bucketCounts struct {
 	states, rows, old, endpointsWithBuckets, maxPerEndpoint int64
 }
 
-// bucketRows are the breaker bucket rows of both tables: every process's
-// rows of breaker_tallies, and the previous version's breaker_buckets.
-const bucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
+// bucketRows are the breaker bucket rows of the three tables: every
+// process's rows of breaker_slots, and the previous versions'
+// breaker_tallies and breaker_buckets.
+const bucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_slots
+	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
 	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_buckets)`
 
 func (s *stage) bucketCounts(ctx context.Context) (bucketCounts, error) {

@@ -19,7 +19,7 @@ type flushRecorder struct {
 	flushed [][]store.OutcomeCount
 }
 
-func (f *flushRecorder) FlushOutcomes(_ context.Context, counts []store.OutcomeCount, _ []store.RunCount, _, _ []store.EvidenceRequest) ([]store.Evidence, error) {
+func (f *flushRecorder) FlushOutcomes(_ context.Context, counts []store.OutcomeCount, _ []store.RunCount, _ []store.EvidenceRequest) ([]store.Evidence, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.flushed = append(f.flushed, counts)

@@ -16,7 +16,7 @@ import (
 // BreakerStore is the Postgres side of the shared breaker.
 type BreakerStore interface {
 	LoadBreakers(ctx context.Context, ids []string) (map[string]breaker.Breaker, error)
-	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want, prune []store.EvidenceRequest) ([]store.Evidence, error)
+	FlushOutcomes(ctx context.Context, counts []store.OutcomeCount, runs []store.RunCount, want []store.EvidenceRequest) ([]store.Evidence, error)
 	CommitTransition(ctx context.Context, endpointID string, prev int64, b breaker.Breaker, t breaker.Transition, meta store.TransitionMeta) (bool, error)
 	PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error)
 	EpisodeStart(ctx context.Context, endpointID string, shadow bool) (time.Time, error)
@@ -128,10 +128,6 @@ type BreakerGate struct {
 	recentOpens map[string]time.Time
 	active      map[string]time.Time
 	suspect     bool
-	// pruned holds when each endpoint's old buckets were last deleted by a
-	// flush: once per bucket width is enough (a bucket leaves the window no
-	// faster), and deleting on every 100 ms flush cost more than the upsert.
-	pruned map[string]time.Time
 }
 
 var _ Gate = (*BreakerGate)(nil)
@@ -185,7 +181,6 @@ func NewBreakerGate(cfg BreakerGateConfig, st BreakerStore, trials TrialAcquirer
 		suppressed:  map[string]time.Time{},
 		recentOpens: map[string]time.Time{},
 		active:      map[string]time.Time{},
-		pruned:      map[string]time.Time{},
 	}
 }
 
@@ -518,11 +513,6 @@ func (g *BreakerGate) Run(ctx context.Context) {
 					delete(g.busyUntil, id)
 				}
 			}
-			for id, at := range g.pruned {
-				if now.Sub(at) > fleetActiveWindow {
-					delete(g.pruned, id)
-				}
-			}
 			g.mu.Unlock()
 		}
 	}
@@ -576,7 +566,6 @@ func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 		counts    []store.OutcomeCount
 		runs      []store.RunCount
 		want      []store.EvidenceRequest
-		prune     []store.EvidenceRequest
 		cfgs      = map[string]breaker.Config{}
 		shadow    = map[string]bool{}
 		transport = map[string]float64{}
@@ -584,16 +573,12 @@ func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 	for k, t := range pending {
 		for start, n := range t.buckets {
 			counts = append(counts, store.OutcomeCount{
-				EndpointID: k.endpoint, Generation: k.generation, BucketStart: time.Unix(0, start).UTC(),
+				EndpointID: k.endpoint, Generation: k.generation, BucketStart: time.Unix(0, start).UTC(), Window: t.cfg.Window,
 				Successes: n[0], Failures: n[1], Shard: g.cfg.Shard,
 			})
 		}
 		if t.cfg.Trip == breaker.TripConsecutive {
 			runs = append(runs, store.RunCount{EndpointID: k.endpoint, Generation: k.generation, Run: t.run})
-		}
-		if now := g.now(); now.Sub(g.prunedAt(k.endpoint)) >= max(t.cfg.Window/breaker.BucketsPerWindow, time.Second) {
-			g.setPrunedAt(k.endpoint, now)
-			prune = append(prune, store.EvidenceRequest{EndpointID: k.endpoint, Window: t.cfg.Window, Shard: g.cfg.Shard, Generation: k.generation})
 		}
 		if t.failures > 0 {
 			if _, dup := cfgs[k.endpoint]; !dup {
@@ -604,7 +589,7 @@ func (g *BreakerGate) flush(ctx context.Context, hold time.Duration) {
 			transport[k.endpoint] = float64(t.transport) / float64(t.failures)
 		}
 	}
-	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want, prune)
+	evs, err := g.store.FlushOutcomes(ctx, counts, runs, want)
 	if err != nil {
 		if ctx.Err() == nil {
 			g.logger.Warn("breaker_flush", slog.String("error", err.Error()), slog.Int("counts", len(counts)))
@@ -726,21 +711,10 @@ func (g *BreakerGate) evaluate(ctx context.Context, ev store.Evidence, cfg break
 	}
 }
 
-func (g *BreakerGate) prunedAt(id string) time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.pruned[id]
-}
-
-func (g *BreakerGate) setPrunedAt(id string, at time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.pruned[id] = at
-}
-
 // prune deletes buckets of past generations and of endpoints that went
 // quiet, older than the longest window any class uses, in bounded batches
-// until none is left. Active endpoints' buckets are pruned on every flush.
+// until none is left. An active endpoint's rows are its process's ring of
+// slots, written over in place (store.TallySlots), never deleted.
 func (g *BreakerGate) prune(ctx context.Context) {
 	keep := time.Hour
 	if mw, ok := g.configs.(interface{ MaxWindow() time.Duration }); ok {

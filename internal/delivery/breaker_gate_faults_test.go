@@ -37,7 +37,7 @@ func (s *scriptedBreakerStore) LoadBreakers(context.Context, []string) (map[stri
 	return out, nil
 }
 
-func (s *scriptedBreakerStore) FlushOutcomes(_ context.Context, counts []store.OutcomeCount, runs []store.RunCount, _, _ []store.EvidenceRequest) ([]store.Evidence, error) {
+func (s *scriptedBreakerStore) FlushOutcomes(_ context.Context, counts []store.OutcomeCount, runs []store.RunCount, _ []store.EvidenceRequest) ([]store.Evidence, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flushes = append(s.flushes, counts)

@@ -52,7 +52,7 @@ func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
 		require.NoError(t, err)
 	}
 	fail := func() { // the breaker counts a failure in its closed generation
-		_, err := st.FlushOutcomes(ctx, []store.OutcomeCount{{EndpointID: ep.ID, Generation: 1, BucketStart: time.Now().UTC().Truncate(time.Second), Failures: 1}}, nil, nil, nil)
+		_, err := st.FlushOutcomes(ctx, []store.OutcomeCount{{EndpointID: ep.ID, Generation: 1, BucketStart: time.Now().UTC().Truncate(time.Second), Window: 20 * time.Second, Failures: 1}}, nil, nil)
 		require.NoError(t, err)
 	}
 

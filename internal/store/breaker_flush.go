@@ -18,19 +18,51 @@ type OutcomeCount struct {
 	EndpointID  string
 	Generation  int64
 	BucketStart time.Time
-	Successes   int
-	Failures    int
+	// Window is the counting breaker's window (breaker.Config.Window):
+	// its BucketsPerWindow-th part is the bucket's width, which places
+	// the bucket in its row (TallySlots).
+	Window    time.Duration
+	Successes int
+	Failures  int
 	// Shard names the process that counted (its fleet ID): each process
-	// adds to rows of its own (breaker_tallies), never waiting for
-	// another's flush.
+	// adds to rows of its own (breaker_slots), never waiting for another's
+	// flush.
 	Shard string
 }
 
-// breakerBucketRows are every process's bucket rows, of both tables
-// (migration 0044): readers add up the rows of a bucket as
-// they add up buckets (breaker.Window.Add). Conditions on the columns
-// reach each table's primary key through the UNION ALL.
-const breakerBucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
+// TallySlots is how many rows of breaker_slots a process keeps for one
+// endpoint and generation: a bucket's row is its index (its start over
+// its width) modulo TallySlots, twice the buckets of a window, so the
+// buckets a reader reads (breaker.BucketSpan, 22 widths) never share a
+// row, and a row is written over only by a bucket two windows younger.
+const TallySlots = 2 * breaker.BucketsPerWindow
+
+// slotKeep is how long the periodic prune keeps a row of breaker_slots,
+// for keep the span of the longest window (breaker.BucketSpan): past the
+// two windows after which its slot is written again, so the rows of a
+// busy endpoint are updated in place, never deleted and inserted again.
+func slotKeep(keep time.Duration) time.Duration { return 2 * keep }
+
+// tallySlot is count c's row among its process's TallySlots.
+func tallySlot(c OutcomeCount) (int16, error) {
+	width := c.Window / breaker.BucketsPerWindow
+	if width <= 0 {
+		return 0, fmt.Errorf("count of endpoint %s: no window", c.EndpointID)
+	}
+	idx := c.BucketStart.UnixNano() / int64(width)
+	return int16(((idx % TallySlots) + TallySlots) % TallySlots), nil
+}
+
+// breakerBucketRows are every process's bucket rows, of the three tables
+// (migrations 0044 and 0049; a dispatcher of a previous version writes
+// one of the older two during a rolling upgrade): readers add up the rows
+// of a bucket as they add up buckets (breaker.Window.Add). Conditions on
+// the columns reach each table's primary key through the UNION ALL. A
+// row of breaker_slots older than a reader's span holds a bucket its
+// slot held before, and the readers' span leaves it out as any old
+// bucket.
+const breakerBucketRows = `(SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_slots
+	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_tallies
 	UNION ALL SELECT endpoint_id, generation, bucket_start, successes, failures FROM breaker_buckets)`
 
 // RunCount is one process's consecutive-failure run for a consecutive-mode
@@ -46,15 +78,6 @@ type RunCount struct {
 type EvidenceRequest struct {
 	EndpointID string
 	Window     time.Duration
-	// Shard, in a prune request, limits the prune to one process's
-	// tallies (its OutcomeCount.Shard): each process deletes the old rows
-	// it wrote, once, rather than every process every row of the
-	// endpoint. Empty prunes every process's.
-	Shard string
-	// Generation, in a prune request, is the generation whose old
-	// buckets go (the breaker's current one); the periodic prune takes
-	// the others'.
-	Generation int64
 }
 
 // Evidence is an endpoint's shared breaker after a flush: its stored fields,
@@ -70,21 +93,27 @@ type Evidence struct {
 	Now        time.Time
 }
 
-// FlushOutcomes adds a process's counts to the shared buckets and merges its
-// consecutive runs, both only for breakers still closed at the counted
-// generation (older outcomes are dropped), deletes the buckets of the
-// endpoints in prune that have left their window (so an active endpoint
-// keeps about BucketsPerWindow rows), then returns the shared evidence of
-// the endpoints in want. One transaction, one network round trip; a flush
-// that reads nothing back (no runs, nothing in want) is one statement.
-func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want, prune []EvidenceRequest) ([]Evidence, error) {
+// FlushOutcomes adds a process's counts to its rows of the shared buckets
+// and merges its consecutive runs, both only for breakers still closed at
+// the counted generation (older outcomes are dropped), then returns the
+// shared evidence of the endpoints in want. One transaction, one network
+// round trip; a flush that reads nothing back (no runs, nothing in want)
+// is one statement. Its rows are a fixed ring per endpoint (TallySlots),
+// updated in place: a flush deletes nothing, and the periodic prune
+// (PruneBuckets) takes the rows of endpoints gone quiet.
+func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs []RunCount, want []EvidenceRequest) ([]Evidence, error) {
+	rows, err := slotCounts(counts)
+	if err != nil {
+		return nil, err
+	}
 	var (
-		ids      = make([]string, len(counts))
-		gens     = make([]int64, len(counts))
-		starts   = make([]time.Time, len(counts))
-		succ     = make([]int32, len(counts))
-		fail     = make([]int32, len(counts))
-		shards   = make([]string, len(counts))
+		ids      = make([]string, len(rows))
+		gens     = make([]int64, len(rows))
+		starts   = make([]time.Time, len(rows))
+		succ     = make([]int32, len(rows))
+		fail     = make([]int32, len(rows))
+		shards   = make([]string, len(rows))
+		slots    = make([]int16, len(rows))
 		runIDs   = make([]string, len(runs))
 		runGens  = make([]int64, len(runs))
 		runFails = make([]int32, len(runs))
@@ -94,16 +123,10 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		runMixed = make([]bool, len(runs))
 		wantIDs  = make([]string, len(want))
 		wantWin  = make([]time.Duration, len(want))
-		pruneIDs = make([]string, len(prune))
-		pruneWin = make([]time.Duration, len(prune))
-		pruneOf  = make([]string, len(prune))
-		pruneGen = make([]int64, len(prune))
 	)
-	for i, p := range prune {
-		pruneIDs[i], pruneWin[i], pruneOf[i], pruneGen[i] = p.EndpointID, breaker.BucketSpan(p.Window), p.Shard, p.Generation
-	}
-	for i, c := range counts {
-		ids[i], gens[i], starts[i], succ[i], fail[i], shards[i] = c.EndpointID, c.Generation, c.BucketStart, int32(c.Successes), int32(c.Failures), c.Shard
+	for i, c := range rows {
+		ids[i], gens[i], starts[i], succ[i], fail[i], shards[i], slots[i] =
+			c.count.EndpointID, c.count.Generation, c.count.BucketStart, int32(c.count.Successes), int32(c.count.Failures), c.count.Shard, c.slot
 	}
 	// Every flush locks the breaker rows of its runs in endpoint order, so
 	// two flushes of the same endpoints never wait for each other in a
@@ -117,10 +140,18 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 		wantIDs[i], wantWin[i] = w.EndpointID, breaker.BucketSpan(w.Window)
 	}
 	if len(runs) == 0 && len(want) == 0 {
-		return nil, s.addAndPruneTallies(ctx, counts, prune, ids, gens, starts, succ, fail, shards, pruneIDs, pruneWin, pruneOf, pruneGen)
+		if len(rows) == 0 {
+			return nil, nil
+		}
+		// The flush of a fleet whose traffic succeeds, sent by every
+		// dispatcher once per hold: one statement, its own transaction.
+		if _, err := s.pool.Exec(ctx, addTalliesSQL, customPlan, ids, gens, starts, succ, fail, shards, slots); err != nil {
+			return nil, fmt.Errorf("add to breaker buckets: %w", err)
+		}
+		return nil, nil
 	}
 	var out []Evidence
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		// A batch runs its statements in the pool's cached-statement mode,
 		// whose generic plans were made on the table as it was when the
@@ -136,9 +167,8 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				SELECT 1 FROM breaker_states WHERE endpoint_id = ANY($1::text[])
 				ORDER BY endpoint_id FOR UPDATE`, runIDs)
 		}
-		if len(counts) > 0 {
-			batch.Queue(addTalliesSQL(1),
-				ids, gens, starts, succ, fail, shards)
+		if len(rows) > 0 {
+			batch.Queue(addTalliesSQL, ids, gens, starts, succ, fail, shards, slots)
 		}
 		if len(runs) > 0 {
 			batch.Queue(`
@@ -166,14 +196,6 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 			GROUP BY s.endpoint_id`,
 				wantIDs, wantWin)
 		}
-		if len(prune) > 0 {
-			batch.Queue(pruneTalliesSQL(1),
-				pruneIDs, pruneWin, pruneOf, pruneGen)
-			// The previous version's table (breaker_buckets, written only
-			// during a rolling upgrade) is left to the periodic prune
-			// (PruneBuckets): its rows past a window are never read, and
-			// deleting them here was one more statement in every flush.
-		}
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -184,7 +206,7 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				return fmt.Errorf("lock breakers: %w", err)
 			}
 		}
-		if len(counts) > 0 {
+		if len(rows) > 0 {
 			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("add to breaker buckets: %w", err)
 			}
@@ -201,11 +223,6 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 				return fmt.Errorf("read breaker evidence: %w", err)
 			}
 			out = evs
-		}
-		if len(prune) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("prune breaker buckets: %w", err)
-			}
 		}
 		// Attach each merged run and the count before it.
 		for i := range out {
@@ -229,83 +246,86 @@ func (s *Store) FlushOutcomes(ctx context.Context, counts []OutcomeCount, runs [
 	return out, nil
 }
 
-// addAndPruneTallies is a flush that adds counts and prunes old buckets and
-// reads nothing back: one statement, its own transaction (no BEGIN,
-// COMMIT or plan setting). It is the flush of a fleet whose traffic
-// succeeds, and every dispatcher sends one per hold, so its statements
-// are a share of every delivery's.
-func (s *Store) addAndPruneTallies(ctx context.Context, counts []OutcomeCount, prune []EvidenceRequest, args ...any) error {
-	var sql string
-	switch {
-	case len(counts) > 0 && len(prune) > 0:
-		// Data-modifying CTEs run to completion whether read or not; the
-		// two reach different rows (this bucket's, buckets past a window).
-		sql = "WITH added AS (" + addTalliesSQL(1) + "), pruned AS (" + pruneTalliesSQL(7) + ") SELECT"
-	case len(counts) > 0:
-		sql, args = addTalliesSQL(1), args[:6]
-	case len(prune) > 0:
-		sql, args = pruneTalliesSQL(1), args[6:]
-	default:
-		return nil
+// slotted is a count with its row among its process's TallySlots.
+type slotted struct {
+	count OutcomeCount
+	slot  int16
+}
+
+// slotCounts gives each count its slot, one count per row: two buckets of
+// one endpoint, generation and process that share a slot (a flush that
+// carries counts two windows apart) keep the younger, as the row would.
+func slotCounts(counts []OutcomeCount) ([]slotted, error) {
+	type key struct {
+		endpoint   string
+		generation int64
+		shard      string
+		slot       int16
 	}
-	if _, err := s.pool.Exec(ctx, sql, append([]any{customPlan}, args...)...); err != nil {
-		return fmt.Errorf("add to breaker buckets: %w", err)
+	out := make([]slotted, 0, len(counts))
+	at := make(map[key]int, len(counts))
+	for _, c := range counts {
+		slot, err := tallySlot(c)
+		if err != nil {
+			return nil, err
+		}
+		k := key{c.EndpointID, c.Generation, c.Shard, slot}
+		i, dup := at[k]
+		switch {
+		case !dup:
+			at[k] = len(out)
+			out = append(out, slotted{c, slot})
+		case c.BucketStart.Equal(out[i].count.BucketStart):
+			out[i].count.Successes += c.Successes
+			out[i].count.Failures += c.Failures
+		case c.BucketStart.After(out[i].count.BucketStart):
+			out[i].count = c
+		}
 	}
-	return nil
+	return out, nil
 }
 
 // addTalliesSQL adds a process's counts to its own rows (its shard) of
-// breakers still closed at the counted generation; its six arrays are
-// parameters $first on.
-func addTalliesSQL(first int) string {
-	return fmt.Sprintf(`
-		INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
-		SELECT i.endpoint_id, i.generation, i.bucket_start, i.shard, i.successes, i.failures
-		FROM unnest($%d::text[], $%d::bigint[], $%d::timestamptz[], $%d::int[], $%d::int[], $%d::text[])
-			AS i(endpoint_id, generation, bucket_start, successes, failures, shard)
-		-- One probe of the key per counted endpoint: a join let the
-		-- planner hash every breaker of the fleet at every flush
-		-- (LIMIT keeps the subquery from being made a join again).
-		CROSS JOIN LATERAL (SELECT 1 FROM breaker_states s
-			WHERE s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed' LIMIT 1) s
-		ORDER BY 1, 2, 3, 4
-		ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
-			SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`,
-		first, first+1, first+2, first+3, first+4, first+5)
-}
-
-// pruneTalliesSQL deletes the buckets that left their endpoint's window
-// (of one shard, or every shard's for an empty one); its four arrays are
-// parameters $first on.
-func pruneTalliesSQL(first int) string {
-	return fmt.Sprintf(`
-		DELETE FROM breaker_tallies WHERE ctid = ANY(ARRAY(
-			SELECT b.ctid FROM unnest($%d::text[], $%d::interval[], $%d::text[], $%d::bigint[]) AS w(endpoint_id, span, shard, generation)
-			-- Per endpoint, the key's range of its old buckets alone:
-			-- a join let the planner read every process's rows of
-			-- every endpoint (the table grows with the fleet) at
-			-- every flush. Older generations go with the periodic
-			-- prune (PruneBuckets).
-			CROSS JOIN LATERAL (SELECT t.ctid FROM breaker_tallies t
-				WHERE t.endpoint_id = w.endpoint_id AND t.generation = w.generation
-					AND t.bucket_start < clock_timestamp() - w.span AND (w.shard = '' OR t.shard = w.shard)
-				FOR UPDATE OF t SKIP LOCKED) b))`,
-		first, first+1, first+2, first+3)
-}
+// breakers still closed at the counted generation, $1-$7 in step: a row
+// that holds the count's bucket adds to it, one that holds an older
+// bucket is written over with the count, and one that already holds a
+// younger bucket is left as it is (the late count's bucket left every
+// window before its row was reused).
+const addTalliesSQL = `
+	INSERT INTO breaker_slots AS bb (endpoint_id, generation, shard, slot, bucket_start, successes, failures)
+	SELECT i.endpoint_id, i.generation, i.shard, i.slot, i.bucket_start, i.successes, i.failures
+	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::smallint[])
+		AS i(endpoint_id, generation, bucket_start, successes, failures, shard, slot)
+	-- One probe of the key per counted endpoint: a join let the planner
+	-- hash every breaker of the fleet at every flush (LIMIT keeps the
+	-- subquery from being made a join again).
+	CROSS JOIN LATERAL (SELECT 1 FROM breaker_states s
+		WHERE s.endpoint_id = i.endpoint_id AND s.generation = i.generation AND s.state = 'closed' LIMIT 1) s
+	ORDER BY 1, 2, 3, 4
+	ON CONFLICT (endpoint_id, generation, shard, slot) DO UPDATE SET
+		bucket_start = EXCLUDED.bucket_start,
+		successes = EXCLUDED.successes + CASE WHEN bb.bucket_start = EXCLUDED.bucket_start THEN bb.successes ELSE 0 END,
+		failures = EXCLUDED.failures + CASE WHEN bb.bucket_start = EXCLUDED.bucket_start THEN bb.failures ELSE 0 END
+	WHERE bb.bucket_start <= EXCLUDED.bucket_start`
 
 // PruneBuckets deletes buckets of past generations and buckets older than
-// keep, at most limit rows, and returns how many went. Rows a flush has
-// locked are skipped (whoever locked them deletes or updates them), so a
-// prune never waits on a flush in a cycle.
+// keep (rows of breaker_slots: slotKeep), at most limit rows of each
+// table, and returns how many went. Rows a flush has locked are skipped
+// (whoever locked them deletes or updates them), so a prune never waits
+// on a flush in a cycle.
 func (s *Store) PruneBuckets(ctx context.Context, keep time.Duration, limit int) (int64, error) {
 	var n int64
-	for _, table := range []string{"breaker_tallies", "breaker_buckets"} {
+	for _, table := range []string{"breaker_slots", "breaker_tallies", "breaker_buckets"} {
+		age := keep
+		if table == "breaker_slots" {
+			age = slotKeep(keep)
+		}
 		tag, err := s.pool.Exec(ctx, `
 			DELETE FROM `+table+` WHERE ctid = ANY(ARRAY(
 				SELECT b.ctid FROM `+table+` b
 				LEFT JOIN breaker_states s ON s.endpoint_id = b.endpoint_id
 				WHERE s.endpoint_id IS NULL OR b.generation < s.generation OR b.bucket_start < clock_timestamp() - $1::interval
-				LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, keep, limit)
+				LIMIT $2 FOR UPDATE OF b SKIP LOCKED))`, age, limit)
 		if err != nil {
 			return n, fmt.Errorf("prune %s: %w", table, err)
 		}

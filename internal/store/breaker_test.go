@@ -150,34 +150,179 @@ func TestEpisodeStartIsTheLastExitFromClosed(t *testing.T) {
 	require.WithinDuration(t, tr.At, at, time.Millisecond)
 }
 
-// TestFlushPrunesBucketsOutsideTheWindow: an active endpoint keeps about one
-// window of buckets; older ones go with the next flush.
-func TestFlushPrunesBucketsOutsideTheWindow(t *testing.T) {
+// TestFlushKeepsARingOfRowsPerProcess: a process's counts of a busy
+// endpoint go to a fixed ring of rows (store.TallySlots), whatever the
+// number of buckets it counts over time: a count adds to its bucket's row,
+// a younger bucket writes over an older one's row, and a late count of a
+// bucket older than its row's is dropped. The evidence read back is the
+// window's buckets, each once, summed over the processes.
+func TestFlushKeepsARingOfRowsPerProcess(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
 	e := b.endpoint(t, "acme")
-	cfg := testCfg // 10s window: 500ms buckets
+	cfg := testCfg
+	cfg.Window = time.Minute // 3 s buckets: the test's own time stays within its window
 	now := time.Now()
-	var counts []store.OutcomeCount
-	for i := range 200 { // 100 s of buckets
-		counts = append(counts, store.OutcomeCount{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, now.Add(-time.Duration(i)*500*time.Millisecond)), Successes: 1})
+	count := func(shard string, ago time.Duration, successes, failures int) store.OutcomeCount {
+		return store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: shard, Window: cfg.Window,
+			BucketStart: breaker.BucketStart(cfg, now.Add(-ago)), Successes: successes, Failures: failures}
 	}
-	_, err := s.FlushOutcomes(ctx, counts, nil, nil, nil)
+	rows := func(shard string) (n int) {
+		t.Helper()
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_slots WHERE endpoint_id = $1 AND shard = $2`, e.ID, shard).Scan(&n))
+		return n
+	}
+	// 10 minutes of buckets, oldest first, one flush each, from two processes:
+	// the ring stays at TallySlots rows each.
+	for i := 199; i >= 0; i-- {
+		for _, shard := range []string{"a", "b"} {
+			_, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(shard, time.Duration(i)*3*time.Second, 1, i%2)}, nil, nil)
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, store.TallySlots, rows("a"))
+	require.Equal(t, store.TallySlots, rows("b"))
+	// One flush carrying all 200 buckets again (two sharing a slot keep the
+	// younger): still one ring.
+	var all []store.OutcomeCount
+	for i := range 200 {
+		all = append(all, count("a", time.Duration(i)*3*time.Second, 1, 0))
+	}
+	_, err := s.FlushOutcomes(ctx, all, nil, nil)
 	require.NoError(t, err)
-	require.Equal(t, 200, b.count(t, "breaker_tallies"))
-	_, err = s.FlushOutcomes(ctx, counts[:1], nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}})
+	require.Equal(t, store.TallySlots, rows("a"))
+
+	// A late count of a bucket its slot has moved past is dropped; one of
+	// the slot's own bucket adds to it.
+	_, err = s.FlushOutcomes(ctx, []store.OutcomeCount{count("a", time.Duration(store.TallySlots)*3*time.Second, 0, 50)}, nil, nil)
 	require.NoError(t, err)
-	n := b.count(t, "breaker_tallies")
-	require.LessOrEqual(t, n, breaker.BucketsPerWindow+3, "one window of buckets remains")
-	require.GreaterOrEqual(t, n, breaker.BucketsPerWindow)
+	var held time.Time
+	var heldFailures int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT bucket_start, failures FROM breaker_slots WHERE endpoint_id = $1 AND shard = 'a' AND bucket_start <= $2 ORDER BY bucket_start DESC LIMIT 1`,
+		e.ID, now).Scan(&held, &heldFailures))
+	require.True(t, held.Equal(breaker.BucketStart(cfg, now)), "the slot still holds its younger bucket, %s", held)
+	require.Zero(t, heldFailures)
+	evs, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count("b", 0, 0, 1)}, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	// The window's buckets (the span reaches 22 widths back from the
+	// database's clock), a row of each process for each: a's counted twice
+	// with a success each, b's once with one, b's failures on odd buckets
+	// plus the last flush's one. The late 50 failures are not in it.
+	rowsOf := map[time.Time]int{}
+	successes, failures := map[time.Time]int{}, 0
+	for _, bk := range evs[0].Buckets {
+		require.WithinDuration(t, now, bk.Start, breaker.BucketSpan(cfg.Window)+time.Second, "a bucket of the window")
+		rowsOf[bk.Start]++
+		successes[bk.Start] += bk.Successes
+		failures += bk.Failures
+	}
+	require.GreaterOrEqual(t, len(rowsOf), breaker.BucketsPerWindow/2)
+	for start, n := range rowsOf {
+		require.Equal(t, 2, n, "bucket %s: a row of each process", start)
+		require.Equal(t, 3, successes[start], "bucket %s", start)
+	}
+	require.Less(t, failures, 50)
 }
 
-// TestFlushThatReadsNothingIsOneStatement: a flush that only adds counts
-// and prunes old buckets (a fleet whose traffic succeeds sends one per
-// hold from every dispatcher) is one statement in its own transaction:
-// no BEGIN, plan setting or COMMIT, and its prune no statement of its
-// own. A flush that reads evidence back still runs in a transaction.
+// TestBreakerRowsAreUpdatedInPlace: a busy endpoint's rows are inserted
+// once (a ring per process) and then only updated, in place (HOT: no
+// index entry per write), and never deleted: three rings' worth of
+// buckets of ten endpoints, each counted by two flushes, insert 40 rows
+// per endpoint and update them from then on. One bucket row per bucket,
+// inserted and later deleted, was two writes to the table and its index
+// per bucket and process.
+func TestBreakerRowsAreUpdatedInPlace(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	pool, err := store.OpenPool(ctx, store.PoolConfig{URL: b.db.URL, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool, nil)
+	cfg := testCfg // 10s window: 500ms buckets
+	var eps []store.Endpoint
+	for range 10 {
+		eps = append(eps, b.endpoint(t, "acme"))
+	}
+	now := time.Now()
+	const buckets = 3 * store.TallySlots
+	for i := buckets - 1; i >= 0; i-- {
+		var counts []store.OutcomeCount
+		for _, e := range eps {
+			counts = append(counts, store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: "a", Window: cfg.Window,
+				BucketStart: breaker.BucketStart(cfg, now.Add(-time.Duration(i)*500*time.Millisecond)), Successes: 1})
+		}
+		for range 2 {
+			_, err := s.FlushOutcomes(ctx, counts, nil, nil)
+			require.NoError(t, err)
+		}
+	}
+	// The pool's one session ran every flush: its statistics, sent now.
+	_, err = pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+	require.NoError(t, err)
+	var ins, upd, hot, del int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables WHERE relname = 'breaker_slots'`).Scan(&ins, &upd, &hot, &del))
+	require.EqualValues(t, len(eps)*store.TallySlots, ins, "a ring of rows per endpoint, inserted once")
+	require.EqualValues(t, 2*len(eps)*buckets-len(eps)*store.TallySlots, upd, "every other write an update")
+	require.Zero(t, del)
+	require.GreaterOrEqual(t, float64(hot), 0.9*float64(upd), "updated in place: %d of %d", hot, upd)
+	t.Logf("%d rows inserted, %d updates of which %d in place, %d deleted", ins, upd, hot, del)
+}
+
+// TestBreakerSlotsOnAnUpgradedDatabase: a database at version 48 with
+// tallies of a process of that version migrates to the slots, and during
+// the rolling upgrade that follows the evidence adds up both: the old
+// process's rows (which it goes on writing, by its own statement) and a
+// new one's.
+func TestBreakerSlotsOnAnUpgradedDatabase(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	db := b.db
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, 48))
+	cfg := testCfg
+	start := breaker.BucketStart(cfg, time.Now())
+	oldFlush := func() {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO breaker_tallies AS bb (endpoint_id, generation, bucket_start, shard, successes, failures)
+			VALUES ('ep_old', 1, $1, 'v48', 1, 2)
+			ON CONFLICT (endpoint_id, generation, bucket_start, shard) DO UPDATE
+				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`, start)
+		require.NoError(t, err)
+	}
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ('ep_old', 'acme', 'https://example.com/h', 'whsec_x');
+		INSERT INTO breaker_states (endpoint_id) VALUES ('ep_old')`)
+	require.NoError(t, err)
+	oldFlush()
+
+	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
+	oldFlush()
+	s := store.New(db.Pool, nil)
+	evs, err := s.FlushOutcomes(ctx, []store.OutcomeCount{{EndpointID: "ep_old", Generation: 1, Shard: "v49", Window: cfg.Window,
+		BucketStart: start, Successes: 4, Failures: 1}}, nil, []store.EvidenceRequest{{EndpointID: "ep_old", Window: cfg.Window}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	var successes, failures int
+	for _, bk := range evs[0].Buckets {
+		successes += bk.Successes
+		failures += bk.Failures
+	}
+	require.Equal(t, 2+4, successes, "both versions' counts")
+	require.Equal(t, 4+1, failures)
+}
+
+// TestFlushThatReadsNothingIsOneStatement: a flush that only adds counts (a
+// fleet whose traffic succeeds sends one per hold from every dispatcher)
+// is one statement in its own transaction: no BEGIN, plan setting or
+// COMMIT, and nothing deleted. A flush that reads evidence back still
+// runs in a transaction.
 func TestFlushThatReadsNothingIsOneStatement(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
@@ -186,105 +331,80 @@ func TestFlushThatReadsNothingIsOneStatement(t *testing.T) {
 	cfg := testCfg // 10s window: 500ms buckets
 	now := time.Now()
 	count := func(e store.Endpoint, ago time.Duration, failures int) store.OutcomeCount {
-		return store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: breaker.BucketStart(cfg, now.Add(-ago)), Successes: 1, Failures: failures}
+		return store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: "a", Window: cfg.Window,
+			BucketStart: breaker.BucketStart(cfg, now.Add(-ago)), Successes: 1, Failures: failures}
 	}
-	prune := func(e store.Endpoint) store.EvidenceRequest {
-		return store.EvidenceRequest{EndpointID: e.ID, Window: cfg.Window, Shard: "a", Generation: 1}
-	}
-	rows := func(e store.Endpoint) (fresh, old int) {
-		t.Helper()
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE bucket_start > now() - interval '11 s'), count(*) FILTER (WHERE bucket_start <= now() - interval '11 s')
-			FROM breaker_tallies WHERE endpoint_id = $1`, e.ID).Scan(&fresh, &old))
-		return fresh, old
-	}
-	for _, tc := range []struct {
-		name               string
-		counts, prune      bool
-		freshAfter, oldAft int
-	}{
-		{name: "counts", counts: true, freshAfter: 2, oldAft: 1},
-		{name: "prune", prune: true, freshAfter: 1, oldAft: 0},
-		{name: "counts and prune", counts: true, prune: true, freshAfter: 2, oldAft: 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := b.endpoint(t, "acme")
-			// One fresh bucket and one a minute old.
-			_, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 0), count(e, time.Minute, 0)}, nil, nil, nil)
-			require.NoError(t, err)
-			var counts []store.OutcomeCount
-			var prunes []store.EvidenceRequest
-			if tc.counts {
-				counts = append(counts, count(e, cfg.Window/2, 0), count(e, 0, 0))
-			}
-			if tc.prune {
-				prunes = append(prunes, prune(e))
-			}
-			rec.take()
-			evs, err := s.FlushOutcomes(ctx, counts, nil, nil, prunes)
-			require.NoError(t, err)
-			require.Empty(t, evs)
-			sent := rec.take()
-			require.Len(t, sent, 1, "one statement: %q", sent)
-			fresh, old := rows(e)
-			require.Equal(t, tc.freshAfter, fresh, "fresh buckets")
-			require.Equal(t, tc.oldAft, old, "buckets past the window")
-			if tc.counts {
-				var successes int
-				require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT successes FROM breaker_tallies WHERE endpoint_id = $1 AND bucket_start = $2`,
-					e.ID, breaker.BucketStart(cfg, now)).Scan(&successes))
-				require.Equal(t, 2, successes, "a count adds to its bucket's row")
-			}
-		})
-	}
+	e := b.endpoint(t, "acme")
+	// A bucket 61 s old (a slot of its own), then two of the window.
+	_, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 0), count(e, 61*time.Second, 0)}, nil, nil)
+	require.NoError(t, err)
+	rec.take()
+	evs, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, cfg.Window/2, 0), count(e, 0, 0)}, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	sent := rec.take()
+	require.Len(t, sent, 1, "one statement: %q", sent)
+	var successes, rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT successes FROM breaker_slots WHERE endpoint_id = $1 AND bucket_start = $2`,
+		e.ID, breaker.BucketStart(cfg, now)).Scan(&successes))
+	require.Equal(t, 2, successes, "a count adds to its bucket's row")
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_slots WHERE endpoint_id = $1`, e.ID).Scan(&rows))
+	require.Equal(t, 3, rows, "the minute-old bucket's row stays until its slot is written again")
 
 	// A failure asks for the evidence back: a transaction.
-	e := b.endpoint(t, "acme")
 	rec.take()
-	evs, err := s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 1)}, nil,
-		[]store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}, []store.EvidenceRequest{prune(e)})
+	evs, err = s.FlushOutcomes(ctx, []store.OutcomeCount{count(e, 0, 1)}, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
-	require.Equal(t, 1, evs[0].Buckets[0].Failures)
+	failures := 0
+	for _, bk := range evs[0].Buckets {
+		failures += bk.Failures
+	}
+	require.Equal(t, 1, failures, "the minute-old row is not in the window")
 	require.Equal(t, "begin", strings.ToLower(rec.take()[0]))
+
+	// A count without its breaker's window has no slot: refused, nothing written.
+	_, err = s.FlushOutcomes(ctx, []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: now, Successes: 1}}, nil, nil)
+	require.ErrorContains(t, err, "no window")
 }
 
-// TestFlushPrunesOnlyItsOwnShard: a process's prune deletes the old rows it
-// wrote and leaves the other processes' to their own flushes, so N
-// processes prune each row once, not N times; an unsharded prune (and the
-// periodic one) deletes every process's.
-func TestFlushPrunesOnlyItsOwnShard(t *testing.T) {
+// TestPruneBucketsKeepsBusyRings: the periodic prune deletes the rows of
+// past generations and of buckets older than the longest window's span,
+// but leaves a row of breaker_slots until two such spans have passed (its
+// slot is written again after two windows): a busy endpoint's ring is
+// updated in place, never deleted and inserted again. The older tables'
+// rows go after one span.
+func TestPruneBucketsKeepsBusyRings(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
 	e := b.endpoint(t, "acme")
-	cfg := testCfg // 10s window: 500ms buckets
+	cfg := testCfg
+	keep := breaker.BucketSpan(cfg.Window) // 11 s
 	now := time.Now()
-	old := func(shard string) []store.OutcomeCount {
-		var counts []store.OutcomeCount
-		for i := 40; i < 60; i++ { // 20 to 30 s ago: outside the window
-			counts = append(counts, store.OutcomeCount{EndpointID: e.ID, Generation: 1, Shard: shard,
-				BucketStart: breaker.BucketStart(cfg, now.Add(-time.Duration(i)*500*time.Millisecond)), Successes: 1})
-		}
-		return counts
+	at := func(ago time.Duration, gen int64) store.OutcomeCount {
+		return store.OutcomeCount{EndpointID: e.ID, Generation: gen, Shard: "a", Window: cfg.Window,
+			BucketStart: breaker.BucketStart(cfg, now.Add(-ago)), Successes: 1}
 	}
-	for _, shard := range []string{"a", "b"} {
-		_, err := s.FlushOutcomes(ctx, old(shard), nil, nil, nil)
-		require.NoError(t, err)
-	}
-	shardRows := func(shard string) (n int) {
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM breaker_tallies WHERE shard = $1`, shard).Scan(&n))
-		return n
-	}
-	require.Equal(t, 20, shardRows("b"))
-	fresh := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, Shard: "a", BucketStart: breaker.BucketStart(cfg, now), Successes: 1}}
-	_, err := s.FlushOutcomes(ctx, fresh, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Shard: "a", Generation: 1}})
+	_, err := s.FlushOutcomes(ctx, []store.OutcomeCount{at(0, 1), at(15*time.Second, 1), at(30*time.Second, 1)}, nil, nil)
 	require.NoError(t, err)
-	require.Equal(t, 1, shardRows("a"), "a's old rows pruned, its fresh one kept")
-	require.Equal(t, 20, shardRows("b"), "b's rows are b's to prune")
-	_, err = s.FlushOutcomes(ctx, nil, nil, nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}})
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures)
+		VALUES ($1, 1, $2, 'old', 1, 0), ($1, 1, $3, 'old', 1, 0)`, e.ID, now, now.Add(-15*time.Second))
 	require.NoError(t, err)
-	require.Zero(t, shardRows("b"), "an unsharded prune takes every process's")
-	require.Equal(t, 1, shardRows("a"))
+	n, err := s.PruneBuckets(ctx, keep, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the 30 s old slot row and the 15 s old tally row")
+	var slotRows, tallyRows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM breaker_slots), (SELECT count(*) FROM breaker_tallies)`).Scan(&slotRows, &tallyRows))
+	require.Equal(t, 2, slotRows)
+	require.Equal(t, 1, tallyRows)
+
+	// A new generation: the previous one's rows go whatever their age.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE breaker_states SET generation = 2 WHERE endpoint_id = $1`, e.ID)
+	require.NoError(t, err)
+	n, err = s.PruneBuckets(ctx, keep, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
 }
 
 // TestFlushesOfTwoProcessesNeverWaitForEachOther: each process adds its
@@ -301,34 +421,36 @@ func TestFlushesOfTwoProcessesNeverWaitForEachOther(t *testing.T) {
 	cfg := testCfg
 	start := breaker.BucketStart(cfg, time.Now())
 	count := func(shard string, failures int) []store.OutcomeCount {
-		return []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: start, Failures: failures, Shard: shard}}
+		return []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: start, Window: cfg.Window, Failures: failures, Shard: shard}}
 	}
-	_, err := s.FlushOutcomes(ctx, count("a", 1), nil, nil, nil)
+	_, err := s.FlushOutcomes(ctx, count("a", 1), nil, nil)
 	require.NoError(t, err)
-	// A previous version's dispatcher's row of the same bucket.
+	// Previous versions' dispatchers' rows of the same bucket.
 	_, err = b.db.Pool.Exec(ctx, `INSERT INTO breaker_buckets (endpoint_id, generation, bucket_start, successes, failures) VALUES ($1, 1, $2, 0, 4)`, e.ID, start)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures) VALUES ($1, 1, $2, 'v48', 0, 8)`, e.ID, start)
 	require.NoError(t, err)
 
 	// Process a's next flush, held open mid-transaction on its row.
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `UPDATE breaker_tallies SET failures = failures + 1 WHERE endpoint_id = $1 AND shard = 'a'`, e.ID)
+	_, err = tx.Exec(ctx, `UPDATE breaker_slots SET failures = failures + 1 WHERE endpoint_id = $1 AND shard = 'a'`, e.ID)
 	require.NoError(t, err)
 
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	evs, err := s.FlushOutcomes(bctx, count("b", 2), nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}, nil)
+	evs, err := s.FlushOutcomes(bctx, count("b", 2), nil, []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}})
 	require.NoError(t, err, "process b's flush does not wait for a's")
 	require.Len(t, evs, 1)
 	failures := 0
 	for _, bk := range evs[0].Buckets {
 		failures += bk.Failures
 	}
-	require.Equal(t, 1+2+4, failures, "every process's rows of the bucket, both tables'")
+	require.Equal(t, 1+2+4+8, failures, "every process's rows of the bucket, the three tables'")
 
 	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = s.FlushOutcomes(actx, count("a", 1), nil, nil, nil)
+	_, err = s.FlushOutcomes(actx, count("a", 1), nil, nil)
 	require.Error(t, err, "a flush of the same shard waits for the row")
 }

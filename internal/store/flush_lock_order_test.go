@@ -43,7 +43,7 @@ func TestFlushesLockBreakersInOneOrder(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, order := range [][]string{{ea.ID, eb.ID}, {eb.ID, ea.ID}} {
 		go func() {
-			_, err := s.FlushOutcomes(ctx, nil, runs(order...), nil, nil)
+			_, err := s.FlushOutcomes(ctx, nil, runs(order...), nil)
 			errs <- err
 		}()
 	}

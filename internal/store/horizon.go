@@ -9,7 +9,7 @@ import (
 // HorizonTables are the tables every delivery writes, whose dead rows a
 // long transaction keeps: vacuum may not remove a row version that a
 // snapshot still open could see, and the scans that skip them slow down.
-var HorizonTables = []string{"river_job", "deliveries", "delivery_attempts", "messages", "message_payloads", "breaker_states", "breaker_tallies"}
+var HorizonTables = []string{"river_job", "deliveries", "delivery_attempts", "messages", "message_payloads", "breaker_states", "breaker_slots"}
 
 // Horizon is what holds back PostgreSQL's cleanup of hookd's rows, as
 // hookd's role sees it.

@@ -88,10 +88,10 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	flushes := 0
 	flush := func() {
 		flushes++
-		req := []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window, Generation: 1}}
-		counts := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Successes: 1}}
+		req := []store.EvidenceRequest{{EndpointID: e.ID, Window: cfg.Window}}
+		counts := []store.OutcomeCount{{EndpointID: e.ID, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Window: cfg.Window, Successes: 1}}
 		runs := []store.RunCount{{EndpointID: e.ID, Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}}}
-		_, err := s.FlushOutcomes(ctx, counts, runs, req, req)
+		_, err := s.FlushOutcomes(ctx, counts, runs, req)
 		require.NoError(t, err)
 	}
 	seqRead := func() int64 {
@@ -100,7 +100,7 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 		require.NoError(t, err)
 		var n int64
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `
-			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_buckets', 'breaker_tallies')`).Scan(&n))
+			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_buckets', 'breaker_tallies', 'breaker_slots')`).Scan(&n))
 		return n
 	}
 	for range 10 {
@@ -109,8 +109,8 @@ func TestBreakerFlushPlansForTheTableAsItIs(t *testing.T) {
 	// Other endpoints' buckets: rows none of the flushes above or below
 	// touch.
 	_, err = b.db.Pool.Exec(ctx, `
-		INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures)
-		SELECT 'ep_fill_' || g, 1, now(), 'other', 1, 0 FROM generate_series(1, 50000) g`)
+		INSERT INTO breaker_slots (endpoint_id, generation, shard, slot, bucket_start, successes, failures)
+		SELECT 'ep_fill_' || g, 1, 'other', 0, now(), 1, 0 FROM generate_series(1, 50000) g`)
 	require.NoError(t, err)
 	before := seqRead()
 	for range 3 {
@@ -139,11 +139,11 @@ func TestBreakerFlushReadsOnlyItsEndpointsRows(t *testing.T) {
 	require.NoError(t, err)
 	cfg := testCfg // 10s window: 500ms buckets
 	_, err = b.db.Pool.Exec(ctx, `
-		INSERT INTO breaker_tallies (endpoint_id, generation, bucket_start, shard, successes, failures)
-		SELECT id, 1, $1::timestamptz - make_interval(secs => k * 0.5), 'd' || p, 1, 0
+		INSERT INTO breaker_slots (endpoint_id, generation, shard, slot, bucket_start, successes, failures)
+		SELECT id, 1, 'd' || p, k, $1::timestamptz - make_interval(secs => k * 0.5), 1, 0
 		FROM endpoints, generate_series(0, 2) k, generate_series(1, 4) p`, breaker.BucketStart(cfg, time.Now()))
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, `ANALYZE breaker_states; ANALYZE breaker_tallies`)
+	_, err = b.db.Pool.Exec(ctx, `ANALYZE breaker_states; ANALYZE breaker_slots`)
 	require.NoError(t, err)
 
 	var ids []string
@@ -153,14 +153,14 @@ func TestBreakerFlushReadsOnlyItsEndpointsRows(t *testing.T) {
 		var counts []store.OutcomeCount
 		var req []store.EvidenceRequest
 		for _, id := range ids {
-			counts = append(counts, store.OutcomeCount{EndpointID: id, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Successes: 3, Shard: "d1"})
-			req = append(req, store.EvidenceRequest{EndpointID: id, Window: cfg.Window, Shard: "d1", Generation: 1})
+			counts = append(counts, store.OutcomeCount{EndpointID: id, Generation: 1, BucketStart: breaker.BucketStart(cfg, time.Now()), Window: cfg.Window, Successes: 3, Shard: "d1"})
+			req = append(req, store.EvidenceRequest{EndpointID: id, Window: cfg.Window})
 		}
 		runs := []store.RunCount{
 			{EndpointID: ids[0], Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}},
 			{EndpointID: ids[1], Generation: 1, Run: breaker.Run{Failures: 1, Prefix: 1, Max: 1, Suffix: 1}},
 		}
-		evs, err := s.FlushOutcomes(ctx, counts, runs, req[:3], req)
+		evs, err := s.FlushOutcomes(ctx, counts, runs, req[:3])
 		require.NoError(t, err)
 		require.Len(t, evs, 3)
 		require.NotEmpty(t, evs[0].Buckets)
@@ -171,7 +171,7 @@ func TestBreakerFlushReadsOnlyItsEndpointsRows(t *testing.T) {
 		require.NoError(t, err)
 		var n int64
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `
-			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_states', 'breaker_tallies')`).Scan(&n))
+			SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE relname IN ('breaker_states', 'breaker_tallies', 'breaker_slots')`).Scan(&n))
 		return n
 	}
 	before := seqRead()
