@@ -10,6 +10,7 @@ import (
 
 	"github.com/hookd/hookd/internal/breaker"
 	"github.com/hookd/hookd/internal/store"
+	"github.com/hookd/hookd/internal/store/storetest"
 )
 
 var testCfg = breaker.Config{
@@ -279,12 +280,9 @@ func TestBreakerRowsAreUpdatedInPlace(t *testing.T) {
 // new one's.
 func TestBreakerSlotsOnAnUpgradedDatabase(t *testing.T) {
 	t.Parallel()
-	_, b := setup(t)
+	db := storetest.New(t)
+	resetTo(t, db, 48)
 	ctx := context.Background()
-	db := b.db
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 48))
 	cfg := testCfg
 	start := breaker.BucketStart(cfg, time.Now())
 	oldFlush := func() {
@@ -296,7 +294,7 @@ func TestBreakerSlotsOnAnUpgradedDatabase(t *testing.T) {
 				SET successes = bb.successes + EXCLUDED.successes, failures = bb.failures + EXCLUDED.failures`, start)
 		require.NoError(t, err)
 	}
-	_, err = db.Pool.Exec(ctx, `
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ('ep_old', 'acme', 'https://example.com/h', 'whsec_x');
 		INSERT INTO breaker_states (endpoint_id) VALUES ('ep_old')`)
 	require.NoError(t, err)

@@ -22,13 +22,11 @@ func TestUpgradeEndpointsGainDestinations(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 46))
+	resetTo(t, db, 46)
 	const previous = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
 	plain := createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
 	rotated := createEndpointV10(t, db, "globex", "https://globex.example/b", testSecret, previous)
-	_, err = db.Pool.Exec(ctx, `UPDATE endpoints SET headers = '{"X-Api-Key": "k"}', ordering = 'fifo' WHERE id = $1`, rotated)
+	_, err := db.Pool.Exec(ctx, `UPDATE endpoints SET headers = '{"X-Api-Key": "k"}', ordering = 'fifo' WHERE id = $1`, rotated)
 	require.NoError(t, err)
 	_, dlvs := createMessageV7(t, db, "acme", "invoice.paid", `{"amount": 5}`, plain)
 

@@ -18,10 +18,8 @@ func TestRateLimitMigrationKeepsEndpoints(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 10))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ('ep_old', 'acme', 'https://acme.example/h', $1)`, testSecret)
+	resetTo(t, db, 10)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ('ep_old', 'acme', 'https://acme.example/h', $1)`, testSecret)
 	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))

@@ -128,10 +128,8 @@ func TestUpgradeStampsEnabledEndpointsWithHeldDeliveries(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
-	_, err = db.Pool.Exec(ctx, `
+	resetTo(t, db, 25)
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO endpoints (id, tenant_id, url, secret, status) VALUES
 			('ep_on', 'acme', 'https://example.com/on', 'whsec_x', 'enabled'),
 			('ep_off', 'acme', 'https://example.com/off', 'whsec_x', 'disabled');

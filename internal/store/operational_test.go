@@ -49,9 +49,7 @@ func TestUpgradeAddsDeliveryFailureTimes(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 22))
+	resetTo(t, db, 22)
 	enq := &fakeEnqueuer{next: 1}
 	ep := createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")
 	var dlvs []string
@@ -59,7 +57,7 @@ func TestUpgradeAddsDeliveryFailureTimes(t *testing.T) {
 		_, d := createMessageV7(t, db, "acme", "invoice.paid", `{}`, ep)
 		dlvs = append(dlvs, d[0])
 	}
-	_, err = db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed', attempt_count = 3 WHERE id = $1`, dlvs[0])
+	_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed', attempt_count = 3 WHERE id = $1`, dlvs[0])
 	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))

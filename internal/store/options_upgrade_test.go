@@ -21,14 +21,12 @@ func TestUpgradeAddsEndpointDeliveryOptions(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
+	resetTo(t, db, 25)
 	// The rows as that schema's statements wrote them.
 	epID := createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")
 	msgID, dlvs := createMessageV7(t, db, "acme", "invoice.paid", `{"amount": 5}`, epID)
 	dlvID := dlvs[0]
-	_, err = db.Pool.Exec(ctx, `
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO delivery_attempts (delivery_id, message_id, endpoint_id, attempt_number, attempted_at, duration_ms, status_code, classification)
 		VALUES ($1, $2, $3, 1, now(), 12.5, 503, 'failure')`, dlvID, msgID, epID)
 	require.NoError(t, err)

@@ -88,14 +88,12 @@ func TestUpgradeAddsPortalSessions(t *testing.T) {
 	_, b := setup(t)
 	db := b.db
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 14))
+	resetTo(t, db, 14)
 	s := store.New(db.Pool, nil)
 	// The endpoint as that schema stored it: CreateEndpoint writes columns
 	// later migrations add.
 	e := store.Endpoint{ID: createEndpointV10(t, db, "acme", "https://example.com/a", testSecret, "")}
-	_, err = s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeTenant, Name: "ci", Sum: sha256.Sum256([]byte("t")), TenantID: "acme"})
+	_, err := s.CreateAPIToken(ctx, store.NewAPIToken{Scope: store.ScopeTenant, Name: "ci", Sum: sha256.Sum256([]byte("t")), TenantID: "acme"})
 	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))
@@ -226,10 +224,8 @@ func TestSessionEndsMigration(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 29))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, scope, revoked_at) VALUES
+	resetTo(t, db, 29)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, scope, revoked_at) VALUES
 		('tok_01', 'ops', $1, 'admin', now()), ('tok_02', 'ops', $2, 'admin', NULL)`, make([]byte, 32), append(make([]byte, 31), 1))
 	require.NoError(t, err)
 	cookie := sha256.Sum256([]byte("cookie"))

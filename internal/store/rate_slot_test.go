@@ -127,10 +127,8 @@ func TestUpgradeBooksRateSlotsOfExistingEndpoints(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
-	_, err = db.Pool.Exec(ctx, `
+	resetTo(t, db, 25)
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO endpoints (id, tenant_id, url, secret, rate_limit) VALUES ('ep_limited', 'acme', 'https://example.com/h', 'whsec_x', 5);
 		INSERT INTO breaker_states (endpoint_id) VALUES ('ep_limited')`)
 	require.NoError(t, err)

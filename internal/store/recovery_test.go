@@ -170,9 +170,7 @@ func TestUpgradeAddsParkReason(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 21))
+	resetTo(t, db, 21)
 	s := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{}
 	// The rows as that schema stored them.

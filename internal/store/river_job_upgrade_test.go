@@ -22,11 +22,9 @@ func TestUpgradeDropsRiverJobArgsIndex(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 24))
+	resetTo(t, db, 24)
 	require.Equal(t, 1, argsGINIndexes(t, db), "the schema before has River's GIN index on args")
-	_, err = db.Pool.Exec(ctx, `
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO river_job (kind, queue, max_attempts, state, finalized_at, args) VALUES
 			('deliver', 'deliver', 100, 'completed', now(), '{"delivery_id": "dlv_a", "message_id": "msg_1"}'),
 			('deliver', 'deliver', 100, 'completed', now(), '{"delivery_id": "dlv_b", "message_id": "msg_1"}'),

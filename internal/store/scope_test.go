@@ -122,11 +122,9 @@ func TestTokenScopesMigrationKeepsStoredTokens(t *testing.T) {
 	db := storetest.New(t)
 	ctx := context.Background()
 	// Start over on this database only, at the version before the scopes.
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 9))
+	resetTo(t, db, 9)
 	liveSum, revokedSum := sha256.Sum256([]byte("hkd_live")), sha256.Sum256([]byte("hkd_revoked"))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, last_used_at, revoked_at) VALUES
+	_, err := db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, last_used_at, revoked_at) VALUES
 		('tok_01', 'ci', $1, now(), NULL), ('tok_02', 'old', $2, NULL, now())`, liveSum[:], revokedSum[:])
 	require.NoError(t, err)
 
@@ -253,11 +251,9 @@ func TestExplicitScopesMigration(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
+	resetTo(t, db, 25)
 	adminSum, tenantSum, emptySum := sha256.Sum256([]byte("hkd_admin")), sha256.Sum256([]byte("hkd_tenant")), sha256.Sum256([]byte("hkd_empty"))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, scope, tenant_id, read_only) VALUES
+	_, err := db.Pool.Exec(ctx, `INSERT INTO api_tokens (id, name, sha256, scope, tenant_id, read_only) VALUES
 		('tok_01', 'ops', $1, 'admin', NULL, false),
 		('tok_02', 'acme-app', $2, 'tenant', 'acme', true),
 		('tok_03', 'hand-made', $3, 'tenant', '', false)`, adminSum[:], tenantSum[:], emptySum[:])

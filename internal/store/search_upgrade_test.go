@@ -18,9 +18,7 @@ func TestUpgradeAddsSearchIndexes(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 17))
+	resetTo(t, db, 17)
 	s := store.New(db.Pool, nil)
 	// The endpoint and messages as that schema stored them: CreateEndpoint
 	// and CreateMessage use columns later migrations add.
@@ -30,7 +28,7 @@ func TestUpgradeAddsSearchIndexes(t *testing.T) {
 		m, _ := createMessageV7(t, db, "acme", "invoice.paid", `{}`, e.ID)
 		ids = append(ids, m)
 	}
-	_, err = db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed' WHERE message_id = $1`, ids[1])
+	_, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'failed' WHERE message_id = $1`, ids[1])
 	require.NoError(t, err)
 
 	require.NoError(t, store.Migrate(ctx, db.Pool, nil))

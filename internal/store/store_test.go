@@ -83,6 +83,17 @@ func (b *testBundle) count(t *testing.T, table string) int {
 	return n
 }
 
+// resetTo starts db over at schema version: an upgrade test's database of
+// a previous version (the template holds every migration, so its schema
+// goes and the migrations up to version run again).
+func resetTo(t *testing.T, db *storetest.DB, version int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
+	require.NoError(t, err)
+	require.NoError(t, store.MigrateTo(ctx, db.Pool, version))
+}
+
 func TestMigrateIsSafeConcurrently(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)

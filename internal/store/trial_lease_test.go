@@ -264,10 +264,8 @@ func TestTrialLeasesOnAnUpgradedDatabase(t *testing.T) {
 	_, b := setup(t)
 	ctx := context.Background()
 	db := b.db
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 40))
-	_, err = db.Pool.Exec(ctx, `
+	resetTo(t, db, 40)
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO endpoints (id, tenant_id, url, secret) VALUES ('ep_old', 'acme', 'https://example.com/h', 'whsec_x');
 		INSERT INTO breaker_states (endpoint_id, state, generation, opened_at, open_until)
 			VALUES ('ep_old', 'open', 2, now() - interval '2 minutes', now() - interval '1 minute')`)

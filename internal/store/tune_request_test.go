@@ -73,10 +73,8 @@ func TestUpgradeAddsTuneRequests(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 40))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO traffic_classes (name, config, builtin) VALUES
+	resetTo(t, db, 40)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO traffic_classes (name, config, builtin) VALUES
 		('payments', '{"name":"payments","trip":"consecutive","consecutive_failures":3,"auto_tune":"apply"}', false)
 		ON CONFLICT (name) DO NOTHING`)
 	require.NoError(t, err)

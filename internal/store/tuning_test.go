@@ -143,10 +143,8 @@ func TestUpgradeAddsClassTuning(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 25))
-	_, err = db.Pool.Exec(ctx, `INSERT INTO traffic_classes (name, config, builtin) VALUES
+	resetTo(t, db, 25)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO traffic_classes (name, config, builtin) VALUES
 		('medium', '{"name":"medium","trip":"rate","failure_rate_threshold":0.4,"window":"30s","min_throughput":20}', true),
 		('payments', '{"name":"payments","trip":"consecutive","consecutive_failures":3}', false)`)
 	require.NoError(t, err)

@@ -117,9 +117,7 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 6))
+	resetTo(t, db, 6)
 	s := store.New(db.Pool, nil)
 	enq := &fakeEnqueuer{next: 1000}
 
@@ -257,7 +255,7 @@ func TestUpgradeToPartitionedStorage(t *testing.T) {
 	}
 
 	// New rows land in the new partitions, and attempt ids go on.
-	_, err = s.EnsurePartitions(ctx, time.Now(), time.Minute, 2)
+	_, err := s.EnsurePartitions(ctx, time.Now(), time.Minute, 2)
 	require.NoError(t, err)
 	m, created, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "order.paid", Payload: json.RawMessage(`{"new":true}`)}, enq)
 	require.NoError(t, err)
@@ -293,9 +291,7 @@ func TestUpgradeEndpointsGainHeaders(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 10))
+	resetTo(t, db, 10)
 	const previous = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
 	plain := createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
 	rotated := createEndpointV10(t, db, "globex", "https://globex.example/b", testSecret, previous)
@@ -331,9 +327,7 @@ func TestUpgradeEndpointsGainSigning(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 11))
+	resetTo(t, db, 11)
 	const previous = "whsec_Dx1gsDwxK9pmGkLqSbqSQFRx2EZD2KRbTfVMdbLkq5g="
 	var ids []string
 	for i := range 3 {
@@ -368,9 +362,7 @@ func TestUpgradeAddsEventTypeCatalogue(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public;`)
-	require.NoError(t, err)
-	require.NoError(t, store.MigrateTo(ctx, db.Pool, 12))
+	resetTo(t, db, 12)
 	s := store.New(db.Pool, nil)
 	ep := createEndpointV10(t, db, "acme", "https://acme.example/a", testSecret, "")
 	for i := range 3 {
