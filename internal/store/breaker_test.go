@@ -227,14 +227,17 @@ func TestFlushKeepsARingOfRowsPerProcess(t *testing.T) {
 	require.Less(t, failures, 50)
 }
 
-// TestBreakerRowsAreUpdatedInPlace: a busy endpoint's rows are inserted
-// once (a ring per process) and then only updated, in place (HOT: no
-// index entry per write), and never deleted: three rings' worth of
-// buckets of ten endpoints, each counted by two flushes, insert 40 rows
-// per endpoint and update them from then on. One bucket row per bucket,
-// inserted and later deleted, was two writes to the table and its index
-// per bucket and process.
-func TestBreakerRowsAreUpdatedInPlace(t *testing.T) {
+// TestBreakerRowsAreInsertedOnceThenUpdated: a busy endpoint's rows are
+// inserted once (a ring per process) and then only updated, never
+// deleted: three rings' worth of buckets of ten endpoints, each counted by
+// two flushes, insert 40 rows per endpoint and update them from then on.
+// One bucket row per bucket, inserted and later deleted, was two writes
+// to the table and its index per bucket and process. The updates change
+// no indexed column, so PostgreSQL makes them in place (HOT) whenever the
+// page has room: all 2,000 here when the test runs alone, fewer when
+// other sessions' snapshots keep the page's dead versions from being
+// cleared, so that share is logged, not asserted.
+func TestBreakerRowsAreInsertedOnceThenUpdated(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
 	ctx := context.Background()
@@ -269,7 +272,6 @@ func TestBreakerRowsAreUpdatedInPlace(t *testing.T) {
 	require.EqualValues(t, len(eps)*store.TallySlots, ins, "a ring of rows per endpoint, inserted once")
 	require.EqualValues(t, 2*len(eps)*buckets-len(eps)*store.TallySlots, upd, "every other write an update")
 	require.Zero(t, del)
-	require.GreaterOrEqual(t, float64(hot), 0.9*float64(upd), "updated in place: %d of %d", hot, upd)
 	t.Logf("%d rows inserted, %d updates of which %d in place, %d deleted", ins, upd, hot, del)
 }
 
