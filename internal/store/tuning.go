@@ -29,9 +29,9 @@ var ErrTuningBusy = fmt.Errorf("%w: a tuning pass of the class is running", ErrC
 // no longer the one the pass started from.
 var ErrClassChanged = fmt.Errorf("%w: the class's config changed since the tuning pass", ErrConflict)
 
-// tuningLockKey is the first key of the per-class advisory lock a tuning
+// TuningLockKey is the first key of the per-class advisory lock a tuning
 // pass holds; the second is the hash of the class name.
-const tuningLockKey = 0x686f6f6b // "hook"
+const TuningLockKey = 0x686f6f6b // "hook"
 
 // WithTuningLock runs fn while this process holds the class's tuning lock,
 // and returns ErrTuningBusy without running it when another session holds
@@ -46,14 +46,14 @@ func (s *Store) WithTuningLock(ctx context.Context, class string, fn func(contex
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, int32(tuningLockKey), class).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, int32(TuningLockKey), class).Scan(&got); err != nil {
 		return fmt.Errorf("take tuning lock: %w", err)
 	}
 	if !got {
 		return ErrTuningBusy
 	}
 	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, int32(tuningLockKey), class)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, int32(TuningLockKey), class)
 	}()
 	held, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
