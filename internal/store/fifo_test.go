@@ -409,13 +409,28 @@ func TestFIFOStampsFollowCommitOrder(t *testing.T) {
 	c := store.NewMessageCommitter(s, b.enq, store.MessageCommitterConfig{MaxInFlight: 4, MaxBatch: 3})
 	const senders, each = 6, 15
 	sentBy := make([][]string, senders)
+	// The senders pause halfway until the reader has read the queue once
+	// since they all got there, so that at least one read falls between
+	// their commits however the machine schedules them (on a busy one the
+	// senders were once done before the reader's second read).
+	var half sync.WaitGroup
+	half.Add(senders)
+	halfway, resume := make(chan struct{}), make(chan struct{})
+	go func() { half.Wait(); close(halfway) }()
 	var wg sync.WaitGroup
 	for w := range senders {
 		wg.Go(func() {
 			for i := range each {
+				if i == each/2 {
+					half.Done()
+					<-resume
+				}
 				m, _, err := c.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))})
 				if err != nil {
 					t.Error(err)
+					if i < each/2 {
+						half.Done() // the others' pause still ends
+					}
 					return
 				}
 				sentBy[w] = append(sentBy[w], m.ID)
@@ -426,18 +441,29 @@ func TestFIFOStampsFollowCommitOrder(t *testing.T) {
 	var seenMax time.Time
 	seen := map[string]bool{}
 	var violations []string
-	var reads int
+	var partial bool
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
+		resumed := false
 		for {
 			select {
 			case <-done:
 				return
 			default:
 			}
+			afterHalf := false
+			select {
+			case <-halfway:
+				afterHalf = true
+			default:
+			}
 			order, by := b.queue(t, e.ID)
-			reads++
+			if afterHalf && !resumed {
+				partial = len(order) > 0 && len(order) < senders*each
+				resumed = true
+				close(resume)
+			}
 			var max time.Time
 			for _, m := range order {
 				at := by[m].createdAt
@@ -456,7 +482,7 @@ func TestFIFOStampsFollowCommitOrder(t *testing.T) {
 	close(done)
 	<-readerDone
 	require.Empty(t, violations)
-	require.Greater(t, reads, 1)
+	require.True(t, partial, "a read saw the queue half made")
 
 	order, by := b.queue(t, e.ID)
 	require.Len(t, order, senders*each)
