@@ -177,6 +177,35 @@ func (h *headless) do(what string, timeout time.Duration, actions ...chromedp.Ac
 	}
 }
 
+// clickUntil clicks sel until shown is visible, within timeout. The page
+// re-renders its rows as data arrives, and a click can land on a node
+// replaced just then: it is lost without an error, and nothing shows (on
+// a loaded machine the endpoint page waited out its 30 s so). So each
+// click is given a few seconds to show shown, and made again if it did
+// not; once shown is visible, nothing more is clicked.
+func (h *headless) clickUntil(what string, timeout time.Duration, sel, shown string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, timeout)
+	defer cancel()
+	try := func(d time.Duration, actions ...chromedp.Action[chromedp.Void]) error {
+		c, stop := context.WithTimeout(ctx, d)
+		defer stop()
+		return chromedp.Do(c, actions...)
+	}
+	for {
+		if try(300*time.Millisecond, chromedp.WaitVisible(chromedp.CSS(shown))) == nil {
+			return
+		}
+		err := try(5*time.Second, chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.CSS(shown)))
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			require.NoError(h.t, err, "browser: %s", what)
+		}
+	}
+}
+
 // eval evaluates a JavaScript expression.
 func eval[T any](h *headless, expr string) T {
 	h.t.Helper()
@@ -418,9 +447,8 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The endpoint's page: its attempts and the chart with the open and
 	// the reset marked.
-	h.do("endpoint page", 30*time.Second,
-		chromedp.Click(chromedp.CSS(row(sick.ID, "")+` a.url`)),
-		chromedp.WaitVisible(chromedp.CSS(`#detail-view`)),
+	h.clickUntil("endpoint page", 30*time.Second, row(sick.ID, "")+` a.url`, `#detail-view`)
+	h.do("endpoint page's chart and attempts", 30*time.Second,
 		chromedp.WaitVisible(chromedp.CSS(`#chart svg`)),
 		chromedp.WaitVisible(chromedp.CSS(`#attempts tbody tr`)),
 	)
