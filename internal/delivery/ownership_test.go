@@ -162,9 +162,9 @@ func TestUnconfirmedParkNeverSendsTwice(t *testing.T) {
 	require.Nil(t, b.jobOf(t), "the park committed: no job owns the delivery")
 
 	b.ledger.lose.Store(false)
-	n, err := b.st.ReleaseParked(context.Background(), b.endpoint.ID, 10, b.enq)
+	got, err := b.st.ReleaseParked(context.Background(), b.endpoint.ID, 10, b.enq)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Len(t, got, 1)
 	second := b.jobOf(t)
 	require.NotNil(t, second)
 

@@ -14,7 +14,8 @@ import (
 type ParkedStore interface {
 	ParkedEndpoints(ctx context.Context, ids []string) ([]store.ParkedEndpoint, error)
 	ParkedEndpointsOfShard(ctx context.Context, shard, n int) ([]store.ParkedEndpoint, error)
-	ReleaseParked(ctx context.Context, endpointID string, limit int, enq store.Enqueuer) (int, error)
+	ReleaseParked(ctx context.Context, endpointID string, limit int, enq store.Enqueuer) ([]store.Released, error)
+	ReleaseOutcomes(ctx context.Context, released []store.Released) ([]store.ReleaseOutcome, error)
 	EndHeldRelease(ctx context.Context, endpointID string, linger time.Duration) (bool, error)
 	AdvanceQueue(ctx context.Context, endpointID string, enq store.Enqueuer) error
 }
@@ -44,8 +45,9 @@ type Unparker struct {
 	share    func() (shard, n int)
 
 	// window holds, per endpoint whose closed breaker still has parked
-	// deliveries, how many of its deliveries may have a job due at once and
-	// the failures its breaker had counted at the last pass. Only Run's
+	// deliveries, how many of its deliveries may have a job due at once,
+	// the failures its breaker had counted at the last pass and the
+	// deliveries it released whose outcome is not known yet. Only Run's
 	// goroutine (or a test calling Pass) touches it.
 	window map[string]paceState
 }
@@ -56,6 +58,9 @@ type paceState struct {
 	// congested is set once a failure was seen: the window then grows by
 	// Start per pass instead of doubling.
 	congested bool
+	// released are the deliveries this unparker released whose outcome
+	// it has not seen yet (at most Max, the latest).
+	released []store.Released
 }
 
 // UnparkPace is how a closed breaker's parked backlog is released. Released
@@ -67,9 +72,14 @@ type paceState struct {
 // included): the window starts at Start, a few trials' worth, doubles on
 // each pass that finds at least half of it drained (the endpoint keeps up)
 // up to Max, about the per-endpoint cap times the dispatchers, and halves
-// (to no less than 1) on a pass that finds new failures counted by the
-// breaker since the last; after a failure it grows by Start per pass, not
-// doubling (TCP's congestion avoidance after slow start). A pass runs
+// (to no less than 1) on a pass that finds a failure since the last: a
+// delivery it released attempted and not delivered (read from the
+// deliveries, which the ledger writes before an attempt's job ends: a
+// refused delivery waiting for its retry no longer counts as queued, and
+// the breaker's shared counts of it follow only at their next flush), or
+// new failures counted by the breaker (the endpoint's other traffic);
+// after a failure it grows by Start per pass, not doubling (TCP's
+// congestion avoidance after slow start). A pass runs
 // every Interval while a backlog is being released. So the release follows the rate and the concurrency the
 // endpoint shows it takes, and a barely recovered endpoint is not handed
 // more than it answered well.
@@ -181,6 +191,7 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 		}
 		return
 	}
+	failed := u.stepFailures(ctx, list)
 	listed := make(map[string]bool, len(list))
 	for _, pe := range list {
 		if pe.ReleasingHeld && pe.Held == 0 {
@@ -200,7 +211,7 @@ func (u *Unparker) Pass(ctx context.Context, ids []string) {
 				u.advance(ctx, pe.EndpointID)
 			}
 		case state == breaker.StateClosed:
-			u.release(ctx, pe.EndpointID, u.paced(pe))
+			u.track(pe.EndpointID, u.release(ctx, pe.EndpointID, u.paced(pe, failed[pe.EndpointID])))
 		case state == breaker.StateHalfOpen:
 			delete(u.window, pe.EndpointID)
 			if !pe.TrialInFlight {
@@ -227,14 +238,74 @@ func (u *Unparker) shareOf() (shard, n int) {
 	return u.share()
 }
 
+// stepFailures reads what became of the deliveries released to the
+// listed endpoints being paced, forgets those whose outcome is known, and
+// returns how many of each endpoint's were attempted and not delivered.
+// On an error it returns nothing and keeps them for the next pass.
+func (u *Unparker) stepFailures(ctx context.Context, list []store.ParkedEndpoint) map[string]int {
+	var released []store.Released
+	var owners []string
+	for _, pe := range list {
+		for _, r := range u.window[pe.EndpointID].released {
+			released = append(released, r)
+			owners = append(owners, pe.EndpointID)
+		}
+	}
+	if len(released) == 0 {
+		return nil
+	}
+	outcomes, err := u.store.ReleaseOutcomes(ctx, released)
+	if err != nil {
+		if ctx.Err() == nil {
+			u.logger.Warn("unpark_release_outcomes", slog.String("error", err.Error()))
+		}
+		return nil
+	}
+	failed := map[string]int{}
+	outstanding := map[string][]store.Released{}
+	for i, o := range outcomes {
+		switch o {
+		case store.ReleaseOutstanding:
+			outstanding[owners[i]] = append(outstanding[owners[i]], released[i])
+		case store.ReleaseFailed:
+			failed[owners[i]]++
+		}
+	}
+	for _, pe := range list {
+		if st, ok := u.window[pe.EndpointID]; ok {
+			st.released = outstanding[pe.EndpointID]
+			u.window[pe.EndpointID] = st
+		}
+	}
+	return failed
+}
+
+// track remembers the deliveries just released to an endpoint being
+// paced, to read their outcomes at the next pass (the latest Max of
+// them: an outcome that takes longer than Max releases to come is not
+// this pace's signal).
+func (u *Unparker) track(endpointID string, released []store.Released) {
+	st, ok := u.window[endpointID]
+	if !ok || len(released) == 0 {
+		return
+	}
+	st.released = append(st.released, released...)
+	if over := len(st.released) - u.pace.Max; over > 0 {
+		st.released = slices.Delete(st.released, 0, over)
+	}
+	u.window[endpointID] = st
+}
+
 // paced returns how many of a closed breaker's parked deliveries may be
-// released now, and moves its window (see UnparkPace).
-func (u *Unparker) paced(pe store.ParkedEndpoint) int {
+// released now, and moves its window (see UnparkPace); failed is how many
+// of the deliveries it released were attempted and not delivered since
+// the last pass.
+func (u *Unparker) paced(pe store.ParkedEndpoint, failed int) int {
 	st, ok := u.window[pe.EndpointID]
 	switch {
 	case !ok:
 		st.window = u.pace.Start
-	case pe.Failures > st.failures:
+	case failed > 0 || pe.Failures > st.failures:
 		st.window, st.congested = max(st.window/2, 1), true
 	case pe.Queued <= st.window/2 && st.congested:
 		st.window = min(st.window+u.pace.Start, u.pace.Max)
@@ -263,27 +334,29 @@ func (u *Unparker) advance(ctx context.Context, endpointID string) {
 	}
 }
 
-// release queues up to n parked deliveries of one endpoint.
-func (u *Unparker) release(ctx context.Context, endpointID string, n int) {
-	released := 0
-	for released < n && ctx.Err() == nil {
-		got, err := u.store.ReleaseParked(ctx, endpointID, min(n-released, releaseBatch), u.enq)
+// release queues up to n parked deliveries of one endpoint and returns
+// them.
+func (u *Unparker) release(ctx context.Context, endpointID string, n int) []store.Released {
+	var released []store.Released
+	for len(released) < n && ctx.Err() == nil {
+		got, err := u.store.ReleaseParked(ctx, endpointID, min(n-len(released), releaseBatch), u.enq)
 		if err != nil {
 			if ctx.Err() == nil {
 				u.logger.Warn("unpark_release", slog.String("endpoint", endpointID), slog.String("error", err.Error()))
 			}
 			break
 		}
-		if got == 0 {
+		if len(got) == 0 {
 			break
 		}
-		released += got
+		released = append(released, got...)
 	}
-	if released == 0 {
-		return
+	if len(released) == 0 {
+		return nil
 	}
 	if u.metrics != nil {
-		u.metrics.Unparked.Add(float64(released))
+		u.metrics.Unparked.Add(float64(len(released)))
 	}
-	u.logger.Info("deliveries_unparked", slog.String("endpoint", endpointID), slog.Int("released", released))
+	u.logger.Info("deliveries_unparked", slog.String("endpoint", endpointID), slog.Int("released", len(released)))
+	return released
 }

@@ -234,3 +234,70 @@ func TestUnparkersSplitTheFleetsBacklogs(t *testing.T) {
 		require.Equal(t, 1, n, "%s is paced by one unparker", id)
 	}
 }
+
+// TestReleasedDeliveriesFailingHalveTheWindowBeforeTheBreakerCounts: the
+// outcomes of a release step steer the next one as soon as the ledger has
+// them. A step whose deliveries the endpoint partly refused (their retries
+// scheduled: no longer queued, so the step looks drained) halves the
+// window at the next pass, before the breaker's counts of those failures
+// are flushed; doubling on it would hand a barely recovered endpoint twice
+// what it just refused part of, and trip its breaker again.
+func TestReleasedDeliveriesFailingHalveTheWindowBeforeTheBreakerCounts(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	enq := &countingEnqueuer{}
+	const backlog = 100
+	until := time.Now().Add(time.Minute)
+	var parks []store.StatusUpdate
+	for range backlog {
+		m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+		require.NoError(t, err)
+		d := m.Deliveries[0]
+		parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
+	}
+	require.NoError(t, st.RecordLedger(ctx, nil, parks))
+
+	u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
+	u.SetPace(delivery.UnparkPace{Start: 8, Max: 64, Interval: time.Second})
+	due := func() []string { // the endpoint's deliveries with a job due now
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM deliveries WHERE endpoint_id = $1 AND status = 'pending'
+			AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY id`, ep.ID)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return ids
+	}
+	// answer records, as the ledger does, the endpoint's answers to the
+	// deliveries due: the first ok ones delivered, the rest refused with
+	// their retry two seconds away.
+	answer := func(ok int) {
+		now := time.Now()
+		retry := now.Add(2 * time.Second)
+		var updates []store.StatusUpdate
+		for i, id := range due() {
+			up := store.StatusUpdate{DeliveryID: id, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &now}
+			if i >= ok {
+				refused := "http_503"
+				up.Status, up.NextAttemptAt, up.LastError = store.DeliveryPending, &retry, &refused
+			}
+			updates = append(updates, up)
+		}
+		require.NoError(t, st.RecordLedger(ctx, nil, updates))
+	}
+
+	u.Pass(ctx, nil)
+	require.Len(t, due(), 8, "the first release is the start window")
+	answer(8)
+	u.Pass(ctx, nil)
+	require.Len(t, due(), 16, "all of it delivered: the window doubles")
+	require.Equal(t, 16, u.Window(ep.ID))
+	answer(10) // 6 of the 16 refused; the breaker has counted none of it yet
+	require.Empty(t, due(), "the refused ones wait for their retry: the step looks drained")
+	u.Pass(ctx, nil)
+	require.Equal(t, 8, u.Window(ep.ID), "the step's refusals halve the window, not double it")
+	require.Len(t, due(), 8)
+}

@@ -356,9 +356,9 @@ func TestSwitchingOrderingKeepsEveryDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, parked, 1)
 	require.False(t, parked[0].FIFO)
-	n, err := s.ReleaseParked(ctx, e.ID, 10, b.enq)
+	got, err := s.ReleaseParked(ctx, e.ID, 10, b.enq)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Len(t, got, 1)
 	require.ElementsMatch(t, after, b.heads(t, e.ID))
 	require.Equal(t, 5, b.count(t, "deliveries"))
 }

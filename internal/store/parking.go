@@ -64,7 +64,7 @@ const (
 // transaction is releasing are skipped, so concurrent releasers never queue
 // a delivery twice. Each job keeps the delivery's place in its retry
 // schedule and attempt numbering.
-func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limit int, enq Enqueuer) (int, error) {
+func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limit int, enq Enqueuer) ([]Released, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT `+deliveryColumns+`, m.event_type`+deliveryFrom+`
 		JOIN messages m ON m.id = d.message_id
@@ -72,7 +72,7 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 		ORDER BY d.created_at, d.id LIMIT $2
 		FOR UPDATE OF d SKIP LOCKED`, endpointID, limit)
 	if err != nil {
-		return 0, fmt.Errorf("list deliveries to release: %w", err)
+		return nil, fmt.Errorf("list deliveries to release: %w", err)
 	}
 	var batch []QueuedDelivery
 	for rows.Next() {
@@ -82,25 +82,27 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 		d, err := scanDelivery(rows, &q.EventType)
 		if err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("list deliveries to release: %w", err)
+			return nil, fmt.Errorf("list deliveries to release: %w", err)
 		}
 		q.Delivery = d
 		batch = append(batch, q)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("list deliveries to release: %w", err)
+		return nil, fmt.Errorf("list deliveries to release: %w", err)
 	}
 	if len(batch) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	jobIDs, err := enq.EnqueueTx(ctx, tx, batch)
 	if err != nil {
-		return 0, fmt.Errorf("enqueue released deliveries: %w", err)
+		return nil, fmt.Errorf("enqueue released deliveries: %w", err)
 	}
 	ids := make([]string, len(batch))
+	released := make([]Released, len(batch))
 	for i, q := range batch {
 		ids[i] = q.ID
+		released[i] = Released{ID: q.ID, Attempts: q.AttemptCount}
 	}
 	// Compare-and-set on what was selected: a row that is no longer held
 	// or parked is not given a second job.
@@ -109,22 +111,29 @@ func releaseChunk(ctx context.Context, tx pgx.Tx, endpointID, which string, limi
 			breaker_open_until = NULL, park_reason = NULL, updated_at = now()
 		FROM unnest($1::text[], $2::bigint[]) AS j(id, job_id) WHERE d.id = j.id AND d.id = ANY($1) AND `+which, customPlan, ids, jobIDs)
 	if err != nil {
-		return 0, fmt.Errorf("release deliveries: %w", err)
+		return nil, fmt.Errorf("release deliveries: %w", err)
 	}
 	if int(tag.RowsAffected()) != len(batch) {
 		// Rows locked FOR UPDATE cannot change under us: this is a bug,
 		// and the jobs just queued must not commit.
-		return 0, fmt.Errorf("release deliveries: %d of %d rows still releasable", tag.RowsAffected(), len(batch))
+		return nil, fmt.Errorf("release deliveries: %d of %d rows still releasable", tag.RowsAffected(), len(batch))
 	}
-	return len(batch), nil
+	return released, nil
+}
+
+// Released is a delivery a release gave a job again, and the attempts
+// it had then: what ReleaseOutcomes compares with.
+type Released struct {
+	ID       string
+	Attempts int
 }
 
 // ReleaseParked queues up to limit of an endpoint's waiting deliveries
-// again, in one transaction, and returns how many: first its held ones,
+// again, in one transaction, and returns them: first its held ones,
 // oldest first, while it is enabled (see EnableEndpoint), then its parked
 // ones, oldest first.
-func (s *Store) ReleaseParked(ctx context.Context, endpointID string, limit int, enq Enqueuer) (int, error) {
-	var n int
+func (s *Store) ReleaseParked(ctx context.Context, endpointID string, limit int, enq Enqueuer) ([]Released, error) {
+	var out []Released
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Share-locked, so a disable waits for the release rather than
 		// holding deliveries this transaction queues (a hold takes the
@@ -135,20 +144,75 @@ func (s *Store) ReleaseParked(ctx context.Context, endpointID string, limit int,
 			return fmt.Errorf("lock endpoint: %w", err)
 		}
 		if enabled {
-			if n, err = releaseChunk(ctx, tx, endpointID, releaseHeld, limit, enq); err != nil {
+			if out, err = releaseChunk(ctx, tx, endpointID, releaseHeld, limit, enq); err != nil {
 				return err
 			}
 		}
-		if n < limit {
-			m, err := releaseChunk(ctx, tx, endpointID, releaseParked, limit-n, enq)
+		if len(out) < limit {
+			more, err := releaseChunk(ctx, tx, endpointID, releaseParked, limit-len(out), enq)
 			if err != nil {
 				return err
 			}
-			n += m
+			out = append(out, more...)
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseOutcome is what became of a released delivery since its release.
+type ReleaseOutcome int
+
+const (
+	// ReleaseOutstanding: not attempted yet, as far as the ledger knows.
+	ReleaseOutstanding ReleaseOutcome = iota
+	// ReleaseDelivered: delivered.
+	ReleaseDelivered
+	// ReleaseFailed: attempted since its release and not delivered (its
+	// retry scheduled, failed for good, or parked again after it).
+	ReleaseFailed
+	// ReleaseGone: no longer waiting for an attempt from its release:
+	// parked or held again without one, expired, retried by hand, or
+	// deleted.
+	ReleaseGone
+)
+
+// ReleaseOutcomes reads what became of released deliveries, in the order
+// given: the ledger records an attempt's outcome before its job
+// finishes, so a delivery leaves the queue already counted here, where
+// the breaker's shared counts follow only at their next flush.
+func (s *Store) ReleaseOutcomes(ctx context.Context, released []Released) ([]ReleaseOutcome, error) {
+	ids := make([]string, len(released))
+	attempts := make([]int32, len(released))
+	for i, r := range released {
+		ids[i], attempts[i] = r.ID, int32(r.Attempts)
+	}
+	// "id = ANY($1)" inside the join lets the planner prune the partitions
+	// (see ledgerWriteSQL).
+	rows, err := s.pool.Query(ctx, `
+		SELECT CASE
+			WHEN d.id IS NULL THEN $3::int
+			WHEN d.status = 'delivered' THEN $4::int
+			WHEN d.attempt_count > r.attempts THEN $5::int
+			WHEN d.status = 'pending' AND d.job_id IS NOT NULL THEN $6::int
+			ELSE $3::int END
+		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS r(id, attempts, ord)
+		LEFT JOIN (SELECT id, status, attempt_count, job_id FROM deliveries WHERE id = ANY($1)) d ON d.id = r.id
+		ORDER BY r.ord`, ids, attempts, int(ReleaseGone), int(ReleaseDelivered), int(ReleaseFailed), int(ReleaseOutstanding))
+	if err != nil {
+		return nil, fmt.Errorf("read release outcomes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[ReleaseOutcome])
+	if err != nil {
+		return nil, fmt.Errorf("read release outcomes: %w", err)
+	}
+	if len(out) != len(released) {
+		return nil, fmt.Errorf("read release outcomes: %d rows for %d deliveries", len(out), len(released))
+	}
+	return out, nil
 }
 
 // EndHeldRelease clears an endpoint's release stamp (see EnableEndpoint)

@@ -97,14 +97,14 @@ func TestRecoverDeliveriesParksFailedOnesForTheUnparker(t *testing.T) {
 	require.Len(t, parked, 1)
 	require.Equal(t, 3, parked[0].Parked)
 	b.enq.queued = nil
-	n, err := s.ReleaseParked(ctx, e.ID, 2, b.enq)
+	released, err := s.ReleaseParked(ctx, e.ID, 2, b.enq)
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
+	require.Len(t, released, 2)
 	_, err = s.RecoverDeliveries(ctx, e.ID, store.RecoverRange{Since: now.Add(-3 * time.Hour)}, "alice")
 	require.ErrorIs(t, err, store.ErrRecoveryReleasing, "one still parked")
-	n, err = s.ReleaseParked(ctx, e.ID, 10, b.enq)
+	released, err = s.ReleaseParked(ctx, e.ID, 10, b.enq)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Len(t, released, 1)
 	var got []string
 	for _, q := range b.enq.queued {
 		got = append(got, q.ID)
@@ -193,7 +193,7 @@ func TestUpgradeAddsParkReason(t *testing.T) {
 	rec, err := s.RecoverDeliveries(ctx, e.ID, store.RecoverRange{Since: time.Now().Add(-time.Hour)}, "alice")
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Queued)
-	n, err := s.ReleaseParked(ctx, e.ID, 10, enq)
+	got, err := s.ReleaseParked(ctx, e.ID, 10, enq)
 	require.NoError(t, err)
-	require.Equal(t, 2, n, "the breaker's park and the recovery's, by one path")
+	require.Len(t, got, 2, "the breaker's park and the recovery's, by one path")
 }

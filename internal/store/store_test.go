@@ -465,9 +465,9 @@ func TestParkAndRelease(t *testing.T) {
 	require.False(t, parked[0].TrialInFlight)
 
 	before := len(b.enq.queued)
-	n, err := s.ReleaseParked(ctx, e.ID, 1, b.enq)
+	got, err := s.ReleaseParked(ctx, e.ID, 1, b.enq)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, []store.Released{{ID: ids[0], Attempts: 2}}, got, "with the attempts it had")
 	released := b.enq.queued[before]
 	require.Equal(t, ids[0], released.ID, "oldest first")
 	require.Equal(t, 2, released.AttemptCount, "attempt numbering goes on")
@@ -485,11 +485,11 @@ func TestParkAndRelease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := s.ReleaseParked(ctx, e.ID, 10, b.enq)
+			got, err := s.ReleaseParked(ctx, e.ID, 10, b.enq)
 			if err != nil {
 				t.Errorf("release: %v", err)
 			}
-			counts[i] = n
+			counts[i] = len(got)
 		}()
 	}
 	wg.Wait()
