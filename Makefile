@@ -177,7 +177,7 @@ fuzz:
 	if [ "$$count" -eq 0 ]; then echo "== fuzz: no fuzz targets found"; exit 1; fi; \
 	echo "== fuzz: $$count targets ran for $(FUZZTIME) each"
 
-## bench: run every benchmark scenario against a private Postgres (about 22 minutes, S7 alone takes 12) and write bench-results.json; refuses to start on a busy machine (BENCH_FLAGS=-busy-ok)
+## bench: run every benchmark scenario against a private Postgres (about 38 minutes on 2 cores, S7 alone takes 12) and write bench-results.json; refuses to start on a busy machine (BENCH_FLAGS=-busy-ok)
 # BENCH_FLAGS are make bench's extra flags: BENCH_FLAGS=-busy-ok runs on a
 # machine busy at the start (its figures then not comparable).
 BENCH_FLAGS ?=
