@@ -191,7 +191,8 @@ func (s *Store) ReleaseOutcomes(ctx context.Context, released []Released) ([]Rel
 		ids[i], attempts[i] = r.ID, int32(r.Attempts)
 	}
 	// "id = ANY($1)" inside the join lets the planner prune the partitions
-	// (see ledgerWriteSQL).
+	// (see ledgerWriteSQL); planned for its ids at every call (customPlan),
+	// as a lookup of keys in a fast-growing table.
 	rows, err := s.pool.Query(ctx, `
 		SELECT CASE
 			WHEN d.id IS NULL THEN $3::int
@@ -201,7 +202,7 @@ func (s *Store) ReleaseOutcomes(ctx context.Context, released []Released) ([]Rel
 			ELSE $3::int END
 		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS r(id, attempts, ord)
 		LEFT JOIN (SELECT id, status, attempt_count, job_id FROM deliveries WHERE id = ANY($1)) d ON d.id = r.id
-		ORDER BY r.ord`, ids, attempts, int(ReleaseGone), int(ReleaseDelivered), int(ReleaseFailed), int(ReleaseOutstanding))
+		ORDER BY r.ord`, customPlan, ids, attempts, int(ReleaseGone), int(ReleaseDelivered), int(ReleaseFailed), int(ReleaseOutstanding))
 	if err != nil {
 		return nil, fmt.Errorf("read release outcomes: %w", err)
 	}
