@@ -24,22 +24,9 @@ import (
 // the end everything is released.
 func TestClosedBreakerBacklogIsReleasedAtAPace(t *testing.T) {
 	t.Parallel()
-	db := storetest.New(t)
-	st := store.New(db.Pool, nil)
-	ctx := context.Background()
-	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
-	require.NoError(t, err)
-	enq := &countingEnqueuer{}
 	const backlog = 150
-	until := time.Now().Add(time.Minute)
-	var parks []store.StatusUpdate
-	for range backlog {
-		m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
-		require.NoError(t, err)
-		d := m.Deliveries[0]
-		parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
-	}
-	require.NoError(t, st.RecordLedger(ctx, nil, parks))
+	db, st, ep, enq := parkedBacklog(t, backlog)
+	ctx := context.Background()
 
 	u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
 	u.SetPace(delivery.UnparkPace{Start: 10, Max: 40, Interval: time.Second})
@@ -160,6 +147,29 @@ func TestEnabledEndpointReleasesHeldAtAPaceAcrossARestart(t *testing.T) {
 	require.Empty(t, u.Releasing(), "done: the endpoint's window is forgotten")
 }
 
+// parkedBacklog makes a fresh database with one endpoint of acme whose n
+// deliveries (a message each) are parked behind its breaker, as the
+// ledger parks them.
+func parkedBacklog(t *testing.T, n int) (*storetest.DB, *store.Store, store.Endpoint, *countingEnqueuer) {
+	t.Helper()
+	db := storetest.New(t)
+	st := store.New(db.Pool, nil)
+	ctx := context.Background()
+	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	enq := &countingEnqueuer{}
+	until := time.Now().Add(time.Minute)
+	var parks []store.StatusUpdate
+	for range n {
+		m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
+		require.NoError(t, err)
+		d := m.Deliveries[0]
+		parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
+	}
+	require.NoError(t, st.RecordLedger(ctx, nil, parks))
+	return db, st, ep, enq
+}
+
 // recordingEnqueuer hands out job ids and remembers which deliveries it
 // queued.
 type recordingEnqueuer struct {
@@ -244,23 +254,8 @@ func TestUnparkersSplitTheFleetsBacklogs(t *testing.T) {
 // what it just refused part of, and trip its breaker again.
 func TestReleasedDeliveriesFailingHalveTheWindowBeforeTheBreakerCounts(t *testing.T) {
 	t.Parallel()
-	db := storetest.New(t)
-	st := store.New(db.Pool, nil)
+	db, st, ep, enq := parkedBacklog(t, 100)
 	ctx := context.Background()
-	ep, err := st.CreateEndpoint(ctx, store.Endpoint{TenantID: "acme", URL: "https://example.com", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
-	require.NoError(t, err)
-	enq := &countingEnqueuer{}
-	const backlog = 100
-	until := time.Now().Add(time.Minute)
-	var parks []store.StatusUpdate
-	for range backlog {
-		m, _, err := st.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, enq)
-		require.NoError(t, err)
-		d := m.Deliveries[0]
-		parks = append(parks, store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryWaiting, BreakerOpenUntil: &until, Park: true, JobID: *d.JobID})
-	}
-	require.NoError(t, st.RecordLedger(ctx, nil, parks))
-
 	u := delivery.NewUnparker(st, enq, time.Minute, nil, nil)
 	u.SetPace(delivery.UnparkPace{Start: 8, Max: 64, Interval: time.Second})
 	due := func() []string { // the endpoint's deliveries with a job due now
