@@ -59,7 +59,7 @@ type paceState struct {
 	// Start per pass instead of doubling.
 	congested bool
 	// released are the deliveries this unparker released whose outcome
-	// it has not seen yet (at most Max, the latest).
+	// it has not seen yet (the latest trackedReleases).
 	released []store.Released
 }
 
@@ -280,17 +280,24 @@ func (u *Unparker) stepFailures(ctx context.Context, list []store.ParkedEndpoint
 	return failed
 }
 
+// trackedReleases bounds the released deliveries the unparker follows
+// per endpoint being paced: the latest, which an endpoint taking more
+// than it can refuses first. Bounded so that thousands of endpoints
+// recovering at once (one host's) cost one pass a bounded read and
+// bounded memory; a refusal among the others reaches the pace through
+// the breaker's counts at their next flush.
+const trackedReleases = 16
+
 // track remembers the deliveries just released to an endpoint being
-// paced, to read their outcomes at the next pass (the latest Max of
-// them: an outcome that takes longer than Max releases to come is not
-// this pace's signal).
+// paced, to read their outcomes at the next pass (the latest
+// trackedReleases of them).
 func (u *Unparker) track(endpointID string, released []store.Released) {
 	st, ok := u.window[endpointID]
 	if !ok || len(released) == 0 {
 		return
 	}
 	st.released = append(st.released, released...)
-	if over := len(st.released) - u.pace.Max; over > 0 {
+	if over := len(st.released) - trackedReleases; over > 0 {
 		st.released = slices.Delete(st.released, 0, over)
 	}
 	u.window[endpointID] = st
