@@ -31,6 +31,8 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	pending []ledgerEntry
+	// ordered counts the pending records of FIFO endpoints.
+	ordered int
 	wake    chan struct{}
 	stopped bool
 	done    chan struct{}
@@ -84,8 +86,15 @@ type LedgerConfig struct {
 	// processes would each commit batches n times smaller, and
 	// PostgreSQL's cost per delivery would grow with n.
 	Fleet func() int
-	// MaxSpacing caps that spacing. Default 100ms.
+	// MaxSpacing caps that spacing. Default 300ms: a record waits for its
+	// commit only to complete its job (its request went out before), and
+	// a cap under n - 1 flushes' length leaves the fleet committing more
+	// often than one dispatcher.
 	MaxSpacing time.Duration
+	// MaxOrderedSpacing caps the spacing while a FIFO endpoint's record
+	// (StatusUpdate.Ordered) is pending: its queue's next delivery waits
+	// for this commit. Default 100ms.
+	MaxOrderedSpacing time.Duration
 	// MinSpacedBatch is the smallest flush spaced so: a process whose
 	// flushes hold fewer records is not busy enough for a wait to grow its
 	// batches, and its records (a FIFO queue's head, whose next delivery
@@ -107,7 +116,10 @@ func NewLedger(s LedgerStore, logger *slog.Logger, cfg LedgerConfig) *Ledger {
 		cfg.WriteTimeout = DefaultLedgerWriteTimeout
 	}
 	if cfg.MaxSpacing <= 0 {
-		cfg.MaxSpacing = 100 * time.Millisecond
+		cfg.MaxSpacing = 300 * time.Millisecond
+	}
+	if cfg.MaxOrderedSpacing <= 0 {
+		cfg.MaxOrderedSpacing = 100 * time.Millisecond
 	}
 	if cfg.MinSpacedBatch <= 0 {
 		cfg.MinSpacedBatch = 16
@@ -161,6 +173,9 @@ func (l *Ledger) enqueue(e ledgerEntry) bool {
 		return false
 	}
 	l.pending = append(l.pending, e)
+	if e.update.Ordered {
+		l.ordered++
+	}
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -172,7 +187,7 @@ func (l *Ledger) enqueue(e ledgerEntry) bool {
 // Run flushes until Stop, then flushes what is left and returns.
 func (l *Ledger) Run(ctx context.Context) {
 	defer close(l.done)
-	var spaceUntil time.Time
+	var spaceUntil, orderedUntil time.Time
 	for {
 		l.mu.Lock()
 		n := len(l.pending)
@@ -188,17 +203,20 @@ func (l *Ledger) Run(ctx context.Context) {
 		if n < l.maxBatch && !stopped {
 			// Let concurrent workers join this transaction, and in a
 			// fleet let the batch grow for the fleet's spacing.
-			l.waitFor(max(l.linger, spaceUntil.Sub(l.cfg.Now())))
+			now := l.cfg.Now()
+			l.waitFor(max(l.linger, spaceUntil.Sub(now)), max(l.linger, orderedUntil.Sub(now)))
 		}
 		began := l.cfg.Now()
 		size := l.flush(ctx)
 		ended := l.cfg.Now()
-		spaceUntil = ended.Add(l.spacing(ended.Sub(began), size))
+		spacing := l.spacing(ended.Sub(began), size)
+		spaceUntil = ended.Add(min(spacing, l.cfg.MaxSpacing))
+		orderedUntil = ended.Add(min(spacing, l.cfg.MaxOrderedSpacing))
 	}
 }
 
 // spacing is how long after a flush of size records that took took the
-// next one waits in a fleet (LedgerConfig.Fleet).
+// next one waits in a fleet (LedgerConfig.Fleet), before its caps.
 func (l *Ledger) spacing(took time.Duration, size int) time.Duration {
 	if l.cfg.Fleet == nil || size < l.cfg.MinSpacedBatch {
 		return 0
@@ -207,24 +225,35 @@ func (l *Ledger) spacing(took time.Duration, size int) time.Duration {
 	if n <= 1 {
 		return 0
 	}
-	return min(time.Duration(n-1)*took, l.cfg.MaxSpacing)
+	return time.Duration(n-1) * took
 }
 
-// waitFor waits d, or less once a full batch is pending or Stop is called.
-func (l *Ledger) waitFor(d time.Duration) {
+// waitFor waits d, or less once a full batch is pending or Stop is
+// called, or once ordered has passed with a FIFO endpoint's record
+// pending.
+func (l *Ledger) waitFor(d, ordered time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	var orderedDue <-chan time.Time
+	if ordered < d {
+		o := time.NewTimer(ordered)
+		defer o.Stop()
+		orderedDue = o.C
+	}
+	orderedPassed := false
 	for {
 		select {
 		case <-t.C:
 			return
+		case <-orderedDue:
+			orderedDue, orderedPassed = nil, true
 		case <-l.wake:
-			l.mu.Lock()
-			full := len(l.pending) >= l.maxBatch || l.stopped
-			l.mu.Unlock()
-			if full {
-				return
-			}
+		}
+		l.mu.Lock()
+		done := len(l.pending) >= l.maxBatch || l.stopped || (orderedPassed && l.ordered > 0)
+		l.mu.Unlock()
+		if done {
+			return
 		}
 	}
 }
@@ -284,6 +313,11 @@ func (l *Ledger) flush(ctx context.Context) int {
 		batch = batch[:l.maxBatch]
 	}
 	l.pending = append([]ledgerEntry(nil), l.pending[len(batch):]...)
+	for _, e := range batch {
+		if e.update.Ordered {
+			l.ordered--
+		}
+	}
 	l.mu.Unlock()
 
 	b := store.LedgerBatch{

@@ -140,6 +140,48 @@ func TestLedgerSpacingGivesWayToAFullBatchAndStop(t *testing.T) {
 	require.Equal(t, 1, <-st.batches, "Stop writes what is pending")
 }
 
+// TestLedgerSpacingGivesWayToAFIFORecordAtItsOwnCap: in a fleet the
+// ledger spaces its flushes by up to MaxSpacing (here an hour), but a FIFO
+// endpoint's record, whose queue's next delivery waits for its commit,
+// waits only up to MaxOrderedSpacing, and the records pending before it
+// go in the same batch.
+func TestLedgerSpacingGivesWayToAFIFORecordAtItsOwnCap(t *testing.T) {
+	t.Parallel()
+	st := &clockedLedgerStore{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), batches: make(chan int, 10)}
+	l := delivery.NewLedger(st, slog.New(slog.DiscardHandler), delivery.LedgerConfig{
+		MaxBatch: 100, Fleet: func() int { return 4 }, MaxSpacing: time.Hour, MaxOrderedSpacing: time.Millisecond,
+		MinSpacedBatch: 1, Now: st.Now,
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(context.Background()) })
+	defer func() {
+		l.Stop()
+		wg.Wait()
+	}()
+	update := func(i int) store.StatusUpdate {
+		return store.StatusUpdate{DeliveryID: fmt.Sprintf("dlv_%d", i), Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1}
+	}
+	require.NoError(t, l.Record(context.Background(), nil, nil, update(0)))
+	require.Equal(t, 1, <-st.batches)
+	// The next flush is spaced by the hour the last one took, capped by
+	// the hour, until a FIFO endpoint's record comes.
+	// A minute stands for the hour: a FIFO record not written by then
+	// waited out the longer cap.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l.RecordAsync(update(1))
+	fifo := update(2)
+	fifo.Ordered = true
+	require.NoError(t, l.Record(ctx, nil, nil, fifo))
+	require.Equal(t, 2, <-st.batches, "the FIFO record's flush takes the record pending before it")
+	// Its flush is spaced again; another FIFO record again waits only
+	// for its own cap.
+	fifo = update(3)
+	fifo.Ordered = true
+	require.NoError(t, l.Record(ctx, nil, nil, fifo))
+	require.Equal(t, 1, <-st.batches)
+}
+
 // TestLedgerDoesNotSpaceSmallFlushes: a flush of fewer records than
 // MinSpacedBatch (a process not busy enough for a wait to grow its
 // batches, or a FIFO queue's head whose next delivery waits for the
