@@ -703,6 +703,9 @@ func (w *Worker) finishAttempt(ctx context.Context, r *run, t *Target, a *store.
 	}
 	r.recorded = true
 	u.Claim = r.claim()
+	if a != nil {
+		a.Claim = u.Claim
+	}
 	if err := w.toLedger(ctx, a, &rule, u); err != nil {
 		// Not recorded, as far as we know: try the whole attempt again
 		// later. The receiver may see it twice (at-least-once, same

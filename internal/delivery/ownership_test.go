@@ -195,3 +195,42 @@ func TestRescuedJobOfAParkedDeliverySendsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.DeliveryWaiting, d.Status, "still parked, for the unparker")
 }
+
+// TestTwoRunsOfAJobInOneLedgerBatchLeaveTheDeliveryTheLaterRuns: a run's
+// record can wait in the ledger while the same job runs again in the same
+// process (rescued while PostgreSQL was frozen, say), the later run
+// claiming the delivery and sending it again, and both records can go in
+// one batch. The delivery is then the later run's: delivered, with its
+// attempt logged once. Merged in one batch, the earlier run's claim went
+// with the status update, which the delivery refused: it stayed pending,
+// its job completed and both attempts logged.
+func TestTwoRunsOfAJobInOneLedgerBatchLeaveTheDeliveryTheLaterRuns(t *testing.T) {
+	t.Parallel()
+	b := setupOwnership(t, func(_ *delivery.WorkerConfig, deps *delivery.WorkerDeps) {
+		// A batch goes when it holds both runs' records.
+		ledger := delivery.NewLedger(deps.Deliveries.(*store.Store), slog.New(slog.DiscardHandler),
+			delivery.LedgerConfig{MaxBatch: 2, Linger: time.Hour})
+		var wg sync.WaitGroup
+		wg.Go(func() { ledger.Run(context.Background()) })
+		t.Cleanup(func() {
+			ledger.Stop()
+			wg.Wait()
+		})
+		deps.Ledger = ledger
+	})
+	job := *b.delivery.JobID
+	earlier := make(chan error, 1)
+	go func() { earlier <- b.run(t, job, 1) }()
+	require.Eventually(t, func() bool { return b.hits.Load() == 1 }, time.Minute, time.Millisecond,
+		"the earlier run sends, its record waiting in the ledger")
+	require.NoError(t, b.run(t, job, 2), "the later run claims the delivery, sends it again and records it")
+	require.NoError(t, <-earlier)
+	require.Equal(t, int64(2), b.hits.Load())
+
+	d, err := b.st.GetDelivery(context.Background(), b.delivery.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, d.Status)
+	attempts, err := b.st.ListAttempts(context.Background(), store.AttemptFilter{DeliveryID: b.delivery.ID, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, attempts, 1, "the earlier run's attempt is not logged beside the later run's")
+}

@@ -25,6 +25,10 @@ type Attempt struct {
 	// Timeout is the timeout the attempt was given; zero for attempts
 	// logged before the log recorded it.
 	Timeout time.Duration
+	// Claim is the run that made the attempt, for the ledger (not
+	// stored): it is logged only while that run holds its delivery, as
+	// the run's status update applies only then (StatusUpdate.Claim).
+	Claim Claim
 }
 
 // AttemptFilter narrows a list of attempts. After is where the previous

@@ -145,3 +145,58 @@ func TestClaimCommittedDuringALedgerWriteFencesItsAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.DeliveryPending, d.Status, "nor its status")
 }
+
+// TestLedgerBatchWithTwoRunsOfAJobKeepsTheLaterRuns: a run whose record
+// waits in its process's ledger while the same job runs again there (its
+// job rescued while PostgreSQL was frozen, fetched again by the same
+// process) can share a batch with the later run's record of the same
+// delivery. The later run claimed the delivery before it sent, so the
+// batch is written as the later run's alone: its status applies and its
+// attempt is logged, the earlier run's attempt is not. Merged as one
+// delivery's updates, the batch's status update carried the earlier
+// run's claim and was refused, both attempts were logged, and the
+// delivery stayed pending with its job completed.
+func TestLedgerBatchWithTwoRunsOfAJobKeepsTheLaterRuns(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "acme")
+	m, _, err := s.CreateMessage(ctx, store.NewMessage{TenantID: "acme", EventType: "a", Payload: json.RawMessage(`{}`)}, b.enq)
+	require.NoError(t, err)
+	d := m.Deliveries[0]
+	const job = 500
+	_, err = b.db.Pool.Exec(ctx, `UPDATE deliveries SET job_id = $2 WHERE id = $1`, d.ID, job)
+	require.NoError(t, err)
+	earlier, later := store.Claim{JobID: job, Attempt: 6}, store.Claim{JobID: job, Attempt: 7}
+	for _, c := range []store.Claim{earlier, later} {
+		got, err := s.ClaimDeliveries(ctx, c, []string{d.ID})
+		require.NoError(t, err)
+		require.Contains(t, got, d.ID)
+	}
+
+	at := time.Now()
+	ok := 200
+	record := func(c store.Claim, took time.Duration) (store.Attempt, store.StatusUpdate) {
+		return store.Attempt{DeliveryID: d.ID, MessageID: m.ID, EndpointID: d.EndpointID, AttemptNumber: 1,
+				AttemptedAt: at, Duration: took, StatusCode: &ok, Classification: "success", Claim: c},
+			store.StatusUpdate{DeliveryID: d.ID, Series: 1, Status: store.DeliveryDelivered, AttemptCount: 1, LastAttemptAt: &at, LastStatusCode: &ok, Claim: c}
+	}
+	a1, u1 := record(earlier, 2*time.Millisecond)
+	a2, u2 := record(later, 9*time.Millisecond)
+	require.NoError(t, s.RecordLedger(ctx, []store.Attempt{a1, a2}, []store.StatusUpdate{u1, u2}))
+
+	got, err := s.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, got.Status, "the later run's status applies")
+	require.Equal(t, 1, got.AttemptCount)
+	var durations []float64
+	rows, err := b.db.Pool.Query(ctx, `SELECT duration_ms FROM delivery_attempts WHERE delivery_id = $1`, d.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var ms float64
+		require.NoError(t, rows.Scan(&ms))
+		durations = append(durations, ms)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []float64{9}, durations, "only the later run's attempt is logged")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -246,6 +247,7 @@ type ledgerWritten struct {
 // already be in the log. A run names its claim on its status update
 // (StatusUpdate.Claim).
 func writeLedger(ctx context.Context, q ledgerQuerier, attempts []Attempt, raw []StatusUpdate) (ledgerWritten, error) {
+	attempts, raw = dropSuperseded(attempts, raw)
 	w := ledgerWritten{kept: attempts}
 	updates := mergeUpdates(raw)
 	claims := make(map[string]Claim, len(raw))
@@ -419,6 +421,57 @@ func writeLedger(ctx context.Context, q ledgerQuerier, attempts []Attempt, raw [
 		}
 	}
 	return w, nil
+}
+
+// dropSuperseded leaves out of a batch the records of a run of a job
+// whose delivery a later run of the same job (a higher Claim.Attempt)
+// also recorded in the batch. The later run claimed the delivery before
+// it sent, so the earlier one had lost it: the statement finds that for
+// a run whose successor's claim is already written (lost), but within one
+// batch it would merge both runs' updates into one carrying the earlier
+// claim, which the delivery refuses, and log both attempts. It happens
+// when a run's record waits in its process's ledger while its job, taken
+// from it by a rescue, runs again in the same process.
+func dropSuperseded(attempts []Attempt, updates []StatusUpdate) ([]Attempt, []StatusUpdate) {
+	type run struct {
+		delivery string
+		job      int64
+	}
+	latest := map[run]int{}
+	note := func(id string, c Claim) {
+		if c.JobID == 0 {
+			return
+		}
+		if a, ok := latest[run{id, c.JobID}]; !ok || c.Attempt > a {
+			latest[run{id, c.JobID}] = c.Attempt
+		}
+	}
+	for _, a := range attempts {
+		note(a.DeliveryID, a.Claim)
+	}
+	for _, u := range updates {
+		note(u.DeliveryID, u.Claim)
+	}
+	superseded := func(id string, c Claim) bool {
+		return c.JobID != 0 && latest[run{id, c.JobID}] > c.Attempt
+	}
+	if !slices.ContainsFunc(attempts, func(a Attempt) bool { return superseded(a.DeliveryID, a.Claim) }) &&
+		!slices.ContainsFunc(updates, func(u StatusUpdate) bool { return superseded(u.DeliveryID, u.Claim) }) {
+		return attempts, updates
+	}
+	keptAttempts := make([]Attempt, 0, len(attempts))
+	for _, a := range attempts {
+		if !superseded(a.DeliveryID, a.Claim) {
+			keptAttempts = append(keptAttempts, a)
+		}
+	}
+	keptUpdates := make([]StatusUpdate, 0, len(updates))
+	for _, u := range updates {
+		if !superseded(u.DeliveryID, u.Claim) {
+			keptUpdates = append(keptUpdates, u)
+		}
+	}
+	return keptAttempts, keptUpdates
 }
 
 // deliveryFailedEvent is the delivery.failed event of a delivery that
