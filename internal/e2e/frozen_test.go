@@ -54,6 +54,13 @@ func TestFrozenDispatcherSendsNothingAfterTheRescue(t *testing.T) {
 	t.Cleanup(func() { _ = first.cmd.Process.Signal(syscall.SIGCONT) })
 	rescued.Store(true)
 	StartDispatcher(t, "dispatcher-2", p.db.URL, env)
+	// Registered after the database's own cleanup, so it runs first: a
+	// failure shows where each open delivery and its job stood.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logUnsettled(t, p.db)
+		}
+	})
 
 	Eventually(t, 3*time.Minute, 100*time.Millisecond, "every delivery delivered by the rescue", func() bool {
 		return p.count(t, `SELECT count(*) FROM deliveries WHERE message_id = $1 AND status = 'delivered'`, m.ID) == endpoints
