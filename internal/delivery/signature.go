@@ -98,17 +98,25 @@ func (s Secret) Reveal() string {
 // signedContent appends the Standard Webhooks signed content,
 // "{msgID}.{unix seconds}.{body}", to dst.
 func signedContent(dst []byte, msgID string, ts time.Time, body []byte) []byte {
+	return append(signedPrefix(dst, msgID, ts), body...)
+}
+
+// signedPrefix appends the signed content's head, "{msgID}.{unix
+// seconds}.", to dst.
+func signedPrefix(dst []byte, msgID string, ts time.Time) []byte {
 	dst = append(dst, msgID...)
 	dst = append(dst, '.')
 	dst = strconv.AppendInt(dst, ts.Unix(), 10)
-	dst = append(dst, '.')
-	return append(dst, body...)
+	return append(dst, '.')
 }
 
-// appendSignature appends "v1,<base64 HMAC-SHA256(key, content)>" to dst.
-func appendSignature(dst []byte, key, content []byte) []byte {
+// appendSignature appends "v1,<base64 HMAC-SHA256(key, prefix + body)>" to
+// dst. The HMAC reads the signed content's head and the body in turn, so the
+// body (up to the payload limit, for every delivery) is never copied.
+func appendSignature(dst []byte, key, prefix, body []byte) []byte {
 	mac := hmac.New(sha256.New, key)
-	mac.Write(content)
+	mac.Write(prefix)
+	mac.Write(body)
 	var sum [sha256.Size]byte
 	dst = append(dst, signatureVersion...)
 	return base64.StdEncoding.AppendEncode(dst, mac.Sum(sum[:0]))
@@ -122,14 +130,15 @@ func Sign(msgID string, ts time.Time, body []byte, secrets ...Secret) string {
 	if len(secrets) == 0 {
 		return ""
 	}
-	content := signedContent(make([]byte, 0, len(msgID)+len(body)+24), msgID, ts, body)
+	var buf [128]byte
+	prefix := signedPrefix(buf[:0], msgID, ts)
 	const encodedLen = len(signatureVersion) + 44 // base64 of 32 bytes
 	out := make([]byte, 0, len(secrets)*(encodedLen+1))
 	for i, s := range secrets {
 		if i > 0 {
 			out = append(out, ' ')
 		}
-		out = appendSignature(out, s.key, content)
+		out = appendSignature(out, s.key, prefix, body)
 	}
 	return string(out)
 }
@@ -145,9 +154,9 @@ func Verify(header, msgID string, ts time.Time, body []byte, s Secret, now time.
 			msgID, ts.Unix(), now.Unix(), tolerance, ErrTimestampOutOfTolerance)
 	}
 	var buf [128]byte
-	content := signedContent(buf[:0], msgID, ts, body)
+	prefix := signedPrefix(buf[:0], msgID, ts)
 	var sigBuf [64]byte
-	want := appendSignature(sigBuf[:0], s.key, content)[len(signatureVersion):]
+	want := appendSignature(sigBuf[:0], s.key, prefix, body)[len(signatureVersion):]
 
 	matched := 0
 	for sig := range strings.FieldsSeq(header) {
