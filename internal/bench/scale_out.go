@@ -96,6 +96,12 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	// delivery, 4 over 1, is what the machine charges for more processes
 	// sharing its cores, a control for the other ratios.
 	benchCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Bench }
+	// The api's work per delivery is the same in every configuration too;
+	// the dispatchers' own CPU per delivery, 4 over 1, beside those two,
+	// says how much of a fleet's cost is its processes' rather than
+	// PostgreSQL's.
+	apiCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.API }
+	dispatcherCPU := func(r *scenarioResult) float64 { return r.CPUMsPerDelivery.Dispatcher }
 	// So are the api's statements per message: the CPU its connections
 	// cost PostgreSQL per delivery, 4 over 1, is what the machine charges
 	// PostgreSQL's work for more processes; the dispatchers' connections
@@ -120,6 +126,8 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"postgres_cpu_four_over_one_rounds":   ratio(four, one, pgCPU),
 		"dispatcher_statements_four_over_one": ratio(four, one, statements),
 		"load_generator_cpu_four_over_one":    ratio(four, one, benchCPU),
+		"api_cpu_four_over_one":               ratio(four, one, apiCPU),
+		"dispatcher_cpu_four_over_one":        ratio(four, one, dispatcherCPU),
 		// PostgreSQL's CPU per delivery by connection, 4 over 1.
 		"postgres_cpu_of_api_connections_four_over_one":        ratio(four, one, pgCPUOf("api")),
 		"postgres_cpu_of_dispatcher_connections_four_over_one": ratio(four, one, pgCPUOf("dispatcher", "ledger")),
