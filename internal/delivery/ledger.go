@@ -176,10 +176,19 @@ func (l *Ledger) enqueue(e ledgerEntry) bool {
 	if e.update.Ordered {
 		l.ordered++
 	}
+	// Only a record that can end Run's wait wakes it: the first (Run
+	// waits for one), the one that fills a batch, a FIFO endpoint's (its
+	// cap may have passed). The others join the batch Run is waiting
+	// out; waking Run for each (only to wait again) cost a goroutine
+	// switch per delivery, most of all in a fleet, whose spacing keeps
+	// Run waiting most of the time.
+	wake := len(l.pending) == 1 || len(l.pending) >= l.maxBatch || e.update.Ordered
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }
