@@ -41,6 +41,9 @@ type Fleet struct {
 	// released is when (cfg.DBNow) the last release of lost runs ran;
 	// troubled when the last heartbeat failed. Only beat uses them.
 	released, troubled time.Time
+	// joined is whether a heartbeat has put this process's row in the
+	// table. Only beat uses it.
+	joined bool
 	// kick asks Run for a heartbeat now (Kick).
 	kick chan struct{}
 }
@@ -195,9 +198,23 @@ func (f *Fleet) beat(ctx context.Context) (store.FleetBeat, error) {
 		}
 		return b, err
 	}
-	if !held {
+	switch {
+	case b.Joined && f.joined:
+		// Another dispatcher's heartbeat forgot this one (silent past
+		// Stale on the database's clock) before this one put its row
+		// back: the jobs it ran then may have been rescued, and be sent
+		// by another. A lease anew from now: no run begun before starts
+		// a request.
+		f.heldSince.Store(f.cfg.Now().UnixNano())
+		f.logger.Warn("fleet_forgotten", slog.String("id", f.cfg.ID))
+	case !held || !f.Holds():
+		// The lease had lapsed when this heartbeat was sent, or lapsed
+		// while it was on its way (the database frozen or unreachable
+		// meanwhile): it starts a lease anew from its send, not one held
+		// throughout.
 		f.heldSince.Store(sent.UnixNano())
 	}
+	f.joined = true
 	f.beatSent.Store(sent.UnixNano())
 	f.set(b)
 	f.releaseLost(ctx)

@@ -26,6 +26,8 @@ type fleetStore struct {
 	jobsLeft []int
 	// releases are the lost-run releases asked for.
 	releases []release
+	// during, if set, runs while a heartbeat is on its way.
+	during func()
 }
 
 type release struct {
@@ -38,6 +40,9 @@ func (f *fleetStore) Heartbeat(_ context.Context, _ string, _ int, _ time.Durati
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rescue = append(f.rescue, rescue)
+	if f.during != nil {
+		f.during()
+	}
 	if f.err != nil {
 		return store.FleetBeat{}, f.err
 	}
@@ -275,4 +280,40 @@ func TestFleetKickBeatsAtOnce(t *testing.T) {
 	beats := len(st.rescue)
 	st.mu.Unlock()
 	require.LessOrEqual(t, beats, 3, "the join, and one or two kicked heartbeats, none of them the hour's")
+}
+
+// TestFleetLeaseBreaksWhenAHeartbeatComesBackLateOrForgotten: a heartbeat
+// sent while the lease held that comes back after it would have lapsed
+// (the database frozen meanwhile) renews it from its send, but as a new
+// lease: a run begun before sends nothing, since others may have judged
+// this process gone. One that finds this process was forgotten (its row
+// put back: another's heartbeat deleted it, and may have rescued its
+// jobs) starts the lease anew from its return.
+func TestFleetLeaseBreaksWhenAHeartbeatComesBackLateOrForgotten(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	st := &fleetStore{beats: []store.FleetBeat{{Live: 1, Joined: true}, {Live: 1}}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: 2 * time.Second, Stale: 6 * time.Second,
+		Now: func() time.Time { return now }}, st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.NoError(t, f.Join(context.Background()))
+	runBegan := now.Add(time.Second)
+	now = now.Add(2 * time.Second)
+	st.during = func() { now = now.Add(4 * time.Second) }
+	require.NoError(t, f.Beat(context.Background()))
+	require.True(t, f.Holds(), "renewed from its send, 4 s ago")
+	require.False(t, f.HoldsSince(runBegan), "the lease lapsed while the heartbeat was on its way")
+	require.True(t, f.HoldsSince(now))
+
+	st.during = nil
+	now = now.Add(2 * time.Second)
+	require.NoError(t, f.Beat(context.Background()))
+	runBegan = now.Add(time.Second)
+	now = now.Add(2 * time.Second)
+	st.beats = []store.FleetBeat{{Live: 1, Joined: true}}
+	st.during = func() { now = now.Add(time.Second) }
+	require.NoError(t, f.Beat(context.Background()))
+	require.True(t, f.Holds())
+	require.False(t, f.HoldsSince(runBegan), "forgotten: its jobs may have been rescued")
+	require.False(t, f.HoldsSince(now.Add(-time.Millisecond)), "nor one begun while the heartbeat was on its way")
+	require.True(t, f.HoldsSince(now))
 }

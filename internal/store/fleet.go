@@ -23,6 +23,9 @@ type FleetBeat struct {
 	// Gone names the dispatchers this heartbeat forgot (silent past
 	// stale): theirs alone, so exactly one live dispatcher learns of each.
 	Gone []string
+	// Joined is true when this heartbeat inserted the dispatcher's row:
+	// its first, or one after another dispatcher's heartbeat forgot it.
+	Joined bool
 }
 
 // Heartbeat records that dispatcher id is alive, on the database's clock,
@@ -33,6 +36,12 @@ type FleetBeat struct {
 // forgets others: after an outage of the database every dispatcher's row
 // is silent, and the first back would otherwise take the jobs of the
 // others, alive and about to write their runs' outcomes.
+// Nor does one whose own row is as stale as theirs (its last heartbeat
+// recorded more than stale ago, read in the statement's snapshot, before
+// this one's): rescue is decided when the heartbeat is sent, and a
+// heartbeat sent before the database froze or went away runs when it
+// comes back, when every row is stale, those of dispatchers alive and
+// sending included.
 func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale time.Duration, rescue bool) (FleetBeat, error) {
 	var b FleetBeat
 	// A join (the row inserted: xmax is 0 on an inserted row) and each
@@ -45,6 +54,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale
 			RETURNING xmax = 0 AS joined
 		), gone AS (
 			DELETE FROM hookd_dispatchers WHERE $4 AND id <> $1 AND heartbeat_at < now() - $2::interval
+				AND EXISTS (SELECT 1 FROM hookd_dispatchers WHERE id = $1 AND heartbeat_at >= now() - $2::interval)
 			RETURNING id
 		), told AS (
 			SELECT pg_notify('`+FleetChannel+`', $1) FROM me WHERE joined
@@ -52,9 +62,9 @@ func (s *Store) Heartbeat(ctx context.Context, id string, connections int, stale
 		)
 		SELECT 1 + count(*), count(*) FILTER (WHERE id < $1)::int, $3 + coalesce(sum(db_connections), 0)::int,
 			current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int,
-			coalesce((SELECT array_agg(id) FROM gone), '{}'), (SELECT count(*) FROM told)
+			coalesce((SELECT array_agg(id) FROM gone), '{}'), (SELECT count(*) FROM told), (SELECT joined FROM me)
 		FROM hookd_dispatchers
-		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Rank, &b.Connections, &b.MaxConnections, &b.Gone, nil)
+		WHERE id <> $1 AND heartbeat_at >= now() - $2::interval`, id, stale, connections, rescue).Scan(&b.Live, &b.Rank, &b.Connections, &b.MaxConnections, &b.Gone, nil, &b.Joined)
 	if err != nil {
 		return FleetBeat{}, fmt.Errorf("dispatcher heartbeat: %w", err)
 	}
@@ -102,8 +112,10 @@ func rescueSet(reason string) string {
 // transaction, cut off mid-flight, keeps its locks until the server ends
 // it (idle_in_transaction_session_timeout, or TCP keepalive), and the
 // rescue runs in the rescuer's heartbeat, which must not stall meanwhile.
-// It returns the jobs rescued and those left running (skipped), which a
-// later call rescues.
+// A client whose row is back (it heartbeated again after it was
+// forgotten: alive, and running its jobs) is not rescued. It returns the
+// jobs rescued and those left running (skipped), which a later call
+// rescues.
 func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, left int, err error) {
 	if len(clients) == 0 {
 		return 0, 0, nil
@@ -114,6 +126,7 @@ func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, le
 		WITH free AS (
 			SELECT id FROM river_job
 			WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
+				AND NOT EXISTS (SELECT 1 FROM hookd_dispatchers d WHERE d.id = attempted_by[array_length(attempted_by, 1)])
 			FOR UPDATE SKIP LOCKED
 		), rescued AS (
 			UPDATE river_job j SET `+rescueSet(`'rescued: dispatcher ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' stopped heartbeating'`)+`
@@ -121,7 +134,8 @@ func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, le
 			RETURNING 1
 		)
 		SELECT (SELECT count(*) FROM rescued)::int,
-			(SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[]))::int`,
+			(SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
+				AND NOT EXISTS (SELECT 1 FROM hookd_dispatchers d WHERE d.id = attempted_by[array_length(attempted_by, 1)]))::int`,
 		clients).Scan(&rescued, &left)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rescue the jobs of gone dispatchers: %w", err)

@@ -232,3 +232,62 @@ func TestFleetChangesAreNotified(t *testing.T) {
 	require.Equal(t, []string{"c"}, beat("a").Gone)
 	require.Equal(t, "c", next(), "c forgotten")
 }
+
+// TestHeartbeatAfterAnOutageForgetsNobody: a heartbeat sent before the
+// database froze (or went away) runs when it is back, when every row is
+// stale, the sender's own included: it forgets nobody, since those
+// dispatchers are as alive as it is and their heartbeats are on their
+// way. Once its own row is fresh again, its next heartbeat forgets a
+// dispatcher still silent.
+func TestHeartbeatAfterAnOutageForgetsNobody(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	s := store.New(db.Pool, nil)
+	const stale = time.Minute
+	beat := func(id string) store.FleetBeat {
+		t.Helper()
+		b, err := s.Heartbeat(ctx, id, 10, stale, true)
+		require.NoError(t, err)
+		return b
+	}
+	beat("a")
+	beat("b")
+	// The outage: neither has been heard from for two minutes.
+	_, err := db.Pool.Exec(ctx, `UPDATE hookd_dispatchers SET heartbeat_at = now() - interval '2 minutes'`)
+	require.NoError(t, err)
+	b := beat("a")
+	require.Empty(t, b.Gone, "a's own row was as stale as b's")
+	require.Equal(t, 1, b.Live, "b is not counted live until it beats")
+	require.Equal(t, []string{"b"}, beat("a").Gone, "a heard from again, b still silent")
+}
+
+// TestRescueSkipsADispatcherBackInTheFleet: a dispatcher forgotten by
+// another's heartbeat whose own heartbeat put its row back before the
+// rescue ran is alive and running its jobs: rescuing them would have
+// them sent again. They are neither rescued nor left for a later rescue.
+func TestRescueSkipsADispatcherBackInTheFleet(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ctx := context.Background()
+	s := store.New(db.Pool, nil)
+	var back, gone int64
+	for id, by := range map[*int64]string{&back: "back", &gone: "gone"} {
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_by, attempted_at)
+			VALUES ('{}', 'deliver', 25, 'deliver', 'running', 1, ARRAY[$1], now()) RETURNING id`, by).Scan(id))
+	}
+	_, err := s.Heartbeat(ctx, "back", 10, time.Minute, false)
+	require.NoError(t, err)
+	n, left, err := s.RescueJobsOf(ctx, []string{"back", "gone"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the dispatcher still gone")
+	require.Zero(t, left)
+	var states []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(state::text ORDER BY id) FROM river_job WHERE id IN ($1, $2)`, back, gone).Scan(&states))
+	want := []string{"running", "available"}
+	if gone < back {
+		want = []string{"available", "running"}
+	}
+	require.Equal(t, want, states)
+}
