@@ -55,9 +55,7 @@ func TestHeartbeatCountsLiveDispatchers(t *testing.T) {
 
 	beat := func(id string, conns int) store.FleetBeat {
 		t.Helper()
-		b, err := s.Heartbeat(ctx, id, conns, stale, true)
-		require.NoError(t, err)
-		return b
+		return mustBeat(t, s, id, conns, stale)
 	}
 	b := beat("a", 13)
 	require.Equal(t, 1, b.Live)
@@ -215,9 +213,7 @@ func TestFleetChangesAreNotified(t *testing.T) {
 	}
 	beat := func(id string) store.FleetBeat {
 		t.Helper()
-		b, err := s.Heartbeat(ctx, id, 10, time.Minute, true)
-		require.NoError(t, err)
-		return b
+		return mustBeat(t, s, id, 10, time.Minute)
 	}
 
 	beat("a")
@@ -247,9 +243,7 @@ func TestHeartbeatAfterAnOutageForgetsNobody(t *testing.T) {
 	const stale = time.Minute
 	beat := func(id string) store.FleetBeat {
 		t.Helper()
-		b, err := s.Heartbeat(ctx, id, 10, stale, true)
-		require.NoError(t, err)
-		return b
+		return mustBeat(t, s, id, 10, stale)
 	}
 	beat("a")
 	beat("b")
@@ -290,4 +284,13 @@ func TestRescueSkipsADispatcherBackInTheFleet(t *testing.T) {
 		want = []string{"available", "running"}
 	}
 	require.Equal(t, want, states)
+}
+
+// mustBeat is one heartbeat of dispatcher id that may rescue, registering
+// conns connections, with dispatchers silent past stale gone.
+func mustBeat(t *testing.T, s *store.Store, id string, conns int, stale time.Duration) store.FleetBeat {
+	t.Helper()
+	b, err := s.Heartbeat(context.Background(), id, conns, stale, true)
+	require.NoError(t, err)
+	return b
 }
