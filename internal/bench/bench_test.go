@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -411,6 +412,63 @@ func TestScaleOutTargetsFromRounds(t *testing.T) {
 	evaluate(r)
 	i := slices.IndexFunc(r.Targets, func(t target) bool { return strings.Contains(t.Goal, "full rate") })
 	require.Equal(t, "missed", r.Targets[i].Status)
+}
+
+// TestScaleRoundsSetAsideADisturbedRound: a round in which the rest of
+// the machine took a share of the cores is kept in the runs, left out of
+// the figures and run again in its direction; one dispatcher runs between
+// the windows it is compared with; rounds past the spares give up.
+func TestScaleRoundsSetAsideADisturbedRound(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		round int
+		key   string
+	}
+	runWith := func(disturbed func(round int) bool) (*scenarioResult, []map[string]*scenarioResult, int, []call, error) {
+		var calls []call
+		n := 0
+		res := &scenarioResult{}
+		byRound, setAside, err := runScaleRounds(res, 3, slog.New(slog.DiscardHandler), func(c scaleConfig) (*scenarioResult, error) {
+			round := n / len(scaleConfigs)
+			n++
+			calls = append(calls, call{round, c.key()})
+			r := &scenarioResult{Name: "s9 " + c.key(), DeliveriesPerS: float64(1000 + round)}
+			if disturbed(round) {
+				r.CPU.Other = 0.9
+			}
+			return r, nil
+		})
+		return res, byRound, setAside, calls, err
+	}
+
+	res, byRound, setAside, calls, err := runWith(func(round int) bool { return round == 1 })
+	require.NoError(t, err)
+	require.Equal(t, 1, setAside)
+	require.Len(t, byRound, 3)
+	require.Len(t, res.Runs, 16, "the set-aside round's runs are kept in the results")
+	for _, got := range byRound {
+		require.NotEqual(t, 1001.0, got["1a1d"].DeliveriesPerS, "the disturbed round is not in the figures")
+	}
+	require.Contains(t, res.Runs[4].Name, "(round 2) (set aside: the rest of the machine used 0.90 cores)")
+	order := func(round int) []string {
+		var keys []string
+		for _, c := range calls {
+			if c.round == round {
+				keys = append(keys, c.key)
+			}
+		}
+		return keys
+	}
+	forward := []string{"1a2d", "1a1d", "1a4d", "2a4d"}
+	require.Equal(t, forward, order(0))
+	require.Equal(t, []string{"2a4d", "1a4d", "1a1d", "1a2d"}, order(1))
+	require.Equal(t, order(1), order(2), "the round run in place of one set aside runs in its direction")
+	require.Equal(t, forward, order(3))
+
+	_, _, setAside, calls, err = runWith(func(int) bool { return true })
+	require.ErrorContains(t, err, "every round set aside")
+	require.Equal(t, 5, setAside)
+	require.Len(t, calls, 5*len(scaleConfigs), "no more than the spare rounds are run")
 }
 
 // TestMaintainerRestartTargets: S10's targets read its lock wait, its

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 )
@@ -14,8 +15,21 @@ import (
 type scaleConfig struct{ apis, dispatchers int }
 
 // scaleConfigs are S9's configurations, in the order a forward round runs
-// them.
-var scaleConfigs = []scaleConfig{{1, 1}, {1, 2}, {1, 4}, {2, 4}}
+// them: one dispatcher between two and four, so each ratio's two windows
+// run back to back and the machine's drift between them is the least a
+// round allows.
+var scaleConfigs = []scaleConfig{{1, 2}, {1, 1}, {1, 4}, {2, 4}}
+
+// scaleOtherCores is how much CPU the rest of the machine (cpuReport.Other)
+// may use in a configuration's measured window before its round is set
+// aside: a build or another job taking a share of the cores in one window
+// of a ratio is not the fleet's cost (windows with nothing else running
+// see 0.02-0.08 cores of it here).
+const scaleOtherCores = 0.25
+
+// scaleSpareRounds is how many rounds may be run in place of rounds set
+// aside.
+const scaleSpareRounds = 2
 
 // runS9 runs S1's fan-out layout and closed loop against 1, 2 and 4
 // dispatcher processes with one api process, and against 4 dispatchers with
@@ -25,43 +39,27 @@ var scaleConfigs = []scaleConfig{{1, 1}, {1, 2}, {1, 4}, {2, 4}}
 // alternated (forward, then reversed), so a machine that drifts during the
 // scenario weighs on every configuration alike: each configuration's
 // figure is the median of its rounds, and each ratio is computed within a
-// round and quoted as the median and the spread of the rounds'. Then it
-// measures how long a dispatcher added to a loaded fleet takes to reach
-// its full rate (runScaleRamp). The scenario's own row is its fastest
-// configuration's median round.
+// round and quoted as the median and the spread of the rounds'. A round in
+// which the rest of the machine took more than scaleOtherCores in any
+// window is kept in the runs but set aside from the figures, and another
+// run in its place (up to scaleSpareRounds). Then it measures how long a
+// dispatcher added to a loaded fleet takes to reach its full rate
+// (runScaleRamp). The scenario's own row is its fastest configuration's
+// median round.
 func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	set := b.fanSet()
 	rounds := max(b.plan.s9Rounds, 1)
 	res := &scenarioResult{
 		Layout: describeFan(set) + "; per configuration a fresh database, api and dispatcher processes",
-		Load: b.describeClosedLoop() + fmt.Sprintf(", %s warm-up (not measured) + %s measured per configuration: api x dispatchers %s; %d rounds alternated forward and reversed, each configuration's figure the median of its rounds, each ratio within a round (median and spread); then one dispatcher added to one loaded one, its rate sampled every %s",
-			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs(), rounds, scaleRampSample),
+		Load: b.describeClosedLoop() + fmt.Sprintf(", %s warm-up (not measured) + %s measured per configuration: api x dispatchers %s; %d rounds alternated forward and reversed (a round in which the rest of the machine used more than %.2f cores in a window set aside and run again, up to %d times), each configuration's figure the median of its rounds, each ratio within a round (median and spread); then one dispatcher added to one loaded one, its rate sampled every %s",
+			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs(), rounds, scaleOtherCores, scaleSpareRounds, scaleRampSample),
 		Settings: b.river.env(),
 	}
-	var byRound []map[string]*scenarioResult
-	for round := range rounds {
-		order := slices.Clone(scaleConfigs)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
-		got := map[string]*scenarioResult{}
-		for _, c := range order {
-			r, err := runScaleConfig(ctx, b, set, c)
-			if err != nil {
-				return res, fmt.Errorf("round %d, %d api x %d dispatchers: %w", round+1, c.apis, c.dispatchers, err)
-			}
-			if rounds > 1 {
-				r.Name += fmt.Sprintf(" (round %d)", round+1)
-			}
-			res.Runs = append(res.Runs, r)
-			got[c.key()] = r
-			if r.MaxLockWaitMs >= res.MaxLockWaitMs {
-				res.MaxLockWaitMs, res.LongestLockWait = r.MaxLockWaitMs, r.LongestLockWait
-			}
-			res.LockWaitsLogged += r.LockWaitsLogged
-			res.LockWaitSampledMs = max(res.LockWaitSampledMs, r.LockWaitSampledMs)
-		}
-		byRound = append(byRound, got)
+	byRound, setAside, err := runScaleRounds(res, rounds, b.logger, func(c scaleConfig) (*scenarioResult, error) {
+		return runScaleConfig(ctx, b, set, c)
+	})
+	if err != nil {
+		return res, err
 	}
 	byConfig := map[string]float64{}
 	spreadByConfig := map[string][]float64{}
@@ -132,7 +130,8 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	}
 	fourOverOne := ratio(four, one, throughput)
 	res.Extra = map[string]any{
-		"rounds":                              rounds,
+		"rounds":                              len(byRound),
+		"rounds_set_aside":                    setAside,
 		"deliveries_per_s_by_config":          byConfig,
 		"deliveries_per_s_spread_by_config":   spreadByConfig,
 		"four_over_one_dispatchers":           fourOverOne["median"],
@@ -174,6 +173,56 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 		res.Extra[k] = v
 	}
 	return res, nil
+}
+
+// runScaleRounds runs rounds of every configuration through run, forward
+// then reversed, and returns each kept round's results by configuration
+// and how many rounds it set aside. Every result goes into res.Runs, and
+// res takes the longest lock wait of all. A round in which the rest of the
+// machine used more than scaleOtherCores in any window is set aside and
+// another run in its place, in its direction (the direction follows the
+// rounds kept), up to scaleSpareRounds times.
+func runScaleRounds(res *scenarioResult, rounds int, logger *slog.Logger, run func(scaleConfig) (*scenarioResult, error)) ([]map[string]*scenarioResult, int, error) {
+	var byRound []map[string]*scenarioResult
+	setAside := 0
+	for round := 0; len(byRound) < rounds && round < rounds+scaleSpareRounds; round++ {
+		order := slices.Clone(scaleConfigs)
+		if len(byRound)%2 == 1 {
+			slices.Reverse(order)
+		}
+		got := map[string]*scenarioResult{}
+		other := 0.0
+		for _, c := range order {
+			r, err := run(c)
+			if err != nil {
+				return nil, setAside, fmt.Errorf("round %d, %d api x %d dispatchers: %w", round+1, c.apis, c.dispatchers, err)
+			}
+			if rounds > 1 {
+				r.Name += fmt.Sprintf(" (round %d)", round+1)
+			}
+			res.Runs = append(res.Runs, r)
+			got[c.key()] = r
+			other = max(other, r.CPU.Other)
+			if r.MaxLockWaitMs >= res.MaxLockWaitMs {
+				res.MaxLockWaitMs, res.LongestLockWait = r.MaxLockWaitMs, r.LongestLockWait
+			}
+			res.LockWaitsLogged += r.LockWaitsLogged
+			res.LockWaitSampledMs = max(res.LockWaitSampledMs, r.LockWaitSampledMs)
+		}
+		if other > scaleOtherCores {
+			setAside++
+			logger.Warn("s9_round_set_aside", slog.Int("round", round+1), slog.Float64("other_cores", other))
+			for _, r := range got {
+				r.Name += fmt.Sprintf(" (set aside: the rest of the machine used %.2f cores)", other)
+			}
+			continue
+		}
+		byRound = append(byRound, got)
+	}
+	if len(byRound) == 0 {
+		return nil, setAside, fmt.Errorf("every round set aside: the rest of the machine used more than %.2f cores in each", scaleOtherCores)
+	}
+	return byRound, setAside, nil
 }
 
 func (c scaleConfig) key() string { return fmt.Sprintf("%da%dd", c.apis, c.dispatchers) }
