@@ -376,6 +376,7 @@ func TestScaleOutTargetsFromRounds(t *testing.T) {
 		"api_cpu_four_over_one":                                rounds(1.08, 1.0, 1.1),
 		"load_generator_cpu_four_over_one":                     rounds(1.1, 1.0, 1.2),
 		"four_over_one_at_machine_speed":                       rounds(0.96, 0.91, 0.98),
+		"dispatcher_sleeps_per_delivery_by_config":             map[string]float64{"1a1d": 0.37, "1a2d": 0.8, "1a4d": 1.46, "2a4d": 1.86},
 		"deliveries_per_s_by_config":                           map[string]float64{"1a1d": 1000, "1a2d": 940, "1a4d": 930, "2a4d": 900},
 		"added_dispatcher_ramp_s":                              1.5,
 		"added_dispatcher_steady_per_s":                        400.0,
@@ -399,6 +400,7 @@ func TestScaleOutTargetsFromRounds(t *testing.T) {
 		require.Equal(t, "met", four.Status)
 		require.Contains(t, four.Measured, "(0.88-0.97 over 3 rounds)")
 		require.Contains(t, four.Measured, "CPU per delivery 4 over 1: the dispatchers' 1.28 x, PostgreSQL's 1.20 x, the api's 1.08 x and the load generator's 1.10 x")
+		require.Contains(t, four.Measured, "the dispatchers' threads slept 0.37, 0.80 and 1.46 times a delivery at 1, 2 and 4 dispatchers (medians)")
 		require.Contains(t, four.Measured, "at equal machine speed (all CPU per delivery counted against the load generator's in the same window) 0.96 x (0.91-0.98 over 3 rounds)")
 		require.Equal(t, "missed", got["S9 2 dispatchers' deliveries/s >= 0.95 x 1 dispatcher's (median of alternated rounds)"].Status)
 		pg := got["S9 PostgreSQL CPU per delivery at 4 dispatchers <= 1.25 x at 1"]
@@ -589,4 +591,16 @@ func TestPostgresCPUByConnection(t *testing.T) {
 	z := cpuSnap{byPID: map[int]float64{1: 11, 2: 7, 3: 4, 4: 0.5, 9: 9}, role: map[int]string{1: "postgres", 2: "postgres", 3: "postgres", 4: "postgres", 9: "dispatcher"}}
 	got := postgresCPUByConnection(a, z, map[int]string{2: "api", 3: "ledger", 4: "ledger"})
 	require.Equal(t, map[string]float64{"background": 1, "api": 2, "ledger": 3.5}, got)
+}
+
+// TestDispatcherSleeps: the dispatchers' thread sleeps between two
+// snapshots count a process that started in between from zero and leave
+// out one that exited; threadSleeps reads every thread of a live process.
+func TestDispatcherSleeps(t *testing.T) {
+	t.Parallel()
+	a := cpuSnap{sleeps: map[int]int64{1: 100, 2: 50, 3: 70}}
+	z := cpuSnap{sleeps: map[int]int64{1: 130, 2: 55, 4: 9}}
+	require.Equal(t, int64(30+5+9), dispatcherSleeps(a, z))
+	require.Positive(t, threadSleeps(os.Getpid()), "the test process's threads have slept")
+	require.Zero(t, threadSleeps(-1))
 }

@@ -175,6 +175,7 @@ func (p *probe) end(ctx context.Context, res *scenarioResult, deliveries int64) 
 		res.WALBytesPerDelivery = round1(float64(walBytes) / d)
 		res.WALFPIPerDelivery = round3(float64(walFPI) / d)
 		res.CPUMsPerDelivery = cpuPerDelivery(res.CPU, secs, d)
+		res.DispatcherSleepsPerDelivery = round3(float64(dispatcherSleeps(p.cpu0, cpu1)) / d)
 		res.PostgresCPUMsByConnection = map[string]float64{}
 		for c, cpu := range postgresCPUByConnection(p.cpu0, cpu1, conns) {
 			res.PostgresCPUMsByConnection[c] = round4(cpu * 1000 / d)

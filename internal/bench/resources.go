@@ -17,11 +17,26 @@ type cpuSnap struct {
 	machine float64
 	byPID   map[int]float64
 	role    map[int]string
+	// sleeps are each dispatcher's voluntary context switches so far, all
+	// its threads summed: each is a thread going to sleep (waiting for the
+	// network, a timer or another thread) and later woken.
+	sleeps map[int]int64
+}
+
+// dispatcherSleeps is the dispatchers' voluntary context switches between
+// two snapshots; like cpuUsage, a process that exited in between is not
+// counted and one that started counts from zero.
+func dispatcherSleeps(a, z cpuSnap) int64 {
+	var n int64
+	for pid, v := range z.sleeps {
+		n += max(v-a.sleeps[pid], 0)
+	}
+	return n
 }
 
 // cpuSnapshot reads the CPU times of every process of the stage.
 func (b *bench) cpuSnapshot(s *stage) cpuSnap {
-	snap := cpuSnap{at: time.Now(), machine: machineBusySeconds(), byPID: map[int]float64{}, role: map[int]string{}}
+	snap := cpuSnap{at: time.Now(), machine: machineBusySeconds(), byPID: map[int]float64{}, role: map[int]string{}, sleeps: map[int]int64{}}
 	add := func(pid int, role string) {
 		snap.byPID[pid] = cpuSeconds(pid)
 		snap.role[pid] = role
@@ -38,6 +53,7 @@ func (b *bench) cpuSnapshot(s *stage) cpuSnap {
 	if s != nil {
 		for _, d := range s.dispatchers {
 			add(d.pid(), "dispatcher")
+			snap.sleeps[d.pid()] = threadSleeps(d.pid())
 		}
 	}
 	if pm := b.pg.postmasterPID(); pm != 0 {
@@ -147,6 +163,30 @@ func cpuPerDelivery(c cpuReport, secs, deliveries float64) cpuMs {
 		Postgres: f(c.Postgres), API: f(c.API), Dispatcher: f(c.Dispatcher), Bench: f(c.Bench),
 		Total: f(c.Postgres + c.API + c.Dispatcher + c.Bench),
 	}
+}
+
+// threadSleeps is a process's voluntary context switches, summed over its
+// threads (/proc/PID/task/*/status); 0 when it cannot be read.
+func threadSleeps(pid int) int64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+				n += v
+				break
+			}
+		}
+	}
+	return n
 }
 
 // rssBytes returns a process's resident set size from /proc/PID/status.

@@ -120,6 +120,11 @@ type scenarioResult struct {
 	// the same per message in every configuration, so theirs is a control
 	// for what the machine charges PostgreSQL as processes are added.
 	PostgresCPUMsByConnection map[string]float64 `json:"postgres_cpu_ms_per_delivery_by_connection,omitempty"`
+	// DispatcherSleepsPerDelivery is the dispatchers' threads' voluntary
+	// context switches per delivery (cpuSnap.sleeps): how often a
+	// dispatcher's thread runs out of work and waits, which grows as a
+	// fleet divides the same load among more processes.
+	DispatcherSleepsPerDelivery float64 `json:"dispatcher_sleeps_per_delivery,omitempty"`
 
 	Attempts           int64                  `json:"attempts"`
 	SnoozedAtCap       int64                  `json:"snoozed_at_cap"`

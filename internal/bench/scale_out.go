@@ -63,13 +63,16 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	}
 	byConfig := map[string]float64{}
 	spreadByConfig := map[string][]float64{}
+	sleepsByConfig := map[string]float64{}
 	for _, c := range scaleConfigs {
-		var v []float64
+		var v, sleeps []float64
 		for _, got := range byRound {
 			v = append(v, got[c.key()].DeliveriesPerS)
+			sleeps = append(sleeps, got[c.key()].DispatcherSleepsPerDelivery)
 		}
 		byConfig[c.key()] = round2(median(v))
 		spreadByConfig[c.key()] = []float64{round2(slices.Min(v)), round2(slices.Max(v))}
+		sleepsByConfig[c.key()] = round3(median(sleeps))
 	}
 	// ratio is num's figure over den's within each round: its median and
 	// its spread (min, max).
@@ -142,7 +145,12 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 		"load_generator_cpu_four_over_one":    ratio(four, one, benchCPU),
 		"api_cpu_four_over_one":               ratio(four, one, apiCPU),
 		"dispatcher_cpu_four_over_one":        ratio(four, one, dispatcherCPU),
-		"four_over_one_at_machine_speed":      ratio(four, one, machineRelative),
+		// How often the dispatchers' threads run out of work and sleep,
+		// per delivery: what a fleet dividing the load among more
+		// processes costs each of them (the kernel's switches, the
+		// runtime's wakeups).
+		"dispatcher_sleeps_per_delivery_by_config": sleepsByConfig,
+		"four_over_one_at_machine_speed":           ratio(four, one, machineRelative),
 		// PostgreSQL's CPU per delivery by connection, 4 over 1.
 		"postgres_cpu_of_api_connections_four_over_one":        ratio(four, one, pgCPUOf("api")),
 		"postgres_cpu_of_dispatcher_connections_four_over_one": ratio(four, one, pgCPUOf("dispatcher", "ledger")),

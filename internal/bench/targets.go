@@ -324,6 +324,11 @@ func evaluate(r *results) {
 				floatMap(d)["median"], floatMap(s9.Extra["postgres_cpu_four_over_one_rounds"])["median"],
 				floatMap(s9.Extra["api_cpu_four_over_one"])["median"], floatMap(s9.Extra["load_generator_cpu_four_over_one"])["median"])
 		}
+		if sl, ok := s9.Extra["dispatcher_sleeps_per_delivery_by_config"]; ok {
+			m := floatMap(sl)
+			cpuByProcess += fmt.Sprintf("; the dispatchers' threads slept %.2f, %.2f and %.2f times a delivery at 1, 2 and 4 dispatchers (medians)",
+				m["1a1d"], m["1a2d"], m["1a4d"])
+		}
 		if m, ok := s9.Extra["four_over_one_at_machine_speed"]; ok {
 			cpuByProcess += fmt.Sprintf("; at equal machine speed (all CPU per delivery counted against the load generator's in the same window) %.2f x%s",
 				floatMap(m)["median"], describeSpread(m))
