@@ -174,16 +174,8 @@ func threadSleeps(pid int) int64 {
 	}
 	var n int64
 	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-				n += v
-				break
-			}
+		if v, err := procStatusNumber(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()), "voluntary_ctxt_switches"); err == nil {
+			n += v
 		}
 	}
 	return n
@@ -197,7 +189,17 @@ func hwmBytes(pid int) (int64, error) { return procStatusBytes(pid, "VmHWM") }
 
 // procStatusBytes returns a size field of /proc/PID/status.
 func procStatusBytes(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kb, err := procStatusNumber(fmt.Sprintf("/proc/%d/status", pid), field)
+	if err != nil {
+		return 0, err
+	}
+	return kb << 10, nil
+}
+
+// procStatusNumber returns the number that starts a field of a status
+// file of /proc (a process's or a thread's).
+func procStatusNumber(path, field string) (int64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("read process status: %w", err)
 	}
@@ -207,11 +209,11 @@ func procStatusBytes(pid int, field string) (int64, error) {
 			if len(f) == 0 {
 				break
 			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
+			n, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
 				return 0, fmt.Errorf("parse %s: %w", field, err)
 			}
-			return kb << 10, nil
+			return n, nil
 		}
 	}
 	return 0, fmt.Errorf("no %s in process status", field)
