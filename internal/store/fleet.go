@@ -101,6 +101,12 @@ func rescueSet(reason string) string {
 		errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt, 'error', ` + reason + `, 'trace', ''))`
 }
 
+// runningOfGone selects the running jobs whose last run is one of the
+// clients $1 that have no row in the fleet table (a client back in it is
+// alive and running its jobs): those RescueJobsOf rescues, and counts.
+const runningOfGone = `state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
+	AND NOT EXISTS (SELECT 1 FROM hookd_dispatchers d WHERE d.id = attempted_by[array_length(attempted_by, 1)])`
+
 // RescueJobsOf makes the running jobs of River clients that are gone (a
 // dispatcher whose heartbeat went silent: killed, or cut off) available
 // again at once, as River's own rescuer would after its much longer
@@ -124,9 +130,7 @@ func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, le
 	// rescued now or skipped.
 	err = s.pool.QueryRow(ctx, `
 		WITH free AS (
-			SELECT id FROM river_job
-			WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
-				AND NOT EXISTS (SELECT 1 FROM hookd_dispatchers d WHERE d.id = attempted_by[array_length(attempted_by, 1)])
+			SELECT id FROM river_job WHERE `+runningOfGone+`
 			FOR UPDATE SKIP LOCKED
 		), rescued AS (
 			UPDATE river_job j SET `+rescueSet(`'rescued: dispatcher ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' stopped heartbeating'`)+`
@@ -134,8 +138,7 @@ func (s *Store) RescueJobsOf(ctx context.Context, clients []string) (rescued, le
 			RETURNING 1
 		)
 		SELECT (SELECT count(*) FROM rescued)::int,
-			(SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = ANY($1::text[])
-				AND NOT EXISTS (SELECT 1 FROM hookd_dispatchers d WHERE d.id = attempted_by[array_length(attempted_by, 1)]))::int`,
+			(SELECT count(*) FROM river_job WHERE `+runningOfGone+`)::int`,
 		clients).Scan(&rescued, &left)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rescue the jobs of gone dispatchers: %w", err)
