@@ -91,6 +91,9 @@ type FleetConfig struct {
 	Held func() []int64
 	// DBNow is the database's clock, for the release.
 	DBNow func() time.Time
+	// LeaveTimeout bounds the stop: the heartbeat under way is given this
+	// long to come back, and the leave as long again. Zero: 2 s.
+	LeaveTimeout time.Duration
 	// Doubted returns when (DBNow) a fetch's answer was last lost or late
 	// (store.HeldRuns.Doubted): the release runs only around such a
 	// fetch, a failed heartbeat and once per LostRunSweep. Nil: at every
@@ -116,6 +119,9 @@ type FleetMetrics struct {
 func NewFleet(cfg FleetConfig, st FleetStore, logger *slog.Logger, metrics FleetMetrics) *Fleet {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.LeaveTimeout <= 0 {
+		cfg.LeaveTimeout = 2 * time.Second
 	}
 	f := &Fleet{cfg: cfg, store: st, logger: logger, metrics: metrics, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
 	f.set(store.FleetBeat{Live: 1})
@@ -333,7 +339,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.LeaveTimeout)
 			defer cancel()
 			if err := f.store.LeaveFleet(leave, f.cfg.ID); err != nil {
 				f.logger.Warn("fleet_leave", slog.String("error", err.Error()))
@@ -342,9 +348,35 @@ func (f *Fleet) Run(ctx context.Context) {
 		case <-tick.C:
 		case <-f.kick:
 		}
-		if err := f.Beat(ctx); err != nil && ctx.Err() == nil {
+		if err := f.beatThroughStop(ctx); err != nil && ctx.Err() == nil {
 			f.logger.Warn("fleet_heartbeat", slog.String("error", err.Error()))
 		}
+	}
+}
+
+// beatThroughStop is Beat, finished rather than cut when ctx ends while
+// it is under way (for LeaveTimeout at most): a heartbeat cut short may
+// still reach the server after the leave's delete and put this
+// dispatcher's row back, and the others would count it until it went
+// stale.
+func (f *Fleet) beatThroughStop(ctx context.Context) error {
+	beatCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Beat(beatCtx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	giveUp := time.NewTimer(f.cfg.LeaveTimeout)
+	defer giveUp.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-giveUp.C:
+		cancel()
+		return <-done
 	}
 }
 

@@ -28,6 +28,12 @@ type fleetStore struct {
 	releases []release
 	// during, if set, runs while a heartbeat is on its way.
 	during func()
+	// onTheWay, if set, receives each heartbeat's context as it is sent;
+	// the heartbeat then waits for arrive (or its context's end).
+	onTheWay chan context.Context
+	arrive   chan struct{}
+	// events orders the heartbeats' ends and the leaves.
+	events []string
 }
 
 type release struct {
@@ -36,9 +42,24 @@ type release struct {
 	readAt time.Time
 }
 
-func (f *fleetStore) Heartbeat(_ context.Context, _ string, _ int, _ time.Duration, rescue bool) (store.FleetBeat, error) {
+func (f *fleetStore) Heartbeat(ctx context.Context, _ string, _ int, _ time.Duration, rescue bool) (store.FleetBeat, error) {
+	f.mu.Lock()
+	onTheWay, arrive := f.onTheWay, f.arrive
+	f.mu.Unlock()
+	if onTheWay != nil {
+		onTheWay <- ctx
+		select {
+		case <-arrive:
+		case <-ctx.Done():
+			f.mu.Lock()
+			f.events = append(f.events, "heartbeat abandoned")
+			f.mu.Unlock()
+			return store.FleetBeat{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.events = append(f.events, "heartbeat")
 	f.rescue = append(f.rescue, rescue)
 	if f.during != nil {
 		f.during()
@@ -57,6 +78,7 @@ func (f *fleetStore) LeaveFleet(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.left = append(f.left, id)
+	f.events = append(f.events, "leave")
 	return nil
 }
 
@@ -280,6 +302,53 @@ func TestFleetKickBeatsAtOnce(t *testing.T) {
 	beats := len(st.rescue)
 	st.mu.Unlock()
 	require.LessOrEqual(t, beats, 3, "the join, and one or two kicked heartbeats, none of them the hour's")
+}
+
+// TestFleetFinishesItsHeartbeatBeforeItLeaves: a heartbeat under way when
+// the dispatcher stops is finished before the leave, not abandoned:
+// abandoned, its statement could still reach the server after the
+// leave's delete and put the row back, and the others would count a
+// stopped dispatcher until it went stale. One that does not come back
+// within LeaveTimeout is given up, and the leave still runs.
+func TestFleetFinishesItsHeartbeatBeforeItLeaves(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		arrive bool
+		want   []string
+	}{
+		{"finished", true, []string{"heartbeat", "leave"}},
+		{"given up", false, []string{"heartbeat abandoned", "leave"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fleetStore{beats: []store.FleetBeat{{Live: 2}}}
+			timeout := time.Hour
+			if !tt.arrive {
+				timeout = time.Millisecond
+			}
+			f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: time.Hour, Stale: 3 * time.Hour,
+				LeaveTimeout: timeout}, st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+			require.NoError(t, f.Join(context.Background()))
+			st.mu.Lock()
+			st.onTheWay, st.arrive, st.events = make(chan context.Context), make(chan struct{}), nil
+			st.mu.Unlock()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); f.Run(ctx) }()
+			f.Kick()
+			beat := <-st.onTheWay
+			cancel()
+			if tt.arrive {
+				require.NoError(t, beat.Err(), "the stop does not cut the heartbeat under way")
+				close(st.arrive)
+			}
+			<-done
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			require.Equal(t, tt.want, st.events)
+		})
+	}
 }
 
 // TestFleetLeaseBreaksWhenAHeartbeatComesBackLateOrForgotten: a heartbeat
