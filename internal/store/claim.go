@@ -28,14 +28,15 @@ func claimFence(d, job, attempt string) string {
 // the run's to send. A job run again (a retry, a rescue) calls it before
 // it sends, so that the run it replaced, if it is still alive somewhere,
 // can no longer write (Claim). The rows are locked in id order, as every
-// writer of several deliveries locks them.
+// writer of several deliveries locks them, before the update's first row
+// (a one-time filter on locked's count, as in ledgerWriteSQL).
 func (s *Store) ClaimDeliveries(ctx context.Context, c Claim, ids []string) (map[string]Progress, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH locked AS MATERIALIZED (
 			SELECT id FROM deliveries WHERE id = ANY($1) ORDER BY id FOR UPDATE
 		)
 		UPDATE deliveries d SET claim_job = $2, claim_attempt = $3
-		WHERE d.id = ANY($1) AND d.id IN (SELECT id FROM locked) AND d.job_id = $2
+		WHERE d.id = ANY($1) AND (SELECT count(*) FROM locked) >= 0 AND d.job_id = $2
 			AND `+claimFence("d", "$2::bigint", "$3::int")+`
 		RETURNING d.id, d.status, d.series, d.job_id, d.attempt_count, d.series_base`, customPlan, ids, c.JobID, c.Attempt)
 	if err != nil {
