@@ -358,12 +358,20 @@ func (f *Fleet) Run(ctx context.Context) {
 // it is under way (for LeaveTimeout at most): a heartbeat cut short may
 // still reach the server after the leave's delete and put this
 // dispatcher's row back, and the others would count it until it went
-// stale.
+// stale. A panic in the heartbeat is its error: the next one is tried at
+// the next interval, and the process goes on.
 func (f *Fleet) beatThroughStop(ctx context.Context) error {
 	beatCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- f.Beat(beatCtx) }()
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("fleet heartbeat: panic: %v", p)
+			}
+		}()
+		done <- f.Beat(beatCtx)
+	}()
 	select {
 	case err := <-done:
 		return err

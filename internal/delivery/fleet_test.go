@@ -351,6 +351,35 @@ func TestFleetFinishesItsHeartbeatBeforeItLeaves(t *testing.T) {
 	}
 }
 
+// TestFleetHeartbeatPanicIsItsError: a heartbeat that panics is a failed
+// heartbeat, not the process's end: Run goes on, and its stop still
+// leaves the fleet.
+func TestFleetHeartbeatPanicIsItsError(t *testing.T) {
+	t.Parallel()
+	st := &fleetStore{beats: []store.FleetBeat{{Live: 1}}}
+	f := delivery.NewFleet(delivery.FleetConfig{ID: "me", Connections: 15, Interval: time.Hour, Stale: 3 * time.Hour},
+		st, slog.New(slog.DiscardHandler), delivery.FleetMetrics{})
+	require.NoError(t, f.Join(context.Background()))
+	panicked := make(chan struct{})
+	st.mu.Lock()
+	st.during = func() {
+		st.during = nil
+		close(panicked)
+		panic("heartbeat bug")
+	}
+	st.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	f.Kick()
+	<-panicked
+	cancel()
+	<-done
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Equal(t, []string{"me"}, st.left)
+}
+
 // TestFleetLeaseBreaksWhenAHeartbeatComesBackLateOrForgotten: a heartbeat
 // sent while the lease held that comes back after it would have lapsed
 // (the database frozen meanwhile) renews it from its send, but as a new
