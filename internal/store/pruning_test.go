@@ -32,14 +32,24 @@ func planWalk(t *testing.T, b *testBundle, key, sql string, args ...any) []strin
 	t.Helper()
 	var raw string
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `EXPLAIN (FORMAT JSON) `+sql, args...).Scan(&raw))
-	var plans []map[string]any
-	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
 	var out []string
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
+	eachPlanNode(t, raw, func(n map[string]any) {
 		if r, ok := n[key].(string); ok {
 			out = append(out, r)
 		}
+	})
+	return out
+}
+
+// eachPlanNode calls visit with every node of an EXPLAIN (FORMAT JSON)
+// answer.
+func eachPlanNode(t *testing.T, raw string, visit func(n map[string]any)) {
+	t.Helper()
+	var plans []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		visit(n)
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
 			walk(c.(map[string]any))
@@ -48,7 +58,6 @@ func planWalk(t *testing.T, b *testBundle, key, sql string, args ...any) []strin
 	for _, p := range plans {
 		walk(p["Plan"].(map[string]any))
 	}
-	return out
 }
 
 // TestAttemptReadsPruneToTheirTimeRange: reclassification, /stats and
@@ -356,22 +365,12 @@ func TestLedgerWriteWorkGrowsWithItsBatchNotItsSquare(t *testing.T) {
 			ids, claimIDs, claimRuns,
 			ids, messages, endpoints, counts, attempted, durations, codes, errs, kinds, excerpts, falses, timeouts,
 			[]string{}, []string{}).Scan(&raw))
-		var plans []map[string]any
-		require.NoError(t, json.Unmarshal([]byte(raw), &plans))
 		var rows float64
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
+		eachPlanNode(t, raw, func(n map[string]any) {
 			r, _ := n["Actual Rows"].(float64)
 			loops, _ := n["Actual Loops"].(float64)
 			rows += r * loops
-			children, _ := n["Plans"].([]any)
-			for _, c := range children {
-				walk(c.(map[string]any))
-			}
-		}
-		for _, p := range plans {
-			walk(p["Plan"].(map[string]any))
-		}
+		})
 		return rows
 	}
 	for _, batch := range [][]store.Delivery{ds[:100], ds[100:500]} {
