@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,12 @@ var hostsClass = map[string]any{
 
 // hostsRequestTimeout is every attempt's timeout in TestFleetOnHostsOfTheirOwn.
 const hostsRequestTimeout = 5 * time.Second
+
+// cutSettles is how long after a cut the receiver may still see a request
+// the cut host sent before it: the receiver stamps a request when its
+// handler starts, which on a loaded machine comes after the bytes
+// arrived. Such a request was in flight at the cut.
+const cutSettles = time.Second
 
 // TestFleetOnHostsOfTheirOwn runs three dispatchers, each on a host of
 // its own (a network namespace joined to the test's by a veth pair),
@@ -211,8 +218,14 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 	// deliveries of the jobs it was running (none of its writes can
 	// reach the server any more).
 	atCut := front.InFlight()
+	// The deliveries of its running jobs not yet delivered, and those
+	// recorded delivered, from one snapshot: the cut host's last ledger
+	// write may still commit between two reads (the server had it before
+	// the cut), and a delivery would then be neither lost nor in flight.
+	snap, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	require.NoError(t, err)
 	lost := []string{}
-	rows, err := db.Pool.Query(ctx, `
+	rows, err := snap.Query(ctx, `
 		SELECT d.id FROM river_job j
 		JOIN deliveries d ON (j.kind = 'deliver' AND d.id = j.args->>'delivery_id')
 			OR (j.kind = 'deliver_message' AND d.message_id = j.args->>'message_id'
@@ -229,7 +242,7 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 	// host's not among them was in flight at the cut for the fleet, its
 	// answer not yet recorded (if answered, just before the cut).
 	recordedAtCut := map[string]bool{}
-	rows, err = db.Pool.Query(ctx, `SELECT e.url, d.message_id FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id WHERE d.status = 'delivered'`)
+	rows, err = snap.Query(ctx, `SELECT e.url, d.message_id FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id WHERE d.status = 'delivered'`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var url, msgID string
@@ -237,6 +250,7 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 		recordedAtCut[strings.TrimPrefix(url, front.base)+" "+msgID] = true
 	}
 	require.NoError(t, rows.Err())
+	require.NoError(t, snap.Rollback(ctx))
 	loadAtCut, trialsAtCut := fromCut(atCut)
 	require.Equal(t, 1, trialsAtCut, "the cut lands mid-trial")
 	require.Positive(t, loadAtCut, "the cut lands mid-load")
@@ -357,14 +371,14 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 	}
 
 	// Second sends: only of requests in flight at the cut, one each: the
-	// cut host's requests that began before it and whose delivery was
-	// not recorded then (still waiting for their answer, or answered but
+	// cut host's requests that began before it (or as it settled) and
+	// whose delivery was not recorded then (still waiting for their answer, or answered but
 	// not yet recorded).
 	reqs := front.Requests()
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Start.Before(reqs[j].Start) })
 	inFlightAtCut, answeredAtCut := map[string]bool{}, 0
 	for _, r := range reqs {
-		if r.Source == cutAddr && r.Start.Before(cutAt) && !recordedAtCut[r.Key()] {
+		if r.Source == cutAddr && r.Start.Before(cutAt.Add(cutSettles)) && !recordedAtCut[r.Key()] {
 			inFlightAtCut[r.Key()] = true
 			if r.End.Before(cutAt) {
 				answeredAtCut++
@@ -399,7 +413,7 @@ func TestFleetOnHostsOfTheirOwn(t *testing.T) {
 		if r.Source != cutAddr {
 			continue
 		}
-		if r.Start.After(cutAt.Add(time.Second)) && r.Start.Before(restoredAt) {
+		if r.Start.After(cutAt.Add(cutSettles)) && r.Start.Before(restoredAt) {
 			sentDuringCut++
 		}
 		if r.Start.After(restoredAt) {
