@@ -216,13 +216,25 @@ func eval[T any](h *headless, expr string) T {
 	return v
 }
 
+// text reads the visible text of the first element sel finds. The
+// dashboard renders its rows again as its data refreshes, so a node
+// found may be gone by the time its text is read ("No node with given id
+// found"): it asks again, for 10 s at most.
 func (h *headless) text(sel string) string {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(h.t, err, "browser: text of %s", sel)
-	return s
+	for {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err == nil {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			require.NoError(h.t, err, "browser: text of %s", sel)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // screenshot saves the page as name.png in the test's artifact directory
