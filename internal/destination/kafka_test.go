@@ -94,8 +94,8 @@ func TestKafkaClassifiesFailures(t *testing.T) {
 
 	// The cluster stops: a publish fails within its deadline.
 	cluster.Close()
-	requireFailedWithin(t, publish(pool, right, s.message("k", 2)), destination.Timeout, destination.Unreachable)
+	requireFailedWithin(t, publishWithin(pool, right, s.message("k", 2)), destination.Timeout, destination.Unreachable)
 
 	nothing := &destination.KafkaConfig{Brokers: []string{closedAddr(t)}, Topic: topic}
-	requireFailedWithin(t, publish(pool, nothing, s.message("k", 3)), destination.Timeout, destination.Unreachable)
+	requireFailedWithin(t, publishWithin(pool, nothing, s.message("k", 3)), destination.Timeout, destination.Unreachable)
 }

@@ -92,8 +92,8 @@ func TestMQTTOwnBroker(t *testing.T) {
 	require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
 
 	stopProcess(t, srv)
-	requireFailedWithin(t, publish(pool, right, s.message("own", 1)), destination.Unreachable, destination.Timeout)
-	requireFailedWithin(t, publish(pool, right, s.message("own", 2)), destination.Unreachable, destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, right, s.message("own", 1)), destination.Unreachable, destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, right, s.message("own", 2)), destination.Unreachable, destination.Timeout)
 }
 
 func TestMQTTClassifiesFailures(t *testing.T) {
@@ -104,11 +104,11 @@ func TestMQTTClassifiesFailures(t *testing.T) {
 	t.Run("nothing listening", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.MQTTConfig{URL: "tcp://" + closedAddr(t), Topic: "t"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Unreachable)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Unreachable)
 	})
 	t.Run("server never answers", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.MQTTConfig{URL: "tcp://" + silentAddr(t), Topic: "t"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Timeout)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 	})
 }

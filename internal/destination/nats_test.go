@@ -111,11 +111,11 @@ func TestNATSOwnServer(t *testing.T) {
 	require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
 
 	nostream := &destination.NATSConfig{URL: url, Subject: unique(t), Username: "hookd", Password: "right"}
-	requireFailedWithin(t, publish(pool, nostream, m), destination.Refused)
+	requireFailedWithin(t, publishWithin(pool, nostream, m), destination.Refused)
 
 	stopProcess(t, srv)
-	requireFailedWithin(t, publish(pool, right, s.message("own", 1)), destination.Unreachable, destination.Timeout)
-	requireFailedWithin(t, publish(pool, right, s.message("own", 2)), destination.Unreachable, destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, right, s.message("own", 1)), destination.Unreachable, destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, right, s.message("own", 2)), destination.Unreachable, destination.Timeout)
 }
 
 func TestNATSClassifiesFailures(t *testing.T) {
@@ -126,11 +126,11 @@ func TestNATSClassifiesFailures(t *testing.T) {
 	t.Run("nothing listening", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.NATSConfig{URL: "nats://" + closedAddr(t), Subject: "s"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Unreachable)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Unreachable)
 	})
 	t.Run("server never answers", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.NATSConfig{URL: "nats://" + silentAddr(t), Subject: "s"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Timeout)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 	})
 }

@@ -103,7 +103,7 @@ func TestPubSubClassifiesFailures(t *testing.T) {
 		t.Parallel()
 		_, opts := pubsubServer(t)
 		pool := newPool(t, destination.Deps{PubSubOptions: opts})
-		requireFailedWithin(t, publish(pool, pubsubConfig("nowhere"), m), destination.Refused)
+		requireFailedWithin(t, publishWithin(pool, pubsubConfig("nowhere"), m), destination.Refused)
 	})
 	t.Run("server closed", func(t *testing.T) {
 		t.Parallel()
@@ -113,6 +113,6 @@ func TestPubSubClassifiesFailures(t *testing.T) {
 		pool := destination.NewPool(destination.PoolConfig{DialTimeout: publishTimeout}, destination.Deps{PubSubOptions: opts})
 		t.Cleanup(pool.Close)
 		require.NoError(t, srv.Close())
-		requireFailedWithin(t, publish(pool, pubsubConfig("hooks"), m), destination.Unreachable, destination.Timeout)
+		requireFailedWithin(t, publishWithin(pool, pubsubConfig("hooks"), m), destination.Unreachable, destination.Timeout)
 	})
 }

@@ -98,21 +98,21 @@ func TestRabbitMQClassifiesFailures(t *testing.T) {
 	t.Run("missing exchange", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.RabbitMQConfig{URL: "amqp://" + rabbitAddr + "/", Exchange: unique(t), RoutingKey: "k", Username: "guest", Password: "guest"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Refused)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Refused)
 		// The broker closed the channel: the next publish opens another
 		// and is refused the same way, not stuck.
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Refused)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Refused)
 	})
 	t.Run("nothing listening", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.RabbitMQConfig{URL: "amqp://" + closedAddr(t) + "/", RoutingKey: "k"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Unreachable)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Unreachable)
 	})
 	t.Run("server never answers", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.RabbitMQConfig{URL: "amqp://" + silentAddr(t) + "/", RoutingKey: "k"}
 		start := time.Now()
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Timeout)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 		require.Less(t, time.Since(start), publishTimeout+slack)
 	})
 }

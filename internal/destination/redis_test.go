@@ -87,13 +87,13 @@ func TestRedisClassifiesFailures(t *testing.T) {
 	t.Run("nothing listening", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.RedisConfig{URL: "redis://" + closedAddr(t), Stream: "s"}
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Unreachable)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Unreachable)
 	})
 	t.Run("server never answers", func(t *testing.T) {
 		t.Parallel()
 		cfg := &destination.RedisConfig{URL: "redis://" + silentAddr(t), Stream: "s"}
 		start := time.Now()
-		requireFailedWithin(t, publish(pool, cfg, m), destination.Timeout)
+		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 		require.Less(t, time.Since(start), publishTimeout+slack)
 	})
 	t.Run("guard refuses the address", func(t *testing.T) {

@@ -82,10 +82,10 @@ func TestSQSRequestsAndClassification(t *testing.T) {
 	set(reply{403, `{"__type":"com.amazon.coral.service#AccessDeniedException","message":"denied"}`})
 	require.Equal(t, destination.AuthRefused, publish(pool, cfg, m).Outcome)
 	set(reply{400, `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"no queue"}`})
-	requireFailedWithin(t, publish(pool, cfg, m), destination.Refused)
+	requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Refused)
 
 	closed := &destination.SQSConfig{QueueURL: "http://" + closedAddr(t) + "/000000000000/hooks", Region: "us-east-1", AccessKeyID: "A", SecretAccessKey: "S"}
-	requireFailedWithin(t, publish(pool, closed, m), destination.Unreachable)
+	requireFailedWithin(t, publishWithin(pool, closed, m), destination.Unreachable)
 	silent := &destination.SQSConfig{QueueURL: "http://" + silentAddr(t) + "/000000000000/hooks", Region: "us-east-1", AccessKeyID: "A", SecretAccessKey: "S"}
-	requireFailedWithin(t, publish(pool, silent, m), destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, silent, m), destination.Timeout)
 }
