@@ -240,6 +240,14 @@ func requireFailedWithin(t *testing.T, r destination.Result, reasons ...destinat
 	require.Less(t, r.Duration, publishTimeout+slack)
 }
 
+// requireRefused requires a Failed result refused by the broker: an
+// answer, which may take longer than publishTimeout on a loaded machine.
+func requireRefused(t *testing.T, r destination.Result) {
+	t.Helper()
+	require.Equal(t, destination.Failed, r.Outcome, "%v", r.Err)
+	require.Equal(t, destination.Refused, r.Reason, "%v", r.Err)
+}
+
 // requireRunning fails the test, clearly, when nothing listens on addr:
 // the machine's broker is expected to run (.ci/run starts it).
 func requireRunning(t *testing.T, name, addr string) {

@@ -111,7 +111,7 @@ func TestNATSOwnServer(t *testing.T) {
 	require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
 
 	nostream := &destination.NATSConfig{URL: url, Subject: unique(t), Username: "hookd", Password: "right"}
-	requireFailedWithin(t, publishWithin(pool, nostream, m), destination.Refused)
+	requireRefused(t, publish(pool, nostream, m))
 
 	stopProcess(t, srv)
 	requireFailedWithin(t, publishWithin(pool, right, s.message("own", 1)), destination.Unreachable, destination.Timeout)

@@ -82,7 +82,7 @@ func TestSQSRequestsAndClassification(t *testing.T) {
 	set(reply{403, `{"__type":"com.amazon.coral.service#AccessDeniedException","message":"denied"}`})
 	require.Equal(t, destination.AuthRefused, publish(pool, cfg, m).Outcome)
 	set(reply{400, `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"no queue"}`})
-	requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Refused)
+	requireRefused(t, publish(pool, cfg, m))
 
 	closed := &destination.SQSConfig{QueueURL: "http://" + closedAddr(t) + "/000000000000/hooks", Region: "us-east-1", AccessKeyID: "A", SecretAccessKey: "S"}
 	requireFailedWithin(t, publishWithin(pool, closed, m), destination.Unreachable)
