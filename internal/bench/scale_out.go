@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 )
@@ -22,9 +23,9 @@ var scaleConfigs = []scaleConfig{{1, 2}, {1, 1}, {1, 4}, {2, 4}}
 
 // scaleOtherCores is how much CPU the rest of the machine (cpuReport.Other)
 // may use in a configuration's measured window before its round is set
-// aside: a build or another job taking a share of the cores in one window
-// of a ratio is not the fleet's cost (windows with nothing else running
-// see 0.02-0.08 cores of it here).
+// aside (the full plan's s9OtherCores): a build or another job taking a
+// share of the cores in one window of a ratio is not the fleet's cost
+// (windows with nothing else running see 0.02-0.08 cores of it here).
 const scaleOtherCores = 0.25
 
 // scaleSpareRounds is how many rounds may be run in place of rounds set
@@ -49,13 +50,18 @@ const scaleSpareRounds = 2
 func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 	set := b.fanSet()
 	rounds := max(b.plan.s9Rounds, 1)
+	limit := b.plan.s9OtherCores
+	setAsideRule := fmt.Sprintf("a round in which the rest of the machine used more than %.2f cores in a window set aside and run again, up to %d times", limit, scaleSpareRounds)
+	if math.IsInf(limit, 1) {
+		setAsideRule = "no round set aside however busy the machine: a smoke run's figures are not results"
+	}
 	res := &scenarioResult{
 		Layout: describeFan(set) + "; per configuration a fresh database, api and dispatcher processes",
-		Load: b.describeClosedLoop() + fmt.Sprintf(", %s warm-up (not measured) + %s measured per configuration: api x dispatchers %s; %d rounds alternated forward and reversed (a round in which the rest of the machine used more than %.2f cores in a window set aside and run again, up to %d times), each configuration's figure the median of its rounds, each ratio within a round (median and spread); then one dispatcher added to one loaded one, its rate sampled every %s",
-			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs(), rounds, scaleOtherCores, scaleSpareRounds, scaleRampSample),
+		Load: b.describeClosedLoop() + fmt.Sprintf(", %s warm-up (not measured) + %s measured per configuration: api x dispatchers %s; %d rounds alternated forward and reversed (%s), each configuration's figure the median of its rounds, each ratio within a round (median and spread); then one dispatcher added to one loaded one, its rate sampled every %s",
+			b.plan.warmup, b.plan.s9Measure, describeScaleConfigs(), rounds, setAsideRule, scaleRampSample),
 		Settings: b.river.env(),
 	}
-	byRound, setAside, err := runScaleRounds(res, rounds, b.logger, func(c scaleConfig) (*scenarioResult, error) {
+	byRound, setAside, err := runScaleRounds(res, rounds, limit, b.logger, func(c scaleConfig) (*scenarioResult, error) {
 		return runScaleConfig(ctx, b, set, c)
 	})
 	if err != nil {
@@ -187,10 +193,10 @@ func runS9(ctx context.Context, b *bench) (*scenarioResult, error) {
 // then reversed, and returns each kept round's results by configuration
 // and how many rounds it set aside. Every result goes into res.Runs, and
 // res takes the longest lock wait of all. A round in which the rest of the
-// machine used more than scaleOtherCores in any window is set aside and
+// machine used more than otherCores in any window is set aside and
 // another run in its place, in its direction (the direction follows the
 // rounds kept), up to scaleSpareRounds times.
-func runScaleRounds(res *scenarioResult, rounds int, logger *slog.Logger, run func(scaleConfig) (*scenarioResult, error)) ([]map[string]*scenarioResult, int, error) {
+func runScaleRounds(res *scenarioResult, rounds int, otherCores float64, logger *slog.Logger, run func(scaleConfig) (*scenarioResult, error)) ([]map[string]*scenarioResult, int, error) {
 	var byRound []map[string]*scenarioResult
 	setAside := 0
 	for round := 0; len(byRound) < rounds && round < rounds+scaleSpareRounds; round++ {
@@ -217,7 +223,7 @@ func runScaleRounds(res *scenarioResult, rounds int, logger *slog.Logger, run fu
 			res.LockWaitsLogged += r.LockWaitsLogged
 			res.LockWaitSampledMs = max(res.LockWaitSampledMs, r.LockWaitSampledMs)
 		}
-		if other > scaleOtherCores {
+		if other > otherCores {
 			setAside++
 			logger.Warn("s9_round_set_aside", slog.Int("round", round+1), slog.Float64("other_cores", other))
 			for _, r := range got {
@@ -228,7 +234,7 @@ func runScaleRounds(res *scenarioResult, rounds int, logger *slog.Logger, run fu
 		byRound = append(byRound, got)
 	}
 	if len(byRound) == 0 {
-		return nil, setAside, fmt.Errorf("every round set aside: the rest of the machine used more than %.2f cores in each", scaleOtherCores)
+		return nil, setAside, fmt.Errorf("every round set aside: the rest of the machine used more than %.2f cores in each", otherCores)
 	}
 	return byRound, setAside, nil
 }
