@@ -216,7 +216,7 @@ func TestMQTTDestinationKeepsOrder(t *testing.T) {
 	e := h.endpoint(destination.MQTT, &destination.MQTTConfig{URL: "tcp://" + mqttAddr, Topic: topic}, true)
 	ids := h.send(300)
 	h.waitDelivered(e.ID, len(ids), waitFor)
-	got := c.waitFor(t, len(ids))
+	got := c.waitForIDs(t, ids)
 	require.Zero(t, h.consumedOnce(ids, got))
 	requireOrder(t, ids, got)
 }

@@ -19,29 +19,6 @@ import (
 	"github.com/hookd/hookd/internal/store"
 )
 
-// waitForIDs waits until every one of ids has arrived and returns all
-// that did, duplicates included.
-func (c *collector) waitForIDs(t *testing.T, ids []string) []consumedMessage {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		seen := map[string]bool{}
-		for _, m := range c.got {
-			seen[m.headers[destination.HeaderID]] = true
-		}
-		for _, id := range ids {
-			if !seen[id] {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 20*time.Millisecond, "every message reaches the consumer")
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]consumedMessage(nil), c.got...)
-}
-
 // TestFIFOOrderOfEachTypeThroughAKilledDispatcher: a FIFO endpoint of
 // each destination type with an ordering notion (a Kafka partition, a
 // JetStream subject, a Redis stream, a RabbitMQ queue, an MQTT topic, a

@@ -37,14 +37,26 @@ func (c *collector) add(m consumedMessage) {
 	c.got = append(c.got, m)
 }
 
-// waitFor waits until it holds at least n messages and returns them.
-func (c *collector) waitFor(t *testing.T, n int) []consumedMessage {
+// waitForIDs waits until every one of ids has arrived and returns all
+// that did, duplicates included. Not a count of messages: a duplicate
+// (an attempt in flight at a cut, or QoS 1's redelivery) would make the
+// count before the last of ids had come.
+func (c *collector) waitForIDs(t *testing.T, ids []string) []consumedMessage {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(c.got) >= n
-	}, 20*time.Second, 20*time.Millisecond, "every message reaches the consumer")
+		seen := map[string]bool{}
+		for _, m := range c.got {
+			seen[m.headers[destination.HeaderID]] = true
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every message reaches the consumer")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]consumedMessage(nil), c.got...)
@@ -101,7 +113,7 @@ func TestRabbitMQDestinationOutage(t *testing.T) {
 		Username: "guest", Password: "guest"}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
-	dups := h.consumedOnce(ids, c.waitFor(t, len(ids)))
+	dups := h.consumedOnce(ids, c.waitForIDs(t, ids))
 	t.Logf("rabbitmq outage: %d delivered at the cut, breaker open %s after it, backlog drained %s after the restore, %d duplicates",
 		f.deliveredAtCut, f.openAfter, f.drainAfter, dups)
 	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the cut")
@@ -134,7 +146,7 @@ func TestMQTTDestinationOutage(t *testing.T) {
 	e := h.endpoint(destination.MQTT, &destination.MQTTConfig{URL: "tcp://" + proxy.Addr(), Topic: topic}, false)
 	ids := h.send(1000)
 	f := h.outage(e, proxy, ids)
-	dups := h.consumedOnce(ids, c.waitFor(t, len(ids)))
+	dups := h.consumedOnce(ids, c.waitForIDs(t, ids))
 	t.Logf("mqtt outage: %d delivered at the cut, breaker open %s after it, backlog drained %s after the restore, %d duplicates",
 		f.deliveredAtCut, f.openAfter, f.drainAfter, dups)
 	require.LessOrEqual(t, dups, dispatcherWorkers(), "duplicates only from attempts in flight at the cut")
