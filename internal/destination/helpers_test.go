@@ -102,15 +102,18 @@ func newPool(t *testing.T, deps destination.Deps) *destination.Pool {
 // publish publishes one message that must get an answer, within
 // answerTimeout.
 func publish(p *destination.Pool, c destination.Config, m destination.Message) destination.Result {
-	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
-	defer cancel()
-	return p.Publish(ctx, c, m)
+	return publishIn(answerTimeout, p, c, m)
 }
 
 // publishWithin publishes one message within publishTimeout, for a
 // failure that must come within it (requireFailedWithin).
 func publishWithin(p *destination.Pool, c destination.Config, m destination.Message) destination.Result {
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	return publishIn(publishTimeout, p, c, m)
+}
+
+// publishIn publishes one message with a deadline d away.
+func publishIn(d time.Duration, p *destination.Pool, c destination.Config, m destination.Message) destination.Result {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return p.Publish(ctx, c, m)
 }
