@@ -38,11 +38,18 @@ TEST_LDFLAGS = -ldflags=-w
 # from which make test-report lists the slowest.
 GOTESTSUM ?= gotest.tools/gotestsum@v1.13.0
 TEST_REPORT ?= $(CURDIR)/.test-report.json
-# TEST_PKGS are make test's packages, internal/e2e named first: go test
-# starts packages in the order given, and the end-to-end tests, the
-# longest package by far, then run beside all the others instead of after
-# most of them.
-TEST_PKGS = ./internal/e2e ./...
+# TEST_PKGS are make test's race-detector packages, internal/e2e named
+# first: go test starts packages in the order given, and the end-to-end
+# tests, the longest package by far, then run beside all the others
+# instead of after most of them. internal/deploycheck is left out: its
+# tests are built without the race detector (DEPLOY_TEST_PKGS), so under
+# it the package only compiled its parsers (Kubernetes, BuildKit,
+# compose-go) again, 28 CPU-seconds on an empty cache, to run nothing.
+TEST_PKGS = ./internal/e2e $$($(GO) list ./... | grep -v -e '/internal/deploycheck$$')
+# RACE_BUILD_PKGS are TEST_PKGS' packages but the commands (which go
+# build would link for nothing): make test compiles them with the race
+# detector before its test lanes start (test-race-build).
+RACE_BUILD_PKGS = $$($(GO) list -f '{{if and .GoFiles (ne .Name "main")}}{{.ImportPath}}{{end}}' ./... | grep -v -e '/internal/deploycheck$$')
 # CHECK_PKGS are make check's packages: all but the end-to-end tests (real
 # processes and a browser), the tour and the benchmark's scenarios.
 CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
@@ -82,33 +89,42 @@ build:
 run:
 	./deploy/run-local.sh
 
-## test: install missing test dependencies, vet, run every test with the race detector (private PostgreSQL clusters; the deployment files' tests without it), the bench's smoke form beside the SDKs' tests (each fuzz target's seed corpus runs as a test; make fuzz fuzzes); fails if a server at 127.0.0.1:5432 was not left as found
+## test: install missing test dependencies; vet beside the race detector's build; then four lanes at once: every test with the race detector (private PostgreSQL clusters), the bench's smoke form, the deployment files' tests (without it) and the SDKs' tests (each fuzz target's seed corpus runs as a test; make fuzz fuzzes); fails if a server at 127.0.0.1:5432 was not left as found
 # pgstate records the server at 127.0.0.1:5432 (PGSTATE_URL), when one
 # runs, before the tests and fails after them if they restarted, stopped or
 # reconfigured it; test databases left on it are reported.
 test:
 	./deploy/test-deps.sh
-	$(GO) vet ./...
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-vet test-race-build
 	$(GO) run ./internal/pgcluster/pgstate record $(PGSTATE_FILE)
-	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- $(VET_DONE) $(TEST_LDFLAGS) -race -count=1 -timeout 25m $(TEST_PKGS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-after
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-race bench-smoke test-deploy sdk-test DEPLOY_VET=$(VET_DONE)
 	$(GO) run ./internal/pgcluster/pgstate check $(PGSTATE_FILE)
 	rm -f $(PGSTATE_FILE)
 	cat $(DEPLOY_REPORT) >>$(TEST_REPORT) && rm -f $(DEPLOY_REPORT)
 	$(MAKE) --no-print-directory test-report
 
-# test-after is what make test runs after the race detector's run, in two
-# lanes at once (each one's output printed when it ends): bench-smoke
-# beside test-lane (the deployment files' tests, then the SDKs'). Both
-# compute (bench-smoke: about 260 CPU-seconds in 225 s on 2 cores), so the
-# second lane only keeps both cores busy while the other waits on its
-# processes' clocks.
-.PHONY: test-after test-lane test-deploy
-test-after: bench-smoke test-lane
+# make test builds first, in two lanes at once: go vet (which compiles
+# every package plainly, as the deployment files' tests, the bench and the
+# end-to-end tests' processes are built) beside the race detector's build
+# of every package the race run tests (test-race-build). Then it runs
+# four lanes at once, each one's output printed when it ends: the race
+# run (test-race), bench-smoke, the deployment files' tests and the SDKs'
+# tests, which now only link. The lanes wait on their processes' clocks
+# (a breaker's open duration, a rescue, a bench scenario's fixed window)
+# at different moments, so together they keep the cores busier than one
+# after another; and on a machine where something else keeps a core
+# busy, more of the suite's threads get more of the cores. Compiling is
+# kept out of the lanes: it keeps both cores busy, and beside it
+# bench-smoke's timed windows only stretched the run.
+.PHONY: test-vet test-race-build test-race test-deploy
+test-vet:
+	$(GO) vet ./...
 
-test-lane:
-	$(MAKE) --no-print-directory test-deploy DEPLOY_VET=$(VET_DONE)
-	$(MAKE) --no-print-directory sdk-test
+test-race-build:
+	$(GO) build -race $(RACE_BUILD_PKGS)
+
+test-race:
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_REPORT) -- $(VET_DONE) $(TEST_LDFLAGS) -race -count=1 -timeout 25m $(TEST_PKGS)
 
 ## test-deploy: the deployment files' tests (compose, Dockerfile, deploy/k8s, alert rules, dashboard), without the race detector; make test runs them, make check too unless CHECK_FLAGS=-race
 test-deploy:
