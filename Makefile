@@ -45,11 +45,14 @@ TEST_REPORT ?= $(CURDIR)/.test-report.json
 # tests are built without the race detector (DEPLOY_TEST_PKGS), so under
 # it the package only compiled its parsers (Kubernetes, BuildKit,
 # compose-go) again, 28 CPU-seconds on an empty cache, to run nothing.
-TEST_PKGS = ./internal/e2e $$($(GO) list ./... | grep -v -e '/internal/deploycheck$$')
+TEST_PKGS = ./internal/e2e $$($(GO) list ./... | grep -v $(NOT_RACE_PKGS))
+# NOT_RACE_PKGS are the grep patterns of the packages the race run leaves
+# out (above).
+NOT_RACE_PKGS = -e '/internal/deploycheck$$'
 # RACE_BUILD_PKGS are TEST_PKGS' packages but the commands (which go
 # build would link for nothing): make test compiles them with the race
 # detector before its test lanes start (test-race-build).
-RACE_BUILD_PKGS = $$($(GO) list -f '{{if and .GoFiles (ne .Name "main")}}{{.ImportPath}}{{end}}' ./... | grep -v -e '/internal/deploycheck$$')
+RACE_BUILD_PKGS = $$($(GO) list -f '{{if and .GoFiles (ne .Name "main")}}{{.ImportPath}}{{end}}' ./... | grep -v $(NOT_RACE_PKGS))
 # CHECK_PKGS are make check's packages: all but the end-to-end tests (real
 # processes and a browser), the tour and the benchmark's scenarios.
 CHECK_PKGS = $$($(GO) list ./... | grep -v -e /internal/e2e -e /internal/tour -e /internal/bench)
