@@ -148,7 +148,11 @@ func (h *headless) listen(ev any) {
 		}
 		msg += fmt.Sprintf(" at %s:%d", d.URL, d.LineNumber)
 	case *cdplog.EventEntryAdded:
-		if ev.Entry.Level == cdplog.EntryLevelError {
+		// Chromium aborts the requests in flight when the host's network
+		// interfaces change (net::ERR_NETWORK_CHANGED), as the tests that
+		// give dispatchers hosts of their own do beside this one when they
+		// add and remove veth links; the pages poll, and ask again.
+		if ev.Entry.Level == cdplog.EntryLevelError && !(ev.Entry.Source == cdplog.EntrySourceNetwork && strings.Contains(ev.Entry.Text, "ERR_NETWORK_CHANGED")) {
 			msg = fmt.Sprintf("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
 		}
 	}
