@@ -176,9 +176,9 @@ func TestBreakerFleetUnderFaults(t *testing.T) {
 			if i%3 == 0 {
 				prefix = []string{"/x5/", "/xt/", "/xr/"}[(i/3)%3]
 			}
-			path := fmt.Sprintf("%st%d-%d", prefix, ti, i)
-			e := api.CreateEndpoint(t, map[string]any{"tenant_id": fmt.Sprintf("t%d", ti), "url": rc.URL(path), "secret": testSecret, "traffic_class": "fleet"})
-			tenantOf[e.ID] = fmt.Sprintf("t%d", ti)
+			path, tenant := fmt.Sprintf("%st%d-%d", prefix, ti, i), fmt.Sprintf("t%d", ti)
+			e := api.CreateEndpoint(t, map[string]any{"tenant_id": tenant, "url": rc.URL(path), "secret": testSecret, "traffic_class": "fleet"})
+			tenantOf[e.ID] = tenant
 			if prefix == "/ok/" {
 				healthyPaths = append(healthyPaths, path)
 			} else {
