@@ -16,10 +16,10 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/gomodule/redigo/redis"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/api/option"
@@ -451,8 +451,11 @@ func setupDest(ctx context.Context, k *destKind, tag string, s *stage, mu *sync.
 		k.dest = map[string]any{"url": "nats://" + addr, "subject": tag + ".hooks"}
 		k.outageDest = map[string]any{"url": "nats://" + proxy.Addr(), "subject": tag + ".outage"}
 	case "redis":
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		k.cleanup = append(k.cleanup, func() { _ = rdb.Del(context.Background(), tag+":hooks", tag+":outage").Err(); _ = rdb.Close() })
+		rdb, err := redis.DialContext(ctx, "tcp", addr, redis.DialReadTimeout(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		k.cleanup = append(k.cleanup, func() { _, _ = rdb.Do("DEL", tag+":hooks", tag+":outage"); _ = rdb.Close() })
 		k.dest = map[string]any{"url": "redis://" + addr + "/0", "stream": tag + ":hooks", "max_len": 100000}
 		k.outageDest = map[string]any{"url": "redis://" + proxy.Addr() + "/0", "stream": tag + ":outage", "max_len": 100000}
 	case "mqtt":

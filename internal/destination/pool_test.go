@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/destination"
@@ -34,11 +33,7 @@ func TestPoolKeysByConfigAndClosesIdle(t *testing.T) {
 	t.Parallel()
 	requireRunning(t, "Redis", redisAddr)
 	stream := unique(t)
-	admin := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() {
-		_ = admin.Del(context.Background(), stream).Err()
-		_ = admin.Close()
-	})
+	redisAdmin(t, stream)
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	pool := destination.NewPool(destination.PoolConfig{IdleTimeout: time.Minute}, destination.Deps{Now: clock.Now})
 	t.Cleanup(pool.Close)

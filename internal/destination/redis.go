@@ -2,15 +2,17 @@ package destination
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/gomodule/redigo/redis"
 )
 
 // Redis stream bounds: MaxLen's default and ceiling.
@@ -105,60 +107,81 @@ type redisPublisher struct {
 	cfg    RedisConfig
 	deps   Deps
 	maxLen int64
-
-	once   sync.Once
-	client *redis.Client
-	err    error
+	pool   *redis.Pool
+	closed atomic.Bool
+	// checkIdle is redisCheckIdle; a test checks every borrow.
+	checkIdle time.Duration
 }
 
-func newRedis(c RedisConfig, _ PoolConfig, d Deps) *redisPublisher {
-	p := &redisPublisher{cfg: c, deps: d, maxLen: c.MaxLen}
+// redisPoolSize is how many connections a Redis destination opens at
+// most; a publish beyond them waits for one, within its deadline.
+const redisPoolSize = 8
+
+// redisCheckIdle is how long a pooled connection may sit unused before
+// it is checked with a PING when taken again: a connection the server
+// closed meanwhile (a restart, its idle timeout) is then replaced, not
+// the publish that takes it failed.
+const redisCheckIdle = 5 * time.Second
+
+func newRedis(c RedisConfig, pc PoolConfig, d Deps) *redisPublisher {
+	p := &redisPublisher{cfg: c, deps: d, maxLen: c.MaxLen, checkIdle: redisCheckIdle}
 	if p.maxLen == 0 {
 		p.maxLen = DefaultRedisMaxLen
+	}
+	dialer := d.dialer(0)
+	opts := []redis.DialOption{
+		redis.DialContextFunc(dialer.DialContext),
+		redis.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}),
+	}
+	if pc.DialTimeout > 0 {
+		opts = append(opts, redis.DialTLSHandshakeTimeout(pc.DialTimeout))
+	}
+	if c.Password != "" {
+		opts = append(opts, redis.DialUsername(c.Username), redis.DialPassword(c.Password))
+	}
+	p.pool = &redis.Pool{
+		MaxIdle:   redisPoolSize,
+		MaxActive: redisPoolSize,
+		Wait:      true,
+		// The URL's host, port, database and scheme (rediss is TLS).
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			// Clipped: DialURLContext appends to the options it is given,
+			// and dials run at once.
+			return redis.DialURLContext(ctx, c.URL, slices.Clip(opts)...)
+		},
+		TestOnBorrowContext: func(ctx context.Context, conn redis.Conn, lastUsed time.Time) error {
+			if time.Since(lastUsed) < p.checkIdle {
+				return nil
+			}
+			_, err := redis.DoContext(conn, ctx, "PING")
+			return err
+		},
 	}
 	return p
 }
 
-// get builds the client once: go-redis pools its connections, dials on
-// demand and redials a broken one.
-func (p *redisPublisher) get() (*redis.Client, error) {
-	p.once.Do(func() {
-		opt, err := redis.ParseURL(p.cfg.URL)
-		if err != nil {
-			p.err = err
-			return
-		}
-		opt.Username, opt.Password = p.cfg.Username, p.cfg.Password
-		d := p.deps.dialer(0)
-		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, network, addr)
-		}
-		// Every command ends at its caller's deadline, and fails rather
-		// than retrying on another connection past it.
-		opt.ContextTimeoutEnabled = true
-		opt.MaxRetries = -1
-		opt.DisableIdentity = true
-		opt.PoolSize = 8
-		p.client = redis.NewClient(opt)
-	})
-	return p.client, p.err
-}
-
-// Publish appends m to the stream.
+// Publish appends m to the stream with XADD, trimmed to about MaxLen
+// entries; the entry's id is its confirmation. A command ends at ctx's
+// deadline and is never retried on another connection past it.
 func (p *redisPublisher) Publish(ctx context.Context, m Message) Result {
-	cl, err := p.get()
-	if err != nil {
-		return failed(Refused, fmt.Errorf("publish to redis: %w", err))
+	if p.closed.Load() {
+		return failed(Refused, fmt.Errorf("publish to redis: %w", errClosed))
 	}
+	conn, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return p.classify(ctx, fmt.Errorf("publish to redis: %w", err))
+	}
+	defer conn.Close()
 	h := m.Headers()
-	values := make([]string, 0, 10)
+	args := make([]any, 0, 16)
+	args = append(args, p.cfg.Stream, "MAXLEN", "~", p.maxLen, "*")
 	for _, k := range []string{HeaderID, HeaderTimestamp, HeaderSignature, HeaderEventType} {
 		if v, ok := h[k]; ok {
-			values = append(values, k, v)
+			args = append(args, k, v)
 		}
 	}
-	values = append(values, RedisBodyField, string(m.Body))
-	id, err := cl.XAdd(ctx, &redis.XAddArgs{Stream: p.cfg.Stream, MaxLen: p.maxLen, Approx: true, Values: values}).Result()
+	args = append(args, RedisBodyField, m.Body)
+	id, err := redis.String(redis.DoContext(conn, ctx, "XADD", args...))
 	if err != nil {
 		return p.classify(ctx, fmt.Errorf("publish to redis: %w", err))
 	}
@@ -168,22 +191,20 @@ func (p *redisPublisher) Publish(ctx context.Context, m Message) Result {
 // classify maps Redis's error replies: WRONGPASS, NOAUTH and NOPERM are
 // auth; any other reply refused.
 func (p *redisPublisher) classify(ctx context.Context, err error) Result {
-	for _, prefix := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
-		if redis.HasErrorPrefix(err, prefix) || strings.Contains(err.Error(), prefix) {
-			return authRefused(err)
-		}
-	}
 	var re redis.Error
 	if errors.As(err, &re) {
+		for _, prefix := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+			if strings.HasPrefix(string(re), prefix) {
+				return authRefused(err)
+			}
+		}
 		return failed(Refused, err)
 	}
 	return p.deps.failure(ctx, err)
 }
 
-// Close closes the client's connections.
+// Close closes the pool's connections; a publish after it fails.
 func (p *redisPublisher) Close() {
-	p.once.Do(func() { p.err = errClosed })
-	if p.client != nil {
-		_ = p.client.Close()
-	}
+	p.closed.Store(true)
+	_ = p.pool.Close()
 }

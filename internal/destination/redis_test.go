@@ -1,14 +1,13 @@
 package destination_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/destination"
@@ -21,11 +20,7 @@ func TestRedisPublishes(t *testing.T) {
 	requireRunning(t, "Redis", redisAddr)
 	ns := unique(t)
 	stream := ns + ":events"
-	admin := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() {
-		_ = admin.Del(context.Background(), stream).Err()
-		_ = admin.Close()
-	})
+	admin := redisAdmin(t, stream)
 	s := newSigner(t)
 	pool := newPool(t, destination.Deps{})
 	cfg := &destination.RedisConfig{URL: "redis://" + redisAddr, Stream: stream, MaxLen: 1000}
@@ -35,14 +30,8 @@ func TestRedisPublishes(t *testing.T) {
 	msgs := publishAll(t, pool, cfg, s, ns, n)
 	require.Equal(t, 1, pool.Len(), "one pooled publisher per destination")
 
-	entries, err := admin.XRange(context.Background(), stream, "-", "+").Result()
-	require.NoError(t, err)
 	got := newConsumed(t, s, msgs)
-	for _, e := range entries {
-		h := map[string]string{}
-		for k, v := range e.Values {
-			h[k] = v.(string)
-		}
+	for _, h := range xrange(t, admin, stream) {
 		require.NoError(t, got.add(h, []byte(h[destination.RedisBodyField])))
 	}
 	got.wait(nil)
@@ -52,11 +41,7 @@ func TestRedisBoundsTheStream(t *testing.T) {
 	t.Parallel()
 	requireRunning(t, "Redis", redisAddr)
 	stream := unique(t) + ":bounded"
-	admin := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() {
-		_ = admin.Del(context.Background(), stream).Err()
-		_ = admin.Close()
-	})
+	admin := redisAdmin(t, stream)
 	s := newSigner(t)
 	pool := newPool(t, destination.Deps{})
 	cfg := &destination.RedisConfig{URL: "redis://" + redisAddr, Stream: stream, MaxLen: 10}
@@ -64,7 +49,7 @@ func TestRedisBoundsTheStream(t *testing.T) {
 		r := publish(pool, cfg, s.message("bound", i))
 		require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
 	}
-	n, err := admin.XLen(context.Background(), stream).Result()
+	n, err := redis.Int64(admin.Do("XLEN", stream))
 	require.NoError(t, err)
 	// MAXLEN ~ trims whole macro nodes: about 10, never all 500.
 	require.Less(t, n, int64(200))
@@ -108,4 +93,34 @@ func TestRedisClassifiesFailures(t *testing.T) {
 		require.Equal(t, destination.Failed, r.Outcome)
 		require.Equal(t, destination.Blocked, r.Reason, "%v", r.Err)
 	})
+}
+
+// redisAdmin is a connection to the machine's Redis that deletes the
+// test's stream at its end.
+func redisAdmin(t *testing.T, stream string) redis.Conn {
+	t.Helper()
+	c, err := redis.Dial("tcp", redisAddr, redis.DialConnectTimeout(5*time.Second), redis.DialReadTimeout(10*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = c.Do("DEL", stream)
+		_ = c.Close()
+	})
+	return c
+}
+
+// xrange is every entry of a stream, its fields by name.
+func xrange(t *testing.T, c redis.Conn, stream string) []map[string]string {
+	t.Helper()
+	entries, err := redis.Values(c.Do("XRANGE", stream, "-", "+"))
+	require.NoError(t, err)
+	out := make([]map[string]string, 0, len(entries))
+	for _, e := range entries {
+		idFields, err := redis.Values(e, nil)
+		require.NoError(t, err)
+		require.Len(t, idFields, 2)
+		fields, err := redis.StringMap(idFields[1], nil)
+		require.NoError(t, err)
+		out = append(out, fields)
+	}
+	return out
 }

@@ -1,11 +1,10 @@
 package dispatcher_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/destination"
@@ -16,29 +15,32 @@ const redisAddr = "127.0.0.1:6379"
 
 // redisStream is a stream key of the test's own on the machine's Redis,
 // deleted at its end, and a client reading it.
-func redisStream(t *testing.T, name string) (*redis.Client, string) {
+func redisStream(t *testing.T, name string) (redis.Conn, string) {
 	t.Helper()
 	requireListening(t, "Redis", redisAddr)
 	stream := testName(t) + ":" + name
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c, err := redis.Dial("tcp", redisAddr, redis.DialConnectTimeout(5*time.Second), redis.DialReadTimeout(10*time.Second))
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = c.Del(context.Background(), stream).Err()
+		_, _ = c.Do("DEL", stream)
 		_ = c.Close()
 	})
 	return c, stream
 }
 
 // redisConsumed reads every entry of a stream.
-func redisConsumed(t *testing.T, c *redis.Client, stream string) []consumedMessage {
+func redisConsumed(t *testing.T, c redis.Conn, stream string) []consumedMessage {
 	t.Helper()
-	entries, err := c.XRange(t.Context(), stream, "-", "+").Result()
+	entries, err := redis.Values(c.Do("XRANGE", stream, "-", "+"))
 	require.NoError(t, err)
 	out := make([]consumedMessage, 0, len(entries))
 	for _, e := range entries {
-		h := map[string]string{}
-		for k, v := range e.Values {
-			h[k] = v.(string)
-		}
+		// An entry is its id and its fields, name then value.
+		idFields, err := redis.Values(e, nil)
+		require.NoError(t, err)
+		require.Len(t, idFields, 2)
+		h, err := redis.StringMap(idFields[1], nil)
+		require.NoError(t, err)
 		out = append(out, consumedMessage{headers: h, body: []byte(h[destination.RedisBodyField])})
 	}
 	return out
