@@ -282,6 +282,10 @@ func runScaleConfig(ctx context.Context, b *bench, set tenantSet, c scaleConfig)
 // scaleRampSample is how often the added dispatcher's deliveries are read.
 const scaleRampSample = 250 * time.Millisecond
 
+// scaleRampMinSamples is how many samples the ramp reads at least: its
+// steady rate is the mean over the last half of them.
+const scaleRampMinSamples = 4
+
 // scaleRampFull is the share of its steady rate at which an added
 // dispatcher counts as at full rate.
 const scaleRampFull = 0.9
@@ -289,9 +293,10 @@ const scaleRampFull = 0.9
 // runScaleRamp runs the closed loop against one dispatcher until it is
 // warm, then starts a second one and reads the second's deliveries
 // (webhook_delivery_total on its metrics) every scaleRampSample until the
-// run ends. Its steady rate is its mean over the run's last half; its time
-// to full rate is from the start of its process to the end of the first
-// sample at scaleRampFull of that rate or more.
+// run ends (observe, from its being ready, and at least
+// scaleRampMinSamples samples). Its steady rate is its mean over the run's
+// last half; its time to full rate is from the start of its process to
+// the end of the first sample at scaleRampFull of that rate or more.
 func runScaleRamp(ctx context.Context, b *bench, set tenantSet) (map[string]any, error) {
 	s, err := b.newStage(ctx, "s9_ramp", nil)
 	if err != nil {
@@ -331,7 +336,12 @@ func runScaleRamp(ctx context.Context, b *bench, set tenantSet) (map[string]any,
 	var samples []sample
 	tick := time.NewTicker(scaleRampSample)
 	defer tick.Stop()
-	for time.Since(started) < observe {
+	// The window is counted from the process being ready, not from its
+	// start: on a loaded machine its start alone can outlast a smoke
+	// run's window, which then held no sample. The ramp is still timed
+	// from the start.
+	ready := time.Now()
+	for time.Since(ready) < observe || len(samples) < scaleRampMinSamples {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -342,9 +352,6 @@ func runScaleRamp(ctx context.Context, b *bench, set tenantSet) (map[string]any,
 			return nil, err
 		}
 		samples = append(samples, sample{at: time.Since(started), deliveries: m["webhook_delivery_total"]})
-	}
-	if len(samples) < 4 {
-		return nil, fmt.Errorf("%d samples of the added dispatcher", len(samples))
 	}
 	half := samples[len(samples)/2]
 	last := samples[len(samples)-1]
