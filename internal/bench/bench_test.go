@@ -616,3 +616,19 @@ func TestDispatcherSleeps(t *testing.T) {
 	require.Positive(t, threadSleeps(os.Getpid()), "the test process's threads have slept")
 	require.Zero(t, threadSleeps(-1))
 }
+
+func TestPrintFailuresNamesEachFailedScenarioLast(t *testing.T) {
+	t.Parallel()
+	res := &results{Scenarios: []*scenarioResult{
+		{Name: "s1"},
+		{Name: "s9", Error: "start dispatcher 2:\nready timeout"},
+		{Name: "s12", Error: "redis: dial refused"},
+	}}
+	var out strings.Builder
+	require.Equal(t, 2, printFailures(&out, res))
+	require.Equal(t, "scenario s9 failed to run: start dispatcher 2:; ready timeout\nscenario s12 failed to run: redis: dial refused\n", out.String())
+
+	out.Reset()
+	require.Zero(t, printFailures(&out, &results{Scenarios: []*scenarioResult{{Name: "s1"}}}))
+	require.Empty(t, out.String())
+}

@@ -188,10 +188,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "\nresults: %s (%.0fs)\n", out, res.DurationS)
 	}
-	for _, s := range res.Scenarios {
-		if s.Error != "" {
-			return 1
-		}
+	if printFailures(stdout, res) > 0 {
+		return 1
 	}
 	return 0
+}
+
+// printFailures names again, last, the scenarios that failed to run, with
+// their whole errors, and returns how many did: a CI log is often read
+// from its tail, and the tables above it are long.
+func printFailures(w io.Writer, res *results) int {
+	n := 0
+	for _, s := range res.Scenarios {
+		if s.Error != "" {
+			fmt.Fprintf(w, "scenario %s failed to run: %s\n", s.Name, strings.ReplaceAll(s.Error, "\n", "; "))
+			n++
+		}
+	}
+	return n
 }
