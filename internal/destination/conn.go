@@ -108,15 +108,22 @@ func (c *lazyConn[T]) run(done chan struct{}) {
 // drop forgets v, if it is still the connection, and closes it: it
 // broke, and the next get dials anew.
 func (c *lazyConn[T]) drop(v T, same func(a, b T) bool) {
+	if c.forget(v, same) {
+		c.close(v)
+	}
+}
+
+// forget forgets v, if it is still the connection, without closing it,
+// and says whether it did: the caller closes it its own way.
+func (c *lazyConn[T]) forget(v T, same func(a, b T) bool) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.ok || !same(c.cur, v) {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	var zero T
 	c.cur, c.ok = zero, false
-	c.mu.Unlock()
-	c.close(v)
+	return true
 }
 
 // Close closes the connection and waits for a dial under way.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -99,6 +100,9 @@ type mqttPublisher struct {
 	cfg  MQTTConfig
 	deps Deps
 	conn *lazyConn[mqtt.Client]
+	// handing counts the publishes being handed to paho (handOver),
+	// which Close waits for.
+	handing sync.WaitGroup
 }
 
 func newMQTT(c MQTTConfig, pc PoolConfig, d Deps) *mqttPublisher {
@@ -153,12 +157,22 @@ func (p *mqttPublisher) Publish(ctx context.Context, m Message) Result {
 	if err != nil {
 		return failed(Refused, fmt.Errorf("publish to mqtt: %w", err))
 	}
-	tok := cl.Publish(p.cfg.Topic, 1, false, payload)
+	tok, err := p.handOver(ctx, cl, payload)
+	if err != nil {
+		// The client's writer took nothing within the attempt's deadline:
+		// the connection is stuck (a broker that stopped reading, or a
+		// loss paho has yet to see). The next publish dials anew; nothing
+		// is waiting to be flushed, so the client is closed at once.
+		if p.conn.forget(cl, sameMQTT) {
+			cl.Disconnect(0)
+		}
+		return failed(Timeout, fmt.Errorf("publish to mqtt: not sent: %w", err))
+	}
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():
 		if !cl.IsConnectionOpen() {
-			p.conn.drop(cl, func(a, b mqtt.Client) bool { return a == b })
+			p.conn.drop(cl, sameMQTT)
 		}
 		return failed(Timeout, fmt.Errorf("publish to mqtt: no PUBACK: %w", ctx.Err()))
 	}
@@ -166,12 +180,38 @@ func (p *mqttPublisher) Publish(ctx context.Context, m Message) Result {
 		if !cl.IsConnectionOpen() {
 			// paho fails a publish cut by a lost connection with an
 			// error of no type of its own.
-			p.conn.drop(cl, func(a, b mqtt.Client) bool { return a == b })
+			p.conn.drop(cl, sameMQTT)
 			return failed(Unreachable, fmt.Errorf("publish to mqtt: %w", err))
 		}
 		return p.classify(ctx, fmt.Errorf("publish to mqtt: %w", err))
 	}
 	return confirmed("")
+}
+
+func sameMQTT(a, b mqtt.Client) bool { return a == b }
+
+// handOver hands the payload to paho and returns its token, or ctx's
+// error when ctx ends first. paho's Publish blocks until the client's
+// writer takes the packet, for up to the write timeout set at the dial
+// (the dial's deadline, not this attempt's), so it runs beside the wait
+// for ctx; a Publish left behind ends within that timeout, and Close
+// waits for it.
+func (p *mqttPublisher) handOver(ctx context.Context, cl mqtt.Client, payload []byte) (mqtt.Token, error) {
+	handed := make(chan mqtt.Token, 1)
+	p.handing.Go(func() {
+		defer func() {
+			// A panic in paho costs this publish only: its token never
+			// comes, and the attempt ends at its deadline.
+			_ = recover()
+		}()
+		handed <- cl.Publish(p.cfg.Topic, 1, false, payload)
+	})
+	select {
+	case tok := <-handed:
+		return tok, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // classify maps the CONNACK refusals: bad user name or password and not
@@ -186,5 +226,9 @@ func (p *mqttPublisher) classify(ctx context.Context, err error) Result {
 	return p.deps.failure(ctx, err)
 }
 
-// Close disconnects.
-func (p *mqttPublisher) Close() { p.conn.Close() }
+// Close disconnects, and waits for the publishes still being handed to
+// paho (each ends within its write timeout).
+func (p *mqttPublisher) Close() {
+	p.conn.Close()
+	p.handing.Wait()
+}

@@ -3,13 +3,17 @@ package destination_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/destination"
@@ -111,4 +115,75 @@ func TestMQTTClassifiesFailures(t *testing.T) {
 		cfg := &destination.MQTTConfig{URL: "tcp://" + silentAddr(t), Topic: "t"}
 		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 	})
+}
+
+// TestMQTTPublishEndsAtItsDeadlineWhileTheWriterIsStuck: paho's Publish
+// blocks until the client's writer takes the packet, up to the write
+// timeout set at the dial (the pool's dial timeout, 10 s as by default),
+// not the attempt's deadline. A broker that answers the CONNECT and then
+// reads nothing leaves the writer stuck on a first, large publish; paho
+// takes one more packet from behind it, and the third publish's Publish
+// blocks. Each must still fail at its own deadline, and the stuck
+// connection be dialed anew.
+func TestMQTTPublishEndsAtItsDeadlineWhileTheWriterIsStuck(t *testing.T) {
+	t.Parallel()
+	addr, accepted := mqttDeafBroker(t)
+	s := newSigner(t)
+	pool := destination.NewPool(destination.PoolConfig{IdleTimeout: time.Minute, DialTimeout: 10 * time.Second}, destination.Deps{})
+	t.Cleanup(pool.Close)
+	cfg := &destination.MQTTConfig{URL: "tcp://" + addr, Topic: "t"}
+
+	big := s.message("stuck", 0)
+	big.Body = []byte(`"` + strings.Repeat("x", 24<<20) + `"`)
+	requireFailedWithin(t, publishWithin(pool, cfg, big), destination.Timeout)
+	requireFailedWithin(t, publishWithin(pool, cfg, s.message("stuck", 1)), destination.Timeout)
+	require.Equal(t, 1, accepted())
+	requireFailedWithin(t, publishWithin(pool, cfg, s.message("stuck", 2)), destination.Timeout)
+	// The stuck connection was dropped: the next publish dials again.
+	requireFailedWithin(t, publishWithin(pool, cfg, s.message("stuck", 3)), destination.Timeout)
+	require.Equal(t, 2, accepted(), "the stuck connection was dialed anew")
+}
+
+// mqttDeafBroker listens on a port of its own, answers each CONNECT with
+// a CONNACK (paho's own packets) and then reads nothing more, so that a
+// client's writes stop once the socket's buffers are full. It returns its
+// address and how many connections it has accepted.
+func mqttDeafBroker(t *testing.T) (string, func() int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				if _, err := packets.ReadPacket(c); err != nil {
+					return
+				}
+				_ = packets.NewControlPacket(packets.Connack).Write(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
 }
