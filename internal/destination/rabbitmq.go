@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -83,6 +84,9 @@ func (c *RabbitMQConfig) WithCredentials(m map[string]string) Config {
 type rabbitConn struct {
 	conn *amqp.Connection
 	ch   *amqp.Channel
+	// socket is the connection's own: closing it ends a publish stuck in
+	// its write, where amqp091's Close would wait behind that write.
+	socket net.Conn
 	// closed gets the channel's close reason, when the broker closes it
 	// (a missing exchange, a permission refused).
 	closed chan *amqp.Error
@@ -92,6 +96,9 @@ type rabbitPublisher struct {
 	cfg  RabbitMQConfig
 	deps Deps
 	conn *lazyConn[*rabbitConn]
+	// handing counts the publishes being written (handOver), which Close
+	// waits for.
+	handing sync.WaitGroup
 }
 
 func newRabbitMQ(c RabbitMQConfig, pc PoolConfig, d Deps) *rabbitPublisher {
@@ -112,6 +119,7 @@ func (p *rabbitPublisher) dial(ctx context.Context) (*rabbitConn, error) {
 	}
 	deadline, _ := ctx.Deadline()
 	d := p.deps.dialer(time.Until(deadline))
+	var socket net.Conn
 	conn, err := amqp.DialConfig(u.String(), amqp.Config{
 		// The handshake is bounded by the dial's deadline too.
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -119,6 +127,7 @@ func (p *rabbitPublisher) dial(ctx context.Context) (*rabbitConn, error) {
 			if err != nil {
 				return nil, err
 			}
+			socket = c
 			return c, c.SetDeadline(deadline)
 		},
 		Properties: amqp.Table{"connection_name": "hookd"},
@@ -134,7 +143,7 @@ func (p *rabbitPublisher) dial(ctx context.Context) (*rabbitConn, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	rc := &rabbitConn{conn: conn, ch: ch, closed: make(chan *amqp.Error, 1)}
+	rc := &rabbitConn{conn: conn, ch: ch, socket: socket, closed: make(chan *amqp.Error, 1)}
 	ch.NotifyClose(rc.closed)
 	return rc, nil
 }
@@ -149,7 +158,7 @@ func (p *rabbitPublisher) Publish(ctx context.Context, m Message) Result {
 	for k, v := range m.Headers() {
 		headers[k] = v
 	}
-	dc, err := rc.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, p.cfg.RoutingKey, false, false, amqp.Publishing{
+	dc, err := p.handOver(ctx, rc, amqp.Publishing{
 		Headers:      headers,
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
@@ -158,6 +167,16 @@ func (p *rabbitPublisher) Publish(ctx context.Context, m Message) Result {
 		Type:         m.EventType,
 		Body:         m.Body,
 	})
+	if errors.Is(err, errNotWritten) {
+		// The write did not end within the attempt's deadline: the broker
+		// reads nothing (a resource alarm blocks its publishers). The
+		// socket is closed at once, which ends the write, and the next
+		// publish dials anew.
+		if p.conn.forget(rc, sameRabbit) {
+			_ = rc.socket.Close()
+		}
+		return failed(Timeout, fmt.Errorf("publish to rabbitmq: %w", err))
+	}
 	if err != nil {
 		p.drop(rc)
 		return p.classify(ctx, fmt.Errorf("publish to rabbitmq: %w", err))
@@ -186,8 +205,42 @@ func (p *rabbitPublisher) Publish(ctx context.Context, m Message) Result {
 }
 
 func (p *rabbitPublisher) drop(rc *rabbitConn) {
-	p.conn.drop(rc, func(a, b *rabbitConn) bool { return a == b })
+	p.conn.drop(rc, sameRabbit)
 }
+
+func sameRabbit(a, b *rabbitConn) bool { return a == b }
+
+// handOver publishes msg on rc's channel and returns its deferred
+// confirm, or ctx's error when ctx ends first. amqp091 checks the context
+// only before its write, which has no deadline, so the write runs beside
+// the wait for ctx; a write left behind ends when its socket is closed,
+// and Close waits for it.
+func (p *rabbitPublisher) handOver(ctx context.Context, rc *rabbitConn, msg amqp.Publishing) (*amqp.DeferredConfirmation, error) {
+	type written struct {
+		dc  *amqp.DeferredConfirmation
+		err error
+	}
+	done := make(chan written, 1)
+	p.handing.Go(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- written{err: fmt.Errorf("amqp091 panicked: %v", r)}
+			}
+		}()
+		dc, err := rc.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, p.cfg.RoutingKey, false, false, msg)
+		done <- written{dc, err}
+	})
+	select {
+	case w := <-done:
+		return w.dc, w.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", errNotWritten, ctx.Err())
+	}
+}
+
+// errNotWritten is handOver's error when the attempt's deadline came
+// before the write ended.
+var errNotWritten = errors.New("not written")
 
 // classify maps amqp091's errors: 403 ACCESS_REFUSED (bad credentials,
 // a right refused) and a vhost refused to the user are auth; other
@@ -209,5 +262,9 @@ func (p *rabbitPublisher) classify(ctx context.Context, err error) Result {
 	return p.deps.failure(ctx, err)
 }
 
-// Close closes the connection.
-func (p *rabbitPublisher) Close() { p.conn.Close() }
+// Close closes the connection, and waits for the publishes still being
+// written (each ends when its socket is closed).
+func (p *rabbitPublisher) Close() {
+	p.conn.Close()
+	p.handing.Wait()
+}

@@ -2,6 +2,7 @@ package destination_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookd/hookd/internal/destination"
+	"github.com/hookd/hookd/internal/netcut"
 )
 
 const rabbitAddr = "127.0.0.1:5672"
@@ -115,4 +117,34 @@ func TestRabbitMQClassifiesFailures(t *testing.T) {
 		requireFailedWithin(t, publishWithin(pool, cfg, m), destination.Timeout)
 		require.Less(t, time.Since(start), publishTimeout+slack)
 	})
+}
+
+// TestRabbitMQPublishEndsAtItsDeadlineWhileTheBrokerReadsNothing:
+// amqp091's publish writes with no deadline (its context is checked only
+// before the write), so a broker that stops reading (as RabbitMQ does to
+// a publisher under a resource alarm) would hold a publish past its
+// attempt's deadline. Through a stalled proxy, a large publish must fail
+// at its deadline, and the next publish dial anew.
+func TestRabbitMQPublishEndsAtItsDeadlineWhileTheBrokerReadsNothing(t *testing.T) {
+	t.Parallel()
+	exchange, key, _ := rabbitNamespace(t)
+	proxy, err := netcut.Start(rabbitAddr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	s := newSigner(t)
+	pool := newPool(t, destination.Deps{})
+	cfg := &destination.RabbitMQConfig{URL: "amqp://" + proxy.Addr() + "/", Exchange: exchange, RoutingKey: key, Username: "guest", Password: "guest"}
+	r := publish(pool, cfg, s.message("stall", 0))
+	require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
+
+	proxy.Stall()
+	big := s.message("stall", 1)
+	big.Body = []byte(`"` + strings.Repeat("x", 24<<20) + `"`)
+	requireFailedWithin(t, publishWithin(pool, cfg, big), destination.Timeout, destination.Unreachable)
+
+	// The stuck connection is gone: resumed, the next publish dials anew
+	// and is confirmed.
+	proxy.Resume()
+	r = publish(pool, cfg, s.message("stall", 2))
+	require.Equal(t, destination.Confirmed, r.Outcome, "%v", r.Err)
 }

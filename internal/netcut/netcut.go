@@ -1,13 +1,14 @@
 // Package netcut owns a loopback TCP proxy that can be cut and restored:
 // the server behind it becomes unreachable (its connections closed, its
-// port refusing) without the server itself being touched. The bench's
-// broker outages and the destination tests use it.
+// port refusing) without the server itself being touched. It can also be
+// stalled: its connections stay open and carry nothing, as to a server
+// that stopped reading. The bench's broker outages and the destination
+// tests use it.
 package netcut
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -21,7 +22,10 @@ type Proxy struct {
 	mu    sync.Mutex
 	ln    net.Listener // nil while cut
 	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	// flowing is closed while the proxy forwards; Stall replaces it with
+	// an open channel, on which every pipe waits before its next read.
+	flowing chan struct{}
+	wg      sync.WaitGroup
 }
 
 // Start listens on a free loopback port and forwards every connection to
@@ -31,7 +35,8 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}, flowing: make(chan struct{})}
+	close(p.flowing)
 	p.serve(ln)
 	return p, nil
 }
@@ -72,7 +77,22 @@ func (p *Proxy) serve(ln net.Listener) {
 // pipe copies src to dst until either ends, then closes both and forgets
 // them, so a long run's connections are not held until Cut.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		p.mu.Lock()
+		flowing := p.flowing
+		p.mu.Unlock()
+		<-flowing
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_, _ = dst.Close(), src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
@@ -80,11 +100,41 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	p.mu.Unlock()
 }
 
-// Cut stops listening and closes every connection through the proxy; a
-// cut proxy's Cut does nothing.
+// Stall stops forwarding without closing anything: each connection's
+// bytes stay where they are (in the kernel's buffers, then in the
+// writer's) until Resume or Cut.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+		p.flowing = make(chan struct{})
+	default:
+	}
+}
+
+// Resume forwards again after Stall.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
+}
+
+// Cut stops listening and closes every connection through the proxy (a
+// stalled proxy forwards again, to connections that are gone); a cut
+// proxy's Cut does nothing.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
 	if p.ln != nil {
 		_ = p.ln.Close()
 		p.ln = nil

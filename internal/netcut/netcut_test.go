@@ -73,3 +73,35 @@ func TestCutAndRestore(t *testing.T) {
 	defer c2.Close()
 	require.NoError(t, roundTrip(t, c2))
 }
+
+// TestStallAndResume: a stalled proxy keeps its connections open and
+// carries nothing, so a writer's writes stop once the buffers are full;
+// resumed, it carries what was held back.
+func TestStallAndResume(t *testing.T) {
+	t.Parallel()
+	p, err := netcut.Start(echo(t))
+	require.NoError(t, err)
+	defer p.Close()
+
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, roundTrip(t, c))
+
+	p.Stall()
+	// 64 MB is more than loopback's buffers hold: the write stops at
+	// its deadline, having written part of it.
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(500*time.Millisecond)))
+	n, err := c.Write(make([]byte, 64<<20))
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "%v", err)
+	require.Less(t, n, 64<<20)
+
+	// Resumed, the echo carries back every byte written.
+	p.Resume()
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+	got, err := io.ReadFull(c, make([]byte, n))
+	require.NoError(t, err)
+	require.Equal(t, n, got)
+}
