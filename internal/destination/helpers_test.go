@@ -274,6 +274,16 @@ func closedAddr(t *testing.T) string {
 // answers: a broker hung mid-handshake.
 func silentAddr(t *testing.T) string {
 	t.Helper()
+	addr, _ := loopbackServer(t, func(net.Conn) {})
+	return addr
+}
+
+// loopbackServer listens on a loopback port of its own and runs serve on
+// each connection it accepts, keeping the connection open after serve
+// returns, until the test ends. It returns its address and how many
+// connections it has accepted.
+func loopbackServer(t *testing.T, serve func(net.Conn)) (string, func() int) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -288,18 +298,23 @@ func silentAddr(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			wg.Go(func() { serve(c) })
 		}
 	})
 	t.Cleanup(func() {
 		_ = l.Close()
-		wg.Wait()
 		mu.Lock()
-		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		mu.Unlock()
+		wg.Wait()
 	})
-	return l.Addr().String()
+	return l.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
 }
 
 // startProcess starts a server of the test's own and waits until a line

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -150,40 +149,10 @@ func TestMQTTPublishEndsAtItsDeadlineWhileTheWriterIsStuck(t *testing.T) {
 // address and how many connections it has accepted.
 func mqttDeafBroker(t *testing.T) (string, func() int) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				if _, err := packets.ReadPacket(c); err != nil {
-					return
-				}
-				_ = packets.NewControlPacket(packets.Connack).Write(c)
-			})
+	return loopbackServer(t, func(c net.Conn) {
+		if _, err := packets.ReadPacket(c); err != nil {
+			return
 		}
+		_ = packets.NewControlPacket(packets.Connack).Write(c)
 	})
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String(), func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(conns)
-	}
 }

@@ -117,6 +117,10 @@ func (p *Proxy) Stall() {
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.resumeLocked()
+}
+
+func (p *Proxy) resumeLocked() {
 	select {
 	case <-p.flowing:
 	default:
@@ -130,11 +134,7 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.flowing:
-	default:
-		close(p.flowing)
-	}
+	p.resumeLocked()
 	if p.ln != nil {
 		_ = p.ln.Close()
 		p.ln = nil
