@@ -46,23 +46,30 @@ func roundTrip(t *testing.T, c net.Conn) error {
 	return err
 }
 
+// setup starts a proxy to an echo server and a connection through it
+// that has made a round trip; both are closed when the test ends.
+func setup(t *testing.T) (*netcut.Proxy, net.Conn) {
+	t.Helper()
+	p, err := netcut.Start(echo(t))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, roundTrip(t, c))
+	return p, c
+}
+
 // TestCutAndRestore: through the proxy a connection reaches the server;
 // a cut closes it and refuses new ones; a restore serves the same
 // address again.
 func TestCutAndRestore(t *testing.T) {
 	t.Parallel()
-	p, err := netcut.Start(echo(t))
-	require.NoError(t, err)
-	defer p.Close()
-
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, roundTrip(t, c))
+	p, c := setup(t)
 
 	p.Cut()
 	require.Error(t, roundTrip(t, c), "the connection through the proxy is closed")
-	_, err = net.Dial("tcp", p.Addr())
+	_, err := net.Dial("tcp", p.Addr())
 	require.Error(t, err, "the port refuses")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -79,14 +86,7 @@ func TestCutAndRestore(t *testing.T) {
 // resumed, it carries what was held back.
 func TestStallAndResume(t *testing.T) {
 	t.Parallel()
-	p, err := netcut.Start(echo(t))
-	require.NoError(t, err)
-	defer p.Close()
-
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, roundTrip(t, c))
+	p, c := setup(t)
 
 	p.Stall()
 	// 64 MB is more than loopback's buffers hold: the write stops at
